@@ -1,0 +1,307 @@
+//! What the servers say, from outside every logical client: `pg_locks JOIN pg_stat_activity`
+//! on a direct superuser connection, `SHOW SERVERS` / `SHOW CLIENTS` on PgBouncer's admin
+//! console, the fresh contender's availability probe, and the admin actions (terminate,
+//! cancel, reset between cases) with their confirmations.
+
+use crate::client::{BackendId, Raw, Reply, run_raw};
+use crate::key::Key;
+use crate::launch::{CLIENT_ROLE, Cluster, DB, SUPERUSER};
+use crate::sql;
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// One advisory lock row of `pg_locks`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRow {
+    pub key: Key,
+    pub mode: String,
+    pub granted: bool,
+}
+
+/// One backend of the client role, from `pg_stat_activity`, with its advisory locks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BackendRow {
+    pub id: BackendId,
+    pub backend_start: String,
+    pub state: String,
+    pub query: String,
+    pub xact_start: Option<String>,
+    pub locks: Vec<LockRow>,
+}
+
+/// A snapshot of the servers after a step.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Observation {
+    pub backends: Vec<BackendRow>,
+    /// `SHOW SERVERS` rows of the harness database (selected columns).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub servers: Vec<BTreeMap<String, String>>,
+    /// `SHOW CLIENTS` rows of the harness database (selected columns).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub clients: Vec<BTreeMap<String, String>>,
+}
+
+impl Observation {
+    /// Granted advisory locks as `(backend, key)`.
+    pub fn held(&self) -> BTreeSet<(BackendId, Key)> {
+        self.backends
+            .iter()
+            .flat_map(|b| b.locks.iter().filter(|l| l.granted).map(move |l| (b.id, l.key)))
+            .collect()
+    }
+
+    pub fn alive(&self, id: BackendId) -> bool {
+        self.backends.iter().any(|b| b.id == id)
+    }
+
+    /// The backend whose last query carries this step's tag.
+    pub fn ran_step(&self, step: usize) -> Option<BackendId> {
+        let tag = sql::tag(step);
+        self.backends
+            .iter()
+            .find(|b| b.query.starts_with(&tag))
+            .map(|b| b.id)
+    }
+
+    pub fn backend_start(&self, id: BackendId) -> Option<&str> {
+        self.backends
+            .iter()
+            .find(|b| b.id == id)
+            .map(|b| b.backend_start.as_str())
+    }
+}
+
+const SERVER_COLUMNS: &[&str] = &[
+    "type", "user", "database", "state", "local_port", "connect_time", "request_time", "ptr",
+    "link", "remote_pid", "close_needed",
+];
+
+/// The observer's connections: direct to PostgreSQL (snapshot, admin actions), a separate
+/// direct contender, and PgBouncer's console when there is a pooler.
+pub struct Observer {
+    pg: Client,
+    contender: Client,
+    pub contender_id: BackendId,
+    pub contender_start: String,
+    admin: Option<Client>,
+}
+
+impl Observer {
+    pub async fn connect(cluster: &Cluster) -> Result<Observer> {
+        let pg = cluster.connect(&cluster.direct_config(SUPERUSER)).await?;
+        let contender = cluster.connect(&cluster.direct_config(SUPERUSER)).await?;
+        let raw = run_raw(&contender, sql::IDENTITY).await;
+        let row = raw
+            .rows
+            .first()
+            .ok_or_else(|| anyhow!("contender identity query failed: {:?}", raw.error))?;
+        let contender_id = BackendId {
+            pid: row[0].as_deref().unwrap_or_default().parse()?,
+            start_us: row[1].as_deref().unwrap_or_default().parse()?,
+        };
+        let admin = match cluster.admin_config() {
+            c if cluster.bouncer_port.is_some() => Some(cluster.connect(&c).await?),
+            _ => None,
+        };
+        Ok(Observer {
+            pg,
+            contender,
+            contender_id,
+            contender_start: row[2].clone().unwrap_or_default(),
+            admin,
+        })
+    }
+
+    async fn raw_ok(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
+        let Raw { rows, error } = run_raw(client, sql).await;
+        match error {
+            None => Ok(rows),
+            Some((code, msg)) => bail!("observer query failed ({code}: {msg}): {sql}"),
+        }
+    }
+
+    /// `pg_locks JOIN pg_stat_activity`, plus the pooler's view when there is one.
+    pub async fn snapshot(&self) -> Result<Observation> {
+        let snap_sql = sql::snapshot(CLIENT_ROLE);
+        let pg = Self::raw_ok(&self.pg, &snap_sql);
+        let pool = async {
+            match &self.admin {
+                Some(a) => {
+                    let s = show(a, sql::SHOW_SERVERS).await?;
+                    let c = show(a, sql::SHOW_CLIENTS).await?;
+                    Ok::<_, anyhow::Error>((s, c))
+                }
+                None => Ok((vec![], vec![])),
+            }
+        };
+        let (rows, pool) = tokio::join!(pg, pool);
+        let (servers, clients) = pool?;
+        let mut obs = Observation {
+            backends: vec![],
+            servers,
+            clients,
+        };
+        for r in rows? {
+            let get = |i: usize| r.get(i).cloned().flatten();
+            let id = BackendId {
+                pid: get(0).unwrap_or_default().parse()?,
+                start_us: get(1).unwrap_or_default().parse()?,
+            };
+            if obs.backends.last().map(|b| b.id) != Some(id) {
+                obs.backends.push(BackendRow {
+                    id,
+                    backend_start: get(2).unwrap_or_default(),
+                    state: get(3).unwrap_or_default(),
+                    query: get(4).unwrap_or_default(),
+                    xact_start: get(10),
+                    locks: vec![],
+                });
+            }
+            if let (Some(c), Some(o), Some(s)) = (get(5), get(6), get(7)) {
+                let key = Key::from_lock_row(c.parse()?, o.parse()?, s.parse()?)
+                    .ok_or_else(|| anyhow!("unexpected objsubid {s}"))?;
+                obs.backends.last_mut().expect("pushed").locks.push(LockRow {
+                    key,
+                    mode: get(8).unwrap_or_default(),
+                    granted: get(9).as_deref() == Some("t"),
+                });
+            }
+        }
+        Ok(obs)
+    }
+
+    /// Can a fresh backend (the contender, never a pooled one) take `key` right now?
+    pub async fn probe(&self, key: Key) -> Result<bool> {
+        let rows = Self::raw_ok(&self.contender, &sql::contender_probe(key)).await?;
+        Ok(rows.first().and_then(|r| r[0].as_deref()) == Some("t"))
+    }
+
+    /// `pg_terminate_backend` of exactly this identity, confirmed by its leaving
+    /// `pg_stat_activity` within a bounded wait.
+    pub async fn terminate(&self, id: BackendId) -> Result<Reply> {
+        let rows = Self::raw_ok(&self.pg, &sql::terminate(id.pid, id.start_us)).await?;
+        let Some(row) = rows.first() else {
+            return Ok(Reply::Bool { value: false });
+        };
+        let signalled = row[0].as_deref() == Some("t");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let present = Self::raw_ok(&self.pg, &sql::backend_present(id.pid, id.start_us)).await?;
+            if present.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("backend {id} still present 5 s after pg_terminate_backend");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(Reply::Bool { value: signalled })
+    }
+
+    /// `pg_cancel_backend` of exactly this identity.
+    pub async fn cancel(&self, id: BackendId) -> Result<Reply> {
+        let rows = Self::raw_ok(&self.pg, &sql::cancel(id.pid, id.start_us)).await?;
+        Ok(Reply::Bool {
+            value: rows.first().and_then(|r| r[0].as_deref()) == Some("t"),
+        })
+    }
+
+    /// Wait until the pooler has no connection in a transient state and the numbers of
+    /// clients and backends are what the runner expects (`clients`: connected logical
+    /// clients; `gone`: identities that must have left). Returns the settled snapshot.
+    pub async fn settle(&self, clients: Option<usize>, gone: &[BackendId]) -> Result<Observation> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let obs = self.snapshot().await?;
+            let gone_ok = gone.iter().all(|g| {
+                !obs.alive(*g)
+                    && !obs
+                        .servers
+                        .iter()
+                        .any(|s| s.get("remote_pid").map(String::as_str) == Some(&g.pid.to_string()))
+            });
+            let settled = if self.admin.is_some() {
+                let transient = obs.servers.iter().any(|s| {
+                    matches!(s.get("state").map(String::as_str), Some("tested" | "login" | "new"))
+                });
+                !transient && clients.is_none_or(|n| obs.clients.len() == n) && gone_ok
+            } else {
+                clients.is_none_or(|n| obs.backends.len() <= n) && gone_ok
+            };
+            if settled {
+                return Ok(obs);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the servers did not settle within 5 s (expected {clients:?} clients, gone {gone:?}); last snapshot: {}",
+                    serde_json::to_string(&obs).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+    }
+
+    /// Bring the topology to the known empty state between cases: no client-role backends,
+    /// no pooled connections, no advisory locks. Verified, not assumed.
+    pub async fn reset(&self) -> Result<()> {
+        if let Some(admin) = &self.admin {
+            admin
+                .simple_query(&sql::pooler_kill(DB))
+                .await
+                .context("PgBouncer KILL")?;
+            admin
+                .simple_query(&sql::pooler_resume(DB))
+                .await
+                .context("PgBouncer RESUME")?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            Self::raw_ok(&self.pg, &sql::terminate_role(CLIENT_ROLE)).await?;
+            let backends = Self::raw_ok(&self.pg, &sql::role_backends(CLIENT_ROLE)).await?;
+            let locks = Self::raw_ok(&self.pg, sql::ALL_ADVISORY_LOCKS).await?;
+            let n = |rows: &Vec<Vec<Option<String>>>| {
+                rows.first().and_then(|r| r[0].clone()).unwrap_or_default()
+            };
+            let pool_empty = match &self.admin {
+                Some(a) => show(a, sql::SHOW_SERVERS).await?.is_empty(),
+                None => true,
+            };
+            if n(&backends) == "0" && n(&locks) == "0" && pool_empty {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "reset did not reach the empty state within 5 s: {} client backends, {} advisory locks, pool empty: {pool_empty}",
+                    n(&backends),
+                    n(&locks)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// A `SHOW` command on the admin console, rows of the harness database only, selected columns.
+async fn show(admin: &Client, cmd: &str) -> Result<Vec<BTreeMap<String, String>>> {
+    let msgs = crate::launch::timed(admin.simple_query(cmd))
+        .await
+        .with_context(|| format!("PgBouncer {cmd}"))?;
+    let mut out = vec![];
+    for m in msgs {
+        if let SimpleQueryMessage::Row(row) = m {
+            let mut map = BTreeMap::new();
+            for (i, col) in row.columns().iter().enumerate() {
+                if SERVER_COLUMNS.contains(&col.name()) {
+                    map.insert(col.name().to_string(), row.get(i).unwrap_or("").to_string());
+                }
+            }
+            if map.get("database").map(String::as_str) == Some(DB) {
+                out.push(map);
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,106 @@
+//! The operations a logical client can perform, by name. (Their SQL lives in `sql.rs`.)
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One step's operation. Names are the YAML spelling (`try_lock`, `xact_lock`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// `pg_try_advisory_lock(k)`: session lock, never waits.
+    TryLock,
+    /// `pg_advisory_lock(k)`: session lock, waits up to the role's `lock_timeout`.
+    Lock,
+    /// `pg_advisory_unlock(k)`.
+    Unlock,
+    /// `pg_advisory_unlock_all()`.
+    UnlockAll,
+    Begin,
+    Commit,
+    Rollback,
+    /// `pg_advisory_xact_lock(k)`: transaction lock, waits up to `lock_timeout`.
+    XactLock,
+    /// `pg_try_advisory_xact_lock(k)`.
+    TryXactLock,
+    /// `DISCARD ALL` (refused inside a transaction block).
+    DiscardAll,
+    /// The client closes its connection (behind a pooler its server may stay).
+    Disconnect,
+    /// The client opens a new connection (closing any old one first).
+    Reconnect,
+    /// `pg_terminate_backend` of the backend that last served this client, from a direct connection.
+    Terminate,
+    /// `pg_cancel_backend` of the backend that last served this client, from a direct connection.
+    Cancel,
+    /// A statement that raises an error (`division_by_zero`); inside a transaction it aborts it.
+    FailStatement,
+}
+
+impl Op {
+    pub const ALL: [Op; 15] = [
+        Op::TryLock,
+        Op::Lock,
+        Op::Unlock,
+        Op::UnlockAll,
+        Op::Begin,
+        Op::Commit,
+        Op::Rollback,
+        Op::XactLock,
+        Op::TryXactLock,
+        Op::DiscardAll,
+        Op::Disconnect,
+        Op::Reconnect,
+        Op::Terminate,
+        Op::Cancel,
+        Op::FailStatement,
+    ];
+
+    /// The YAML / report spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::TryLock => "try_lock",
+            Op::Lock => "lock",
+            Op::Unlock => "unlock",
+            Op::UnlockAll => "unlock_all",
+            Op::Begin => "begin",
+            Op::Commit => "commit",
+            Op::Rollback => "rollback",
+            Op::XactLock => "xact_lock",
+            Op::TryXactLock => "try_xact_lock",
+            Op::DiscardAll => "discard_all",
+            Op::Disconnect => "disconnect",
+            Op::Reconnect => "reconnect",
+            Op::Terminate => "terminate",
+            Op::Cancel => "cancel",
+            Op::FailStatement => "fail_statement",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Op> {
+        Op::ALL.into_iter().find(|op| op.name() == s)
+    }
+
+    /// Whether the op names an advisory key.
+    pub fn takes_key(self) -> bool {
+        matches!(
+            self,
+            Op::TryLock | Op::Lock | Op::Unlock | Op::XactLock | Op::TryXactLock
+        )
+    }
+
+    /// Session-level lock API (`api: session`).
+    pub fn is_session_api(self) -> bool {
+        matches!(self, Op::TryLock | Op::Lock | Op::Unlock | Op::UnlockAll | Op::DiscardAll)
+    }
+
+    /// Transaction-level lock API (`api: xact`).
+    pub fn is_xact_api(self) -> bool {
+        matches!(self, Op::XactLock | Op::TryXactLock)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

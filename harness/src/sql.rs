@@ -1,0 +1,158 @@
+//! Every statement pgchaos sends, in one place: the ops of logical clients, the observer's
+//! snapshot, the contender's probe, and the admin actions (terminate, cancel, reset).
+//!
+//! Ops use the simple query protocol (no named prepared statements, and it works through
+//! any pooler mode). Each op reports the backend that served it, as `(pid, backend_start)`,
+//! in the same query message as the op itself, so even in transaction mode the identity is
+//! the one that ran the lock call. Each op also carries a tag comment (`/*pgchaos s12*/`)
+//! that the observer can find in `pg_stat_activity.query` for ops that cannot report their
+//! identity in-band (`DISCARD ALL` must run alone; a failed statement returns no row).
+
+use crate::key::Key;
+use crate::op::Op;
+
+/// The identity of the backend running the statement: pid, backend_start in microseconds
+/// since the epoch, and backend_start as text. Three columns; op results have one.
+pub const IDENTITY: &str = "SELECT pg_backend_pid(), \
+     (extract(epoch FROM backend_start) * 1000000)::int8, backend_start::text \
+     FROM pg_stat_get_activity(pg_backend_pid())";
+
+/// The tag comment that marks a step's SQL.
+pub fn tag(step: usize) -> String {
+    format!("/*pgchaos s{step}*/")
+}
+
+/// The SQL one op sends through its logical client, or `None` for ops that are not SQL
+/// on the client's connection (connect/disconnect, and terminate/cancel from the admin side).
+pub fn op_sql(op: Op, key: Option<Key>, step: usize) -> Option<String> {
+    let t = tag(step);
+    let k = || key.expect("op takes a key").sql_args();
+    let id_then = |stmt: String| format!("{t} {IDENTITY}; {stmt}");
+    Some(match op {
+        Op::TryLock => id_then(format!("SELECT pg_try_advisory_lock({})", k())),
+        Op::Lock => id_then(format!("SELECT pg_advisory_lock({})::text", k())),
+        Op::Unlock => id_then(format!("SELECT pg_advisory_unlock({})", k())),
+        Op::UnlockAll => id_then("SELECT pg_advisory_unlock_all()::text".into()),
+        Op::XactLock => id_then(format!("SELECT pg_advisory_xact_lock({})::text", k())),
+        Op::TryXactLock => id_then(format!("SELECT pg_try_advisory_xact_lock({})", k())),
+        Op::FailStatement => id_then("SELECT 1/0".into()),
+        // Transaction control first: in an aborted transaction the identity query itself
+        // would fail, so it comes after (same query message, same backend).
+        Op::Begin => format!("{t} BEGIN; {IDENTITY}"),
+        Op::Commit => format!("{t} COMMIT; {IDENTITY}"),
+        Op::Rollback => format!("{t} ROLLBACK; {IDENTITY}"),
+        // Refused inside any transaction block, including a multi-statement message.
+        Op::DiscardAll => format!("{t} DISCARD ALL"),
+        Op::Disconnect | Op::Reconnect | Op::Terminate | Op::Cancel => return None,
+    })
+}
+
+/// Terminate a backend only if it is still the same `(pid, backend_start)`; waits up to 5 s
+/// for it to exit. No row: that backend is already gone.
+pub fn terminate(pid: i32, start_us: i64) -> String {
+    format!(
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+         WHERE pid = {pid} AND (extract(epoch FROM backend_start) * 1000000)::int8 = {start_us}"
+    )
+}
+
+/// Cancel the current query of a backend, if it is still the same `(pid, backend_start)`.
+pub fn cancel(pid: i32, start_us: i64) -> String {
+    format!(
+        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
+         WHERE pid = {pid} AND (extract(epoch FROM backend_start) * 1000000)::int8 = {start_us}"
+    )
+}
+
+/// Whether a backend identity is still present (1 row) or gone (0 rows).
+pub fn backend_present(pid: i32, start_us: i64) -> String {
+    format!(
+        "SELECT 1 FROM pg_stat_activity \
+         WHERE pid = {pid} AND (extract(epoch FROM backend_start) * 1000000)::int8 = {start_us}"
+    )
+}
+
+/// The contender's availability probe: the try form at transaction scope, in autocommit,
+/// so a successful probe is released when its statement ends and leaves nothing behind.
+pub fn contender_probe(key: Key) -> String {
+    format!("SELECT pg_try_advisory_xact_lock({})", key.sql_args())
+}
+
+/// The observer's snapshot: every backend of the client role in the harness database, with
+/// its advisory locks in this database (one row per backend and lock; NULL lock columns for
+/// a backend holding none). Columns: pid, start_us, backend_start, state, query,
+/// classid, objid, objsubid, mode, granted, xact_start.
+pub fn snapshot(role: &str) -> String {
+    format!(
+        "SELECT a.pid, (extract(epoch FROM a.backend_start) * 1000000)::int8, \
+                a.backend_start::text, a.state, left(a.query, 80), \
+                l.classid, l.objid, l.objsubid, l.mode, l.granted, a.xact_start::text \
+         FROM pg_stat_activity a \
+         LEFT JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' \
+              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         WHERE a.usename = '{role}' AND a.datname = current_database() \
+         ORDER BY a.backend_start, a.pid, l.classid, l.objid, l.objsubid"
+    )
+}
+
+/// Advisory locks held in the harness database by anyone (reset verification).
+pub const ALL_ADVISORY_LOCKS: &str = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
+/// Backends of the client role (reset verification).
+pub fn role_backends(role: &str) -> String {
+    format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}' AND datname = current_database()"
+    )
+}
+
+/// Terminate every backend of the client role (reset of a pooler-less topology).
+pub fn terminate_role(role: &str) -> String {
+    format!(
+        "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity \
+         WHERE usename = '{role}' AND datname = current_database() AND pid <> pg_backend_pid()"
+    )
+}
+
+/// PgBouncer admin console: drop every client and server connection of the database, then
+/// accept new ones again.
+pub fn pooler_kill(db: &str) -> String {
+    format!("KILL {db}")
+}
+pub fn pooler_resume(db: &str) -> String {
+    format!("RESUME {db}")
+}
+pub const SHOW_SERVERS: &str = "SHOW SERVERS";
+pub const SHOW_CLIENTS: &str = "SHOW CLIENTS";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_sql_op_carries_its_tag_and_key() {
+        for op in Op::ALL {
+            let key = op.takes_key().then_some(Key::Big(4242424242));
+            if let Some(sql) = op_sql(op, key, 7) {
+                assert!(sql.starts_with("/*pgchaos s7*/"), "{op}: {sql}");
+                if op.takes_key() {
+                    assert!(sql.contains("(4242424242)"), "{op}: {sql}");
+                }
+                if op != Op::DiscardAll {
+                    assert!(sql.contains("pg_backend_pid()"), "{op} reports identity");
+                } else {
+                    assert!(!sql.contains(';'), "DISCARD ALL must be sent alone");
+                }
+            }
+        }
+        assert!(op_sql(Op::TryLock, Some(Key::Pair(1, 2)), 1).unwrap().contains("(1, 2)"));
+    }
+
+    #[test]
+    fn transaction_control_runs_before_the_identity_query() {
+        for op in [Op::Commit, Op::Rollback, Op::Begin] {
+            let sql = op_sql(op, None, 1).unwrap();
+            assert!(sql.find(IDENTITY).unwrap() > sql.find(';').unwrap(), "{sql}");
+        }
+    }
+}
