@@ -83,7 +83,11 @@ pub enum PoolMode {
 }
 
 impl PoolMode {
-    pub const ALL: [PoolMode; 3] = [PoolMode::Session, PoolMode::Transaction, PoolMode::Statement];
+    pub const ALL: [PoolMode; 3] = [
+        PoolMode::Session,
+        PoolMode::Transaction,
+        PoolMode::Statement,
+    ];
 
     /// The `pgbouncer.ini` / YAML spelling.
     pub fn as_str(self) -> &'static str {
@@ -219,7 +223,9 @@ pub struct RunSpec {
 }
 
 /// Whether an invariant is expected to hold in a topology.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     #[default]
@@ -350,8 +356,10 @@ pub fn invariant(name: &str) -> Option<(Tier, &'static str)> {
 pub mod limits {
     pub const DEFAULT_CLIENTS: u32 = 4;
     pub const MAX_CLIENTS: u32 = 64;
-    pub const DEFAULT_KEYS: [crate::key::Key; 2] =
-        [crate::key::Key::Big(4242424242), crate::key::Key::Big(612001)];
+    pub const DEFAULT_KEYS: [crate::key::Key; 2] = [
+        crate::key::Key::Big(4242424242),
+        crate::key::Key::Big(612001),
+    ];
     pub const MAX_KEY_COUNT: u32 = 1024;
     pub const DEFAULT_STEPS_MIN: usize = 1;
     /// Inclusive (the YAML default is `1..40`).
@@ -378,12 +386,14 @@ use limits::*;
 impl Topology {
     /// Reads and validates a topology file.
     pub fn load(path: &Path) -> Result<Topology, TopologyError> {
-        let src = std::fs::read_to_string(path).map_err(|e| TopologyError {
-            path: path.to_path_buf(),
-            message: format!("cannot read: {e}"),
-            at: None,
-            hints: Vec::new(),
-            io: Some(e),
+        let src = std::fs::read_to_string(path).map_err(|e| {
+            TopologyError::from(ErrorInner {
+                path: path.to_path_buf(),
+                message: format!("cannot read: {e}"),
+                at: None,
+                hints: Vec::new(),
+                io: Some(e),
+            })
         })?;
         Topology::parse(&src, path)
     }
@@ -404,8 +414,9 @@ impl Topology {
                 ],
             ));
         }
-        let raw: RawTopology = serde_saphyr::from_str(src).map_err(|e| cx.from_yaml(&e))?;
-        cx.convert(raw)
+        let raw: Spanned<RawTopology> =
+            serde_saphyr::from_str(src).map_err(|e| cx.yaml_error(&e))?;
+        cx.convert(&raw)
     }
 
     /// The expected verdict for an invariant: what `expect:` says, else [`Verdict::Holds`].
@@ -458,11 +469,24 @@ fn resolve_from(arg: &str, cwd: &Path) -> PathBuf {
 /// the value, then `hint:` lines. An I/O failure displays as `path: cannot read: <cause>`.
 #[derive(Debug)]
 pub struct TopologyError {
+    inner: Box<ErrorInner>,
+}
+
+#[derive(Debug)]
+struct ErrorInner {
     path: PathBuf,
     message: String,
     at: Option<At>,
     hints: Vec<String>,
     io: Option<std::io::Error>,
+}
+
+impl From<ErrorInner> for TopologyError {
+    fn from(inner: ErrorInner) -> Self {
+        TopologyError {
+            inner: Box::new(inner),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -476,42 +500,43 @@ struct At {
 impl TopologyError {
     /// The file the error is about.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.inner.path
     }
 
     /// 1-based line of the offending value (`None` for I/O errors).
     pub fn line(&self) -> Option<usize> {
-        self.at.as_ref().map(|a| a.line)
+        self.inner.at.as_ref().map(|a| a.line)
     }
 
     /// 1-based column (in characters) of the offending value (`None` for I/O errors).
     pub fn column(&self) -> Option<usize> {
-        self.at.as_ref().map(|a| a.column)
+        self.inner.at.as_ref().map(|a| a.column)
     }
 
     /// The one-line message, without position, snippet or hints.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.inner.message
     }
 
     /// What would be valid, one hint per entry.
     pub fn hints(&self) -> &[String] {
-        &self.hints
+        &self.inner.hints
     }
 
     /// True when the file could not be read at all.
     pub fn is_io(&self) -> bool {
-        self.io.is_some()
+        self.inner.io.is_some()
     }
 }
 
 impl fmt::Display for TopologyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = self.path.display();
-        let Some(at) = &self.at else {
-            return write!(f, "{path}: {}", self.message);
+        let e = &self.inner;
+        let path = e.path.display();
+        let Some(at) = &e.at else {
+            return write!(f, "{path}: {}", e.message);
         };
-        write!(f, "{path}:{}:{}: {}", at.line, at.column, self.message)?;
+        write!(f, "{path}:{}:{}: {}", at.line, at.column, e.message)?;
         if let Some(line) = &at.source_line {
             let (shown, caret_at) = expand_tabs(line, at.column);
             let gutter = at.line.to_string();
@@ -524,7 +549,7 @@ impl fmt::Display for TopologyError {
                 "^".repeat(at.width.max(1))
             )?;
         }
-        for hint in &self.hints {
+        for hint in &self.inner.hints {
             write!(f, "\nhint: {hint}")?;
         }
         Ok(())
@@ -533,7 +558,7 @@ impl fmt::Display for TopologyError {
 
 impl std::error::Error for TopologyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.io.as_ref().map(|e| e as _)
+        self.inner.io.as_ref().map(|e| e as _)
     }
 }
 
@@ -593,7 +618,7 @@ impl Cx<'_> {
             }
             None => 1,
         };
-        TopologyError {
+        TopologyError::from(ErrorInner {
             path: self.path.to_path_buf(),
             message: message.into(),
             at: Some(At {
@@ -604,7 +629,7 @@ impl Cx<'_> {
             }),
             hints,
             io: None,
-        }
+        })
     }
 
     fn err(&self, loc: &Location, message: impl Into<String>, hints: Vec<String>) -> TopologyError {
@@ -645,15 +670,12 @@ impl Cx<'_> {
         }
     }
 
-    fn from_yaml(&self, err: &serde_saphyr::Error) -> TopologyError {
+    fn yaml_error(&self, err: &serde_saphyr::Error) -> TopologyError {
         use serde_saphyr::Error as E;
         let loc = err.location().unwrap_or(Location::UNKNOWN);
         let mut inner = err;
-        loop {
-            match inner {
-                E::WithSnippet { error, .. } | E::AliasError { error, .. } => inner = error,
-                _ => break,
-            }
+        while let E::WithSnippet { error, .. } | E::AliasError { error, .. } = inner {
+            inner = error;
         }
         let (line, col, width) = (
             loc.line() as usize,
@@ -702,26 +724,43 @@ impl Cx<'_> {
                     vec!["each key may appear only once in a mapping; remove one of them".into()],
                 )
             }
-            E::SerdeMissingField { field, .. } => {
-                let example = match *field {
-                    "name" => "name: transaction-mode",
-                    "postgres" => "postgres: { version: \"18.6\" }",
-                    "version" => "version: \"18.6\" (postgres) or \"1.25.2\" (pgbouncer)",
-                    "pool_mode" => "pool_mode: transaction",
-                    _ => "",
+            E::SerdeMissingField { field, .. } => self.error_at(
+                line,
+                col,
+                1,
+                format!("missing required key `{field}`"),
+                Vec::new(),
+            ),
+            E::Unexpected { expected, .. } if expected.contains("mapping") => {
+                let rest: String = self
+                    .src
+                    .lines()
+                    .nth(line.saturating_sub(1))
+                    .map(|l| l.chars().skip(col.saturating_sub(1)).collect())
+                    .unwrap_or_default();
+                let found = match self.raw_text(&loc) {
+                    _ if rest.starts_with(['-', '[']) => "a sequence".to_string(),
+                    Some(t) => format!("`{t}`"),
+                    None => "another kind of value".to_string(),
                 };
-                let mut hints = Vec::new();
-                if !example.is_empty() {
-                    hints.push(format!("add `{example}`"));
-                }
                 self.error_at(
                     line,
                     col,
                     width,
-                    format!("missing required key `{field}`"),
-                    hints,
+                    format!("expected a mapping here, found {found}"),
+                    vec![
+                        "a topology and each of its sections are `key: value` mappings; see docs/topology.md"
+                            .into(),
+                    ],
                 )
             }
+            E::MultipleDocuments { .. } => self.error_at(
+                line,
+                col,
+                width,
+                "a topology file holds one YAML document, but a second one starts here",
+                vec!["remove the `---` separator and what follows it, or split the file".into()],
+            ),
             E::SerdeInvalidType {
                 unexpected,
                 expected,
@@ -746,10 +785,11 @@ impl Cx<'_> {
                 if message.contains("tab") {
                     hints.push("YAML indentation must use spaces, not tabs".into());
                     // Point at the tab itself when the parser reports the character after it.
-                    if let Some(l) = self.src.lines().nth(line.saturating_sub(1)) {
-                        if col >= 2 && l.chars().nth(col - 2) == Some('\t') {
-                            col -= 1;
-                        }
+                    if let Some(l) = self.src.lines().nth(line.saturating_sub(1))
+                        && col >= 2
+                        && l.chars().nth(col - 2) == Some('\t')
+                    {
+                        col -= 1;
                     }
                 } else if matches!(other, E::Eof { .. }) {
                     line = line.max(1);
@@ -794,8 +834,17 @@ fn humanize_unexpected(unexpected: &str) -> String {
 }
 
 fn did_you_mean(close: &[&str]) -> String {
-    let list: Vec<String> = close.iter().map(|c| format!("`{c}`")).collect();
-    format!("did you mean {}?", list.join(" or "))
+    format!("did you mean {}?", or_list(close))
+}
+
+/// "`a`", "`a` or `b`", "`a`, `b` or `c`".
+fn or_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|c| format!("`{c}`")).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
 }
 
 /// Levenshtein distance, by characters.
@@ -979,19 +1028,32 @@ fn section_of(expected: &[&str]) -> Option<&'static str> {
     .map(|(name, _)| name)
 }
 
+/// A section: absent (line 0), null (`value: None`) or a mapping.
+type Section<T> = Spanned<Option<T>>;
+
+fn absent_section<T>() -> Section<T> {
+    Spanned::new(None, Location::UNKNOWN, Location::UNKNOWN)
+}
+
+fn section_given<T>(s: &Section<T>) -> bool {
+    s.referenced.line() != 0
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTopology {
+    #[serde(default = "absent")]
     name: Leaf,
     #[serde(default = "absent")]
     description: Leaf,
-    postgres: Spanned<RawPostgres>,
-    #[serde(default)]
-    pgbouncer: Option<Spanned<RawPgbouncer>>,
-    #[serde(default)]
-    workload: Option<Spanned<RawWorkload>>,
-    #[serde(default)]
-    run: Option<Spanned<RawRun>>,
+    #[serde(default = "absent_section")]
+    postgres: Section<RawPostgres>,
+    #[serde(default = "absent_section")]
+    pgbouncer: Section<RawPgbouncer>,
+    #[serde(default = "absent_section")]
+    workload: Section<RawWorkload>,
+    #[serde(default = "absent_section")]
+    run: Section<RawRun>,
     #[serde(default = "absent")]
     expect: Leaf,
 }
@@ -999,6 +1061,7 @@ struct RawTopology {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPostgres {
+    #[serde(default = "absent")]
     version: Leaf,
     #[serde(default = "absent")]
     bin_dir: Leaf,
@@ -1009,9 +1072,11 @@ struct RawPostgres {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPgbouncer {
+    #[serde(default = "absent")]
     version: Leaf,
     #[serde(default = "absent")]
     binary: Leaf,
+    #[serde(default = "absent")]
     pool_mode: Leaf,
     #[serde(default = "absent")]
     default_pool_size: Leaf,
@@ -1245,12 +1310,13 @@ fn is_setting_name(s: &str) -> bool {
 // Conversion and validation
 // ---------------------------------------------------------------------------------------------
 
-/// Where a default came from, for errors about values that were not written.
+/// Whether the key was written in the file (null counts as written).
 fn is_given(leaf: &Leaf) -> bool {
     !matches!(leaf.value, Node::Absent)
 }
 
-fn parse_duration(s: &str) -> Option<Duration> {
+/// Parses a topology duration: an integer and a unit, no space (`500ms`, `60s`, `2m`, `1h`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
     let split = s.find(|c: char| !c.is_ascii_digit())?;
     let (digits, unit) = s.split_at(split);
     if digits.is_empty() {
@@ -1269,11 +1335,11 @@ fn parse_duration(s: &str) -> Option<Duration> {
 
 fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 3_600_000 == 0 {
+    if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 {
+    } else if ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
@@ -1428,7 +1494,11 @@ impl Cx<'_> {
         if !is_given(leaf) {
             return Ok(None);
         }
-        let s = self.string(leaf, what, &["give a path, or remove the key to search PATH"])?;
+        let s = self.string(
+            leaf,
+            what,
+            &["give a path, or remove the key to search PATH"],
+        )?;
         if s.is_empty() {
             return Err(self.err(
                 &leaf.referenced,
@@ -1439,15 +1509,18 @@ impl Cx<'_> {
         Ok(Some(PathBuf::from(s)))
     }
 
-    /// The entries of a mapping leaf (`Absent` -> none).
+    /// The entries of a mapping leaf (absent or null -> none, e.g. `expect:` with every entry
+    /// commented out).
     fn entries<'l>(&self, leaf: &'l Leaf, what: &str) -> Res<&'l [(Spanned<String>, Leaf)]> {
         match &leaf.value {
-            Node::Absent => Ok(&[]),
+            Node::Absent | Node::Null => Ok(&[]),
             Node::Map(entries) => Ok(entries),
             _ => Err(self.err(
                 &leaf.referenced,
                 format!("`{what}` must be a mapping, found {}", self.found(leaf)),
-                vec![format!("write `{what}: {{ key: value, ... }}` or one `key: value` per indented line")],
+                vec![format!(
+                    "write `{what}: {{ key: value, ... }}` or one `key: value` per indented line"
+                )],
             )),
         }
     }
@@ -1502,7 +1575,12 @@ impl Cx<'_> {
     }
 
     /// An integer-valued setting (int, or a string of digits), if present.
-    fn int_setting(&self, settings: &[Setting], name: &str, section: &str) -> Res<Option<(i64, Location)>> {
+    fn int_setting(
+        &self,
+        settings: &[Setting],
+        name: &str,
+        section: &str,
+    ) -> Res<Option<(i64, Location)>> {
         let Some(s) = settings.iter().find(|s| s.name.value == name) else {
             return Ok(None);
         };
@@ -1519,14 +1597,47 @@ impl Cx<'_> {
                     "`{section}.settings.{name}` must be a non-negative integer, found {}",
                     self.found(&s.value)
                 ),
-                vec![format!("the harness uses `{name}` to check that the connections fit")],
+                vec![format!(
+                    "the harness uses `{name}` to check that the connections fit"
+                )],
             )),
         }
     }
 
     // -- sections -------------------------------------------------------------------------------
 
-    fn convert(&self, raw: RawTopology) -> Res<Topology> {
+    /// "missing required key" at the start of the mapping that lacks it.
+    fn missing(&self, at: &Location, key: &str, section: &str, example: &str) -> TopologyError {
+        let place = if section.is_empty() {
+            "at the top level".to_string()
+        } else {
+            format!("in `{section}`")
+        };
+        let mut e = self.err(
+            at,
+            format!("missing required key `{key}` {place}"),
+            vec![format!("add `{example}`")],
+        );
+        if let Some(a) = &mut e.inner.at {
+            a.width = 1;
+        }
+        e
+    }
+
+    /// A section given as null where a mapping is required.
+    fn null_section(&self, at: &Location, key: &str, example: &str) -> TopologyError {
+        self.err(
+            at,
+            format!("`{key}` must be a mapping, found an empty value"),
+            vec![format!("e.g. `{example}`")],
+        )
+    }
+
+    fn convert(&self, top: &Spanned<RawTopology>) -> Res<Topology> {
+        let raw = &top.value;
+        if !is_given(&raw.name) {
+            return Err(self.missing(&top.referenced, "name", "", "name: transaction-mode"));
+        }
         let name = self.string(&raw.name, "name", &["e.g. `name: transaction-mode`"])?;
         if name.is_empty()
             || name.len() > 64
@@ -1537,7 +1648,10 @@ impl Cx<'_> {
             return Err(self.err(
                 &raw.name.referenced,
                 format!("invalid topology name `{name}`"),
-                vec!["a name is 1 to 64 characters of `a-z`, `0-9` and `-`, e.g. `transaction-mode`".into()],
+                vec![
+                    "a name is 1 to 64 characters of `a-z`, `0-9` and `-`, e.g. `transaction-mode`"
+                        .into(),
+                ],
             ));
         }
         let description = if is_given(&raw.description) {
@@ -1546,17 +1660,23 @@ impl Cx<'_> {
             None
         };
 
-        let (postgres, pg_settings) = self.postgres(&raw.postgres.value)?;
-        let pgbouncer = match &raw.pgbouncer {
-            Some(b) => Some(self.pgbouncer(&b.value)?),
+        const PG_EXAMPLE: &str = "postgres: { version: \"18.6\" }";
+        let (postgres, pg_settings) = match &raw.postgres.value {
+            Some(pg) => self.postgres(pg, &raw.postgres.referenced)?,
+            None if section_given(&raw.postgres) => {
+                return Err(self.null_section(&raw.postgres.referenced, "postgres", PG_EXAMPLE));
+            }
+            None => return Err(self.missing(&top.referenced, "postgres", "", PG_EXAMPLE)),
+        };
+        let pgbouncer = match &raw.pgbouncer.value {
+            Some(b) => Some(self.pgbouncer(b, &raw.pgbouncer.referenced)?),
             None => None,
         };
-        let (workload, clients_leaf) = match &raw.workload {
-            Some(w) => self.workload(&w.value)?,
-            None => (self.workload(&RawWorkload::default())?.0, absent()),
-        };
-        let run = match &raw.run {
-            Some(r) => self.run(&r.value)?,
+        let default_workload = RawWorkload::default();
+        let raw_workload = raw.workload.value.as_ref().unwrap_or(&default_workload);
+        let workload = self.workload(raw_workload)?;
+        let run = match &raw.run.value {
+            Some(r) => self.run(r)?,
             None => self.run(&RawRun::default())?,
         };
         let expect = self.expect(&raw.expect)?;
@@ -1571,7 +1691,8 @@ impl Cx<'_> {
         let reserved = self
             .int_setting(&pg_settings, "reserved_connections", "postgres")?
             .map_or(0, |(n, _)| n);
-        let available = max_connections - superuser_reserved - reserved - HARNESS_DIRECT_CONNECTIONS;
+        let available =
+            max_connections - superuser_reserved - reserved - HARNESS_DIRECT_CONNECTIONS;
         let budget = format!(
             "max_connections {max_connections} - {superuser_reserved} superuser_reserved_connections{} - {HARNESS_DIRECT_CONNECTIONS} harness connections = {available}",
             if reserved > 0 {
@@ -1581,9 +1702,8 @@ impl Cx<'_> {
             }
         );
 
-        match (&pgbouncer, &raw.pgbouncer) {
-            (Some((spec, bouncer_settings)), Some(raw_b)) => {
-                let rb = &raw_b.value;
+        match (&pgbouncer, &raw.pgbouncer.value) {
+            (Some((spec, bouncer_settings)), Some(rb)) => {
                 if spec.max_client_conn < workload.clients {
                     return Err(self.err(
                         &rb.max_client_conn.referenced,
@@ -1597,8 +1717,8 @@ impl Cx<'_> {
                         )],
                     ));
                 }
-                let reserve = self
-                    .int_setting(bouncer_settings, "reserve_pool_size", "pgbouncer")?;
+                let reserve =
+                    self.int_setting(bouncer_settings, "reserve_pool_size", "pgbouncer")?;
                 let min_pool = self.int_setting(bouncer_settings, "min_pool_size", "pgbouncer")?;
                 let pool = i64::from(spec.default_pool_size)
                     + reserve.map_or(0, |(n, _)| n)
@@ -1611,7 +1731,7 @@ impl Cx<'_> {
                     } else if let Some((_, l)) = reserve.or(min_pool) {
                         l
                     } else {
-                        raw_b.referenced
+                        raw.pgbouncer.referenced
                     };
                     return Err(self.err(
                         &loc,
@@ -1636,7 +1756,7 @@ impl Cx<'_> {
                 if needed > available {
                     let loc = match max_conn_loc {
                         Some(l) => l,
-                        None => clients_leaf.referenced,
+                        None => raw_workload.clients.referenced,
                     };
                     return Err(self.err(
                         &loc,
@@ -1664,7 +1784,10 @@ impl Cx<'_> {
         })
     }
 
-    fn postgres(&self, raw: &RawPostgres) -> Res<(PostgresSpec, Vec<Setting>)> {
+    fn postgres(&self, raw: &RawPostgres, at: &Location) -> Res<(PostgresSpec, Vec<Setting>)> {
+        if !is_given(&raw.version) {
+            return Err(self.missing(at, "version", "postgres", "version: \"18.6\""));
+        }
         let version = match self.scalar_as_written(&raw.version) {
             Some(v) => v,
             None => {
@@ -1680,7 +1803,9 @@ impl Cx<'_> {
         };
         if parse_version(&version, 2).is_none() {
             let hint = if parse_version(&version, 1).is_some() {
-                format!("give the minor release too, e.g. \"{version}.6\"; the harness pins exact binaries")
+                format!(
+                    "give the minor release too, e.g. \"{version}.6\"; the harness pins exact binaries"
+                )
             } else if parse_version(&version, 3).is_some() {
                 "PostgreSQL releases since 10 have two numbers, MAJOR.MINOR, e.g. \"18.6\"".into()
             } else {
@@ -1718,7 +1843,13 @@ impl Cx<'_> {
         ))
     }
 
-    fn pgbouncer(&self, raw: &RawPgbouncer) -> Res<(PgbouncerSpec, Vec<Setting>)> {
+    fn pgbouncer(&self, raw: &RawPgbouncer, at: &Location) -> Res<(PgbouncerSpec, Vec<Setting>)> {
+        if !is_given(&raw.version) {
+            return Err(self.missing(at, "version", "pgbouncer", "version: \"1.25.2\""));
+        }
+        if !is_given(&raw.pool_mode) {
+            return Err(self.missing(at, "pool_mode", "pgbouncer", "pool_mode: transaction"));
+        }
         let version = match &raw.version.value {
             Node::Str(s) => s.clone(),
             _ => {
@@ -1881,9 +2012,14 @@ impl Cx<'_> {
         ))
     }
 
-    /// Returns the workload and the `clients` leaf (for later cross-section errors).
-    fn workload(&self, raw: &RawWorkload) -> Res<(Workload, Leaf)> {
-        let clients = self.u32_or(&raw.clients, "workload.clients", 1, MAX_CLIENTS, DEFAULT_CLIENTS)?;
+    fn workload(&self, raw: &RawWorkload) -> Res<Workload> {
+        let clients = self.u32_or(
+            &raw.clients,
+            "workload.clients",
+            1,
+            MAX_CLIENTS,
+            DEFAULT_CLIENTS,
+        )?;
         let keys = self.keys(&raw.keys)?;
 
         let apis = "valid apis: session, xact, mixed";
@@ -1901,7 +2037,10 @@ impl Cx<'_> {
             _ => {
                 return Err(self.err(
                     &raw.api.referenced,
-                    format!("`workload.api` must be an api name, found {}", self.found(&raw.api)),
+                    format!(
+                        "`workload.api` must be an api name, found {}",
+                        self.found(&raw.api)
+                    ),
                     vec![apis.into()],
                 ));
             }
@@ -1916,23 +2055,19 @@ impl Cx<'_> {
         )?;
         let ops = self.ops(&raw.ops, api)?;
 
-        Ok((
-            Workload {
-                clients,
-                keys,
-                api,
-                steps_min,
-                steps_max,
-                ops,
-                lock_timeout_ms: lock_timeout.as_millis() as u64,
-            },
-            raw.clients.clone(),
-        ))
+        Ok(Workload {
+            clients,
+            keys,
+            api,
+            steps_min,
+            steps_max,
+            ops,
+            lock_timeout_ms: lock_timeout.as_millis() as u64,
+        })
     }
 
     fn keys(&self, leaf: &Leaf) -> Res<Vec<Key>> {
-        const FORMS: &str =
-            "a key is a bigint (`4242424242`) or an int4 pair (`[1, 612001]`); or write `keys: { count: N }`";
+        const FORMS: &str = "a key is a bigint (`4242424242`) or an int4 pair (`[1, 612001]`); or write `keys: { count: N }`";
         let items = match &leaf.value {
             Node::Absent => return Ok(DEFAULT_KEYS.to_vec()),
             Node::Seq(items) => items,
@@ -1960,7 +2095,10 @@ impl Cx<'_> {
             _ => {
                 return Err(self.err(
                     &leaf.referenced,
-                    format!("`workload.keys` must be a list of keys, found {}", self.found(leaf)),
+                    format!(
+                        "`workload.keys` must be a list of keys, found {}",
+                        self.found(leaf)
+                    ),
                     vec![FORMS.into()],
                 ));
             }
@@ -2003,7 +2141,10 @@ impl Cx<'_> {
                 return Err(self.err(
                     &item.referenced,
                     format!("invalid advisory key: found {}", self.found(item)),
-                    vec![FORMS.into(), format!("a bigint key is {} to {}", i64::MIN, i64::MAX)],
+                    vec![
+                        FORMS.into(),
+                        format!("a bigint key is {} to {}", i64::MIN, i64::MAX),
+                    ],
                 ));
             };
             if let Some((_, first)) = keys.iter().find(|(k, _)| *k == key) {
@@ -2023,8 +2164,7 @@ impl Cx<'_> {
     }
 
     fn steps(&self, leaf: &Leaf) -> Res<(usize, usize)> {
-        const FORMS: &str =
-            "steps is `a..b` (b excluded), `a..=b` (b included) or an integer N (exactly N), with 1 <= a";
+        const FORMS: &str = "steps is `a..b` (b excluded), `a..=b` (b included) or an integer N (exactly N), with 1 <= a";
         let max = MAX_STEPS as i128;
         let (lo, hi, text) = match &leaf.value {
             Node::Absent => return Ok((DEFAULT_STEPS_MIN, DEFAULT_STEPS_MAX)),
@@ -2056,7 +2196,10 @@ impl Cx<'_> {
             _ => {
                 return Err(self.err(
                     &leaf.referenced,
-                    format!("`workload.steps` must be a range, found {}", self.found(leaf)),
+                    format!(
+                        "`workload.steps` must be a range, found {}",
+                        self.found(leaf)
+                    ),
                     vec![FORMS.into()],
                 ));
             }
@@ -2098,9 +2241,18 @@ impl Cx<'_> {
                 }
                 let valid: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
                 hints.push(format!("valid ops: {}", valid.join(", ")));
-                return Err(self.err(&name.referenced, format!("unknown op `{}`", name.value), hints));
+                return Err(self.err(
+                    &name.referenced,
+                    format!("unknown op `{}`", name.value),
+                    hints,
+                ));
             };
-            let w = self.int(value, &format!("workload.ops.{}", name.value), 0, MAX_WEIGHT.into())? as u32;
+            let w = self.int(
+                value,
+                &format!("workload.ops.{}", name.value),
+                0,
+                MAX_WEIGHT.into(),
+            )? as u32;
             if w > 0 && !api.allows(op) {
                 let level = if op.is_session_api() {
                     "session-level"
@@ -2110,7 +2262,9 @@ impl Cx<'_> {
                 return Err(self.err(
                     &name.referenced,
                     format!("`{op}` is a {level} op, but `workload.api` is `{api}`"),
-                    vec![format!("give `{op}` weight 0 or remove it, or use `api: mixed`")],
+                    vec![format!(
+                        "give `{op}` weight 0 or remove it, or use `api: mixed`"
+                    )],
                 ));
             }
             if w == 0 {
@@ -2129,7 +2283,7 @@ impl Cx<'_> {
             return Err(self.err(
                 &leaf.referenced,
                 "`workload.ops` leaves no lock op with a weight above 0",
-                vec![format!("give one of {} a weight", allowed.join(", "))],
+                vec![format!("give {} a weight above 0", or_list(&allowed))],
             ));
         }
         Ok(weights)
@@ -2144,7 +2298,10 @@ impl Cx<'_> {
             _ => {
                 return Err(self.err(
                     &raw.seed.referenced,
-                    format!("`run.seed` must be `random` or an integer, found {}", self.found(&raw.seed)),
+                    format!(
+                        "`run.seed` must be `random` or an integer, found {}",
+                        self.found(&raw.seed)
+                    ),
                     vec![format!("a seed is `random` or 0 to {}", u64::MAX)],
                 ));
             }
@@ -2198,7 +2355,11 @@ impl Cx<'_> {
                         hints.push(did_you_mean(&close));
                     }
                     hints.push(format!("expectable invariants: {}", app_names.join(", ")));
-                    return Err(self.err(&name.referenced, format!("unknown invariant `{n}`"), hints));
+                    return Err(self.err(
+                        &name.referenced,
+                        format!("unknown invariant `{n}`"),
+                        hints,
+                    ));
                 }
             }
             let verdict = match &value.value {
@@ -2207,7 +2368,10 @@ impl Cx<'_> {
                 _ => {
                     return Err(self.err(
                         &value.referenced,
-                        format!("the verdict for `{n}` must be `holds` or `violated`, found {}", self.found(value)),
+                        format!(
+                            "the verdict for `{n}` must be `holds` or `violated`, found {}",
+                            self.found(value)
+                        ),
                         Vec::new(),
                     ));
                 }
@@ -2238,6 +2402,908 @@ impl Default for RawRun {
             seed: absent(),
             time_limit: absent(),
             max_shrink_runs: absent(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bad");
+    const TOPOLOGIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../topologies");
+
+    fn parse(src: &str) -> Result<Topology, TopologyError> {
+        Topology::parse(src, Path::new("t.yaml"))
+    }
+
+    fn ok(src: &str) -> Topology {
+        parse(src).unwrap_or_else(|e| panic!("expected valid topology, got:\n{e}"))
+    }
+
+    fn err(src: &str) -> TopologyError {
+        match parse(src) {
+            Ok(t) => panic!("expected an error, parsed {t:?}"),
+            Err(e) => e,
+        }
+    }
+
+    const MINIMAL: &str = "name: minimal\npostgres:\n  version: \"18.6\"\n";
+
+    fn load_bad(file: &str) -> TopologyError {
+        let path = Path::new(FIXTURES).join(file);
+        match Topology::load(&path) {
+            Ok(t) => panic!("{file}: expected an error, parsed {t:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn check_bad(file: &str, line: usize, column: usize, needle: &str) {
+        let e = load_bad(file);
+        assert!(!e.is_io(), "{file}: {e}");
+        assert_eq!(
+            (e.line(), e.column()),
+            (Some(line), Some(column)),
+            "{file}: wrong position in:\n{e}"
+        );
+        assert!(
+            e.message().contains(needle),
+            "{file}: message lacks {needle:?}:\n{e}"
+        );
+        let shown = e.to_string();
+        let head = format!("{}:{line}:{column}: ", e.path().display());
+        assert!(
+            shown.starts_with(&head),
+            "{file}: display should start with {head:?}:\n{shown}"
+        );
+        assert_eq!(e.message(), e.message().trim(), "{file}");
+        assert!(
+            e.message().starts_with(|c: char| !c.is_uppercase()),
+            "{file}: messages are lower-case: {}",
+            e.message()
+        );
+        if file != "empty.yaml" {
+            assert!(
+                shown.lines().nth(2).is_some_and(|l| l.contains('^')),
+                "{file}: no caret line:\n{shown}"
+            );
+        }
+    }
+
+    /// One test per bad fixture (file, line:column, a substring of the message); also lists
+    /// the files so that a fixture without a test is noticed.
+    macro_rules! bad_fixtures {
+        ($($test:ident => $file:literal, $line:literal:$col:literal, $needle:literal;)*) => {
+            const BAD_FILES: &[&str] = &[$($file),*];
+            $(
+                #[test]
+                fn $test() {
+                    check_bad($file, $line, $col, $needle);
+                }
+            )*
+        };
+    }
+
+    bad_fixtures! {
+        fixture_bad_duration => "bad-duration.yaml", 7:15, "`run.time_limit` is not a duration: `1 minute`";
+        fixture_bad_name => "bad-name.yaml", 2:7, "invalid topology name `Transaction_Mode`";
+        fixture_bad_pool_mode => "bad-pool-mode.yaml", 7:14, "unknown pool_mode `transction`";
+        fixture_comments_only => "comments-only.yaml", 1:1, "empty topology";
+        fixture_direct_clients_exceed_max_connections => "direct-clients-exceed-max-connections.yaml", 6:22, "12 direct clients do not fit: PostgreSQL has room for 9";
+        fixture_duplicate_advisory_key => "duplicate-advisory-key.yaml", 6:43, "duplicate key (1,612001) in `workload.keys`";
+        fixture_duplicate_key => "duplicate-key.yaml", 9:3, "duplicate key `pool_mode`";
+        fixture_duration_without_unit => "duration-without-unit.yaml", 6:17, "`workload.lock_timeout` needs a unit";
+        fixture_empty => "empty.yaml", 1:1, "empty topology";
+        fixture_harness_pgbouncer_setting => "harness-pgbouncer-setting.yaml", 8:15, "`listen_port` cannot be set in `pgbouncer.settings`";
+        fixture_lock_timeout_too_long => "lock-timeout-too-long.yaml", 6:17, "`workload.lock_timeout` must be at most 10s, found 2m";
+        fixture_max_client_conn_below_clients => "max-client-conn-below-clients.yaml", 8:20, "`pgbouncer.max_client_conn` (6) is below `workload.clients` (8)";
+        fixture_missing_postgres => "missing-postgres.yaml", 2:1, "missing required key `postgres` at the top level";
+        fixture_no_lock_op => "no-lock-op.yaml", 7:5, "leaves no lock op with a weight above 0";
+        fixture_pg_invariant_in_expect => "pg-invariant-in-expect.yaml", 7:3, "pg.* invariants must always hold";
+        fixture_pgbouncer_setting_has_top_level_key => "pgbouncer-setting-has-top-level-key.yaml", 9:5, "`pool_mode` cannot be set in `pgbouncer.settings`";
+        fixture_pgbouncer_setting_too_new => "pgbouncer-setting-too-new.yaml", 9:5, "`transaction_timeout` needs pgbouncer 1.25 or newer";
+        fixture_pgbouncer_version_two_parts => "pgbouncer-version-two-parts.yaml", 6:12, "invalid pgbouncer version `1.25`";
+        fixture_pool_exceeds_max_connections => "pool-exceeds-max-connections.yaml", 10:22, "the pool needs 35 server connections but PostgreSQL has room for 33";
+        fixture_pool_size_zero => "pool-size-zero.yaml", 8:22, "`pgbouncer.default_pool_size` must be an integer from 1 to 10000, found 0";
+        fixture_postgres_harness_setting => "postgres-harness-setting.yaml", 7:5, "`port` cannot be set in a topology";
+        fixture_postgres_version_major_only => "postgres-version-major-only.yaml", 4:12, "invalid postgres version `18`: expected MAJOR.MINOR";
+        fixture_session_op_with_xact_api => "session-op-with-xact-api.yaml", 7:24, "`try_lock` is a session-level op, but `workload.api` is `xact`";
+        fixture_steps_reversed => "steps-reversed.yaml", 6:10, "`workload.steps` range `40..1` is empty";
+        fixture_tab_indentation => "tab-indentation.yaml", 4:1, "tabs";
+        fixture_unknown_invariant => "unknown-invariant.yaml", 6:3, "unknown invariant `app.mutual_exlusion`";
+        fixture_unknown_key_in_section => "unknown-key-in-section.yaml", 8:3, "unknown key `server_lifetime` in `pgbouncer`";
+        fixture_unknown_op => "unknown-op.yaml", 8:5, "unknown op `tri_lock`";
+        fixture_unknown_pgbouncer_setting => "unknown-pgbouncer-setting.yaml", 10:5, "unknown pgbouncer setting `server_lifetme`";
+        fixture_unknown_top_level_key => "unknown-top-level-key.yaml", 5:1, "unknown key `pgbouncr` at the top level";
+        fixture_wrong_type => "wrong-type.yaml", 6:12, "`workload.clients` must be an integer from 1 to 64, found `four`";
+    }
+
+    #[test]
+    fn every_bad_fixture_has_a_test() {
+        let mut on_disk: Vec<String> = std::fs::read_dir(FIXTURES)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        on_disk.sort();
+        let mut listed: Vec<String> = BAD_FILES.iter().map(|f| f.to_string()).collect();
+        listed.sort();
+        assert_eq!(on_disk, listed);
+        assert!(listed.len() >= 14);
+    }
+
+    #[test]
+    fn hints_say_what_is_valid() {
+        let e = load_bad("bad-pool-mode.yaml");
+        assert!(
+            e.hints().iter().any(|h| h == "did you mean `transaction`?"),
+            "{e}"
+        );
+        assert!(
+            e.hints()
+                .iter()
+                .any(|h| h.contains("session, transaction, statement"))
+        );
+
+        let e = load_bad("unknown-top-level-key.yaml");
+        assert!(
+            e.hints().iter().any(|h| h == "did you mean `pgbouncer`?"),
+            "{e}"
+        );
+        assert!(
+            e.hints()
+                .iter()
+                .any(|h| h.contains("name, description, postgres, pgbouncer"))
+        );
+
+        let e = load_bad("unknown-pgbouncer-setting.yaml");
+        assert!(
+            e.hints().iter().any(|h| h.contains("`server_lifetime`")),
+            "{e}"
+        );
+
+        let e = load_bad("unknown-key-in-section.yaml");
+        assert!(
+            e.hints()
+                .iter()
+                .any(|h| h.contains("under `pgbouncer.settings`")),
+            "{e}"
+        );
+
+        let e = load_bad("pgbouncer-setting-has-top-level-key.yaml");
+        assert!(
+            e.hints()
+                .iter()
+                .any(|h| h.contains("use the top-level key")),
+            "{e}"
+        );
+
+        let e = load_bad("unknown-op.yaml");
+        assert!(e.hints().iter().any(|h| h.contains("`try_lock`")), "{e}");
+        assert!(
+            e.hints()
+                .iter()
+                .any(|h| h.starts_with("valid ops: try_lock, lock,"))
+        );
+
+        let e = load_bad("unknown-invariant.yaml");
+        assert!(
+            e.hints()
+                .iter()
+                .any(|h| h.contains("`app.mutual_exclusion`")),
+            "{e}"
+        );
+
+        let e = load_bad("tab-indentation.yaml");
+        assert!(
+            e.hints().iter().any(|h| h.contains("spaces, not tabs")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn display_is_path_position_message_snippet_caret_hints() {
+        let e = load_bad("bad-pool-mode.yaml");
+        let path = Path::new(FIXTURES).join("bad-pool-mode.yaml");
+        let expected = format!(
+            "{}:7:14: unknown pool_mode `transction`\n\
+             7 |   pool_mode: transction\n  \
+             |              ^^^^^^^^^^\n\
+             hint: did you mean `transaction`?\n\
+             hint: valid pool modes: session, transaction, statement",
+            path.display()
+        );
+        assert_eq!(e.to_string(), expected);
+    }
+
+    #[test]
+    fn tabs_are_expanded_in_snippets() {
+        let shown = load_bad("tab-indentation.yaml").to_string();
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(lines[1], "4 |     version: \"18.6\"");
+        assert_eq!(lines[2], "  | ^");
+    }
+
+    #[test]
+    fn io_errors_name_the_file() {
+        let e = Topology::load(Path::new("/nonexistent/dir/t.yaml")).unwrap_err();
+        assert!(e.is_io());
+        assert_eq!(e.line(), None);
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/dir/t.yaml: cannot read: "),
+            "{e}"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn shipped_topologies_parse() {
+        let mut seen = Vec::new();
+        for entry in std::fs::read_dir(TOPOLOGIES).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
+            let t = Topology::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+            assert_eq!(t.name, stem, "name should match the file name");
+            assert!(t.description.is_some(), "{stem}: describe it");
+            assert_eq!(t.workload.clients, 4, "{stem}");
+            assert!(
+                t.workload
+                    .keys
+                    .starts_with(&[Key::Big(4242424242), Key::Big(612001)])
+            );
+            assert_eq!(t.run.cases, 256, "{stem}");
+            assert_eq!(t.run.seed, None, "{stem}");
+            assert_eq!(t.run.time_limit, Duration::from_secs(60), "{stem}");
+            if let Some(b) = &t.pgbouncer {
+                assert_eq!(b.default_pool_size, 2, "{stem}");
+            }
+            assert!(
+                t.expect.values().all(|v| *v == Verdict::Violated),
+                "{stem}: list only violations"
+            );
+            assert_eq!(t.source, path);
+            seen.push(stem);
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                "direct",
+                "session-mode",
+                "session-mode-no-reset",
+                "transaction-mode",
+                "transaction-mode-reset-always",
+                "transaction-mode-xact",
+            ]
+        );
+    }
+
+    #[test]
+    fn shipped_topologies_expect_what_was_decided() {
+        let violated = |name: &str| -> Vec<String> {
+            let t = Topology::load(&Path::new(TOPOLOGIES).join(format!("{name}.yaml"))).unwrap();
+            INVARIANTS
+                .iter()
+                .filter(|(n, _, _)| t.expected(n) == Verdict::Violated)
+                .map(|(n, _, _)| n.to_string())
+                .collect()
+        };
+        let direct = ["app.rollback_releases", "app.no_stale_holder"];
+        assert_eq!(violated("direct"), direct);
+        assert_eq!(violated("session-mode"), direct);
+        assert_eq!(
+            violated("session-mode-no-reset"),
+            [
+                "app.mutual_exclusion",
+                "app.no_orphans",
+                "app.rollback_releases",
+                "app.no_stale_holder"
+            ]
+        );
+        assert_eq!(
+            violated("transaction-mode"),
+            [
+                "app.mutual_exclusion",
+                "app.no_orphans",
+                "app.unlock_reaches_owner",
+                "app.rollback_releases",
+                "app.no_stale_holder"
+            ]
+        );
+        assert_eq!(
+            violated("transaction-mode-reset-always"),
+            [
+                "app.mutual_exclusion",
+                "app.unlock_reaches_owner",
+                "app.rollback_releases",
+                "app.no_stale_holder"
+            ]
+        );
+        assert_eq!(violated("transaction-mode-xact"), ["app.no_stale_holder"]);
+
+        let t = Topology::load(&Path::new(TOPOLOGIES).join("transaction-mode.yaml")).unwrap();
+        assert!(t.workload.keys.contains(&Key::Pair(1, 612001)));
+        let t = Topology::load(&Path::new(TOPOLOGIES).join("transaction-mode-xact.yaml")).unwrap();
+        assert_eq!(t.workload.api, Api::Xact);
+        assert_eq!(t.workload.ops, Api::Xact.default_weights());
+        let t = Topology::load(&Path::new(TOPOLOGIES).join("direct.yaml")).unwrap();
+        assert!(t.is_direct());
+    }
+
+    #[test]
+    fn documented_example_parses() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/topology.md"))
+                .unwrap();
+        let start = doc
+            .find("```yaml\n")
+            .expect("docs/topology.md has a yaml example")
+            + 8;
+        let len = doc[start..].find("```").unwrap();
+        let t = Topology::parse(&doc[start..start + len], Path::new("docs/topology.md"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(t.name, "transaction-mode");
+        assert_eq!(t.pgbouncer.unwrap().settings["server_lifetime"], "3600");
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let t = ok(MINIMAL);
+        assert_eq!(t.name, "minimal");
+        assert_eq!(t.description, None);
+        assert_eq!(t.postgres.version, "18.6");
+        assert_eq!(t.postgres.bin_dir, None);
+        assert!(t.postgres.settings.is_empty());
+        assert!(t.pgbouncer.is_none());
+        let w = &t.workload;
+        assert_eq!(w.clients, 4);
+        assert_eq!(w.keys, [Key::Big(4242424242), Key::Big(612001)]);
+        assert_eq!(w.api, Api::Session);
+        assert_eq!((w.steps_min, w.steps_max), (1, 39));
+        assert_eq!(w.ops, Api::Session.default_weights());
+        assert_eq!(w.lock_timeout_ms, 20);
+        assert_eq!(
+            t.run,
+            RunSpec {
+                cases: 256,
+                seed: None,
+                time_limit: Duration::from_secs(60),
+                max_shrink_runs: 512
+            }
+        );
+        assert!(t.expect.is_empty());
+        assert_eq!(t.expected("app.mutual_exclusion"), Verdict::Holds);
+        assert_eq!(t.expected("pg.exclusion"), Verdict::Holds);
+        assert_eq!(t.source, Path::new("t.yaml"));
+
+        let t = ok(&format!(
+            "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: statement\n"
+        ));
+        let b = t.pgbouncer.unwrap();
+        assert_eq!(b.pool_mode, PoolMode::Statement);
+        assert_eq!(b.default_pool_size, 2);
+        assert_eq!(b.max_client_conn, 100);
+        assert_eq!(b.server_reset_query, "DISCARD ALL");
+        assert!(!b.server_reset_query_always);
+        assert_eq!(b.binary, None);
+
+        // Null sections mean "use the defaults"; a null pgbouncer means direct.
+        let t = ok(&format!("{MINIMAL}pgbouncer:\nworkload: ~\nrun:\n"));
+        assert!(t.is_direct());
+        assert_eq!(t.workload.clients, 4);
+        // Null mappings are empty: `expect:` with every entry commented out.
+        let t = ok(&format!(
+            "{MINIMAL}  settings:\nexpect:\n  # app.no_orphans: violated\n"
+        ));
+        assert!(t.expect.is_empty() && t.postgres.settings.is_empty());
+    }
+
+    #[test]
+    fn full_topology_round_trip() {
+        let t = ok(r#"
+name: full-1
+description: every key
+postgres:
+  version: 17.10
+  bin_dir: /usr/lib/postgresql/17/bin
+  settings: { max_connections: 60, fsync: off, random_page_cost: 1.5, shared_buffers: 128MB }
+pgbouncer:
+  version: "1.25.2"
+  binary: /usr/sbin/pgbouncer
+  pool_mode: transaction
+  default_pool_size: 3
+  max_client_conn: 10
+  server_reset_query: ""
+  server_reset_query_always: true
+  settings: { server_lifetime: 3600, server_fast_close: true, reserve_pool_size: 1 }
+workload:
+  clients: 8
+  keys: [-1, [1, 2], [2, 1], 1]
+  api: mixed
+  steps: 5..=9
+  lock_timeout: 1s
+  ops: { try_lock: 10, terminate: 0, xact_lock: 5 }
+run:
+  cases: 10
+  seed: 18446744073709551615
+  time_limit: 2m
+  max_shrink_runs: 0
+expect:
+  app.no_orphans: violated
+  app.mutual_exclusion: holds
+"#);
+        assert_eq!(t.description.as_deref(), Some("every key"));
+        // An unquoted version keeps its spelling (17.10 is not 17.1).
+        assert_eq!(t.postgres.version, "17.10");
+        assert_eq!(
+            t.postgres.bin_dir,
+            Some(PathBuf::from("/usr/lib/postgresql/17/bin"))
+        );
+        let s = &t.postgres.settings;
+        assert_eq!(s["max_connections"], "60");
+        assert_eq!(s["fsync"], "off");
+        assert_eq!(s["random_page_cost"], "1.5");
+        assert_eq!(s["shared_buffers"], "128MB");
+        let b = t.pgbouncer.as_ref().unwrap();
+        assert_eq!(b.binary, Some(PathBuf::from("/usr/sbin/pgbouncer")));
+        assert_eq!((b.default_pool_size, b.max_client_conn), (3, 10));
+        assert_eq!(b.server_reset_query, "");
+        assert!(b.server_reset_query_always);
+        assert_eq!(b.settings["server_fast_close"], "1");
+        assert_eq!(b.settings["server_lifetime"], "3600");
+        let w = &t.workload;
+        assert_eq!(
+            w.keys,
+            [Key::Big(-1), Key::Pair(1, 2), Key::Pair(2, 1), Key::Big(1)]
+        );
+        assert_eq!((w.steps_min, w.steps_max), (5, 9));
+        assert_eq!(w.lock_timeout_ms, 1000);
+        assert_eq!(w.ops[&Op::TryLock], 10);
+        assert_eq!(w.ops[&Op::XactLock], 5);
+        assert_eq!(w.ops[&Op::TryXactLock], 2);
+        assert!(
+            !w.ops.contains_key(&Op::Terminate),
+            "zero weights are removed"
+        );
+        assert_eq!(t.run.seed, Some(u64::MAX));
+        assert_eq!(t.run.time_limit, Duration::from_secs(120));
+        assert_eq!(t.run.max_shrink_runs, 0);
+        assert_eq!(t.expected("app.no_orphans"), Verdict::Violated);
+        assert_eq!(t.expected("app.mutual_exclusion"), Verdict::Holds);
+        assert_eq!(t.expect.len(), 2);
+    }
+
+    #[test]
+    fn steps_forms() {
+        let steps = |s: &str| {
+            let t = ok(&format!("{MINIMAL}workload:\n  steps: {s}\n"));
+            (t.workload.steps_min, t.workload.steps_max)
+        };
+        assert_eq!(steps("1..40"), (1, 39));
+        assert_eq!(steps("3..=3"), (3, 3));
+        assert_eq!(steps("2..3"), (2, 2));
+        assert_eq!(steps("7"), (7, 7));
+        assert_eq!(steps("\"1..=10000\""), (1, 10_000));
+        for bad in [
+            "0..5",
+            "5..5",
+            "5..=4",
+            "1..=10001",
+            "0",
+            "1-40",
+            "a..b",
+            "[1, 40]",
+        ] {
+            let e = err(&format!("{MINIMAL}workload:\n  steps: {bad}\n"));
+            assert_eq!((e.line(), e.column()), (Some(5), Some(10)), "{bad}: {e}");
+            assert!(e.message().contains("workload.steps"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        let lt = |s: &str| {
+            ok(&format!("{MINIMAL}workload:\n  lock_timeout: {s}\n"))
+                .workload
+                .lock_timeout_ms
+        };
+        assert_eq!(lt("500ms"), 500);
+        assert_eq!(lt("10s"), 10_000);
+        let tl = |s: &str| {
+            ok(&format!("{MINIMAL}run:\n  time_limit: {s}\n"))
+                .run
+                .time_limit
+        };
+        assert_eq!(tl("500ms"), Duration::from_millis(500));
+        assert_eq!(tl("60s"), Duration::from_secs(60));
+        assert_eq!(tl("2m"), Duration::from_secs(120));
+        assert_eq!(tl("1h"), Duration::from_secs(3600));
+        for bad in ["0s", "1.5s", "s", "10 s", "-1s", "1d", "true"] {
+            let e = err(&format!("{MINIMAL}run:\n  time_limit: {bad}\n"));
+            assert_eq!((e.line(), e.column()), (Some(5), Some(15)), "{bad}: {e}");
+        }
+        assert_eq!(parse_duration("18446744073709551615h"), None);
+        assert_eq!(fmt_duration(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn keys_forms() {
+        let keys = |s: &str| {
+            ok(&format!("{MINIMAL}workload:\n  keys: {s}\n"))
+                .workload
+                .keys
+        };
+        assert_eq!(
+            keys("{ count: 3 }"),
+            [Key::Big(1), Key::Big(2), Key::Big(3)]
+        );
+        assert_eq!(keys("[[0, 5], 5]"), [Key::Pair(0, 5), Key::Big(5)]);
+        assert_eq!(
+            keys("\n    - 9223372036854775807\n    - [-2147483648, 2147483647]"),
+            [Key::Big(i64::MAX), Key::Pair(i32::MIN, i32::MAX)]
+        );
+        let cases: &[(&str, usize, &str)] = &[
+            ("[]", 9, "must not be empty"),
+            ("[1, 2, 1]", 16, "duplicate key 1"),
+            ("[9223372036854775808]", 10, "invalid advisory key"),
+            ("[[1, 2, 3]]", 10, "invalid advisory key"),
+            ("[[1, 2147483648]]", 14, "out of the int4 range"),
+            ("[x]", 10, "invalid advisory key: found `x`"),
+            ("{ count: 0 }", 18, "must be an integer from 1 to 1024"),
+            (
+                "{ number: 3 }",
+                11,
+                "unknown key `number` in `workload.keys`",
+            ),
+            ("42", 9, "must be a list of keys"),
+        ];
+        for (src, col, needle) in cases {
+            let e = err(&format!("{MINIMAL}workload:\n  keys: {src}\n"));
+            assert_eq!((e.line(), e.column()), (Some(5), Some(*col)), "{src}: {e}");
+            assert!(e.message().contains(needle), "{src}: {e}");
+        }
+    }
+
+    #[test]
+    fn ops_merge_over_api_defaults() {
+        let ops = |api: &str, ops: &str| {
+            ok(&format!("{MINIMAL}workload:\n  api: {api}\n  ops: {ops}\n"))
+                .workload
+                .ops
+        };
+        // A zero weight for the other API's op is allowed (it disables nothing).
+        let o = ops("xact", "{ try_lock: 0, xact_lock: 7 }");
+        assert_eq!(o[&Op::XactLock], 7);
+        assert!(!o.contains_key(&Op::TryLock));
+        assert_eq!(o.len(), Api::Xact.default_weights().len());
+        // Transaction-level ops are errors under api: session.
+        let e = err(&format!(
+            "{MINIMAL}workload:\n  api: session\n  ops: {{ xact_lock: 1 }}\n"
+        ));
+        assert!(
+            e.message()
+                .contains("`xact_lock` is a transaction-level op"),
+            "{e}"
+        );
+        assert_eq!((e.line(), e.column()), (Some(6), Some(10)));
+        // discard_all belongs to the session API.
+        let e = err(&format!(
+            "{MINIMAL}workload:\n  api: xact\n  ops:\n    discard_all: 1\n"
+        ));
+        assert_eq!((e.line(), e.column()), (Some(7), Some(5)), "{e}");
+        // Statement pooling with transactions is allowed: PgBouncer's refusal is a finding.
+        let t = ok(&format!(
+            "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: statement\nworkload:\n  ops: {{ begin: 5 }}\n"
+        ));
+        assert_eq!(t.workload.ops[&Op::Begin], 5);
+        // Weights are bounded and must be integers.
+        let e = err(&format!("{MINIMAL}workload:\n  ops: {{ lock: -1 }}\n"));
+        assert!(
+            e.message()
+                .contains("`workload.ops.lock` must be an integer from 0 to 1000"),
+            "{e}"
+        );
+        let e = err(&format!("{MINIMAL}workload:\n  ops: [lock]\n"));
+        assert!(
+            e.message().contains("`workload.ops` must be a mapping"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn default_weights_per_api() {
+        let s = Api::Session.default_weights();
+        assert_eq!(s.len(), 13);
+        assert_eq!(
+            (s[&Op::TryLock], s[&Op::Lock], s[&Op::Unlock], s[&Op::Begin]),
+            (4, 2, 3, 2)
+        );
+        assert!(s.keys().all(|op| Api::Session.allows(*op)));
+        let x = Api::Xact.default_weights();
+        assert_eq!(x.len(), 10);
+        assert_eq!(
+            (x[&Op::XactLock], x[&Op::TryXactLock], x[&Op::Begin]),
+            (3, 4, 3)
+        );
+        assert!(x.keys().all(|op| Api::Xact.allows(*op)));
+        let m = Api::Mixed.default_weights();
+        assert_eq!(m.len(), 15);
+        assert_eq!(
+            (m[&Op::XactLock], m[&Op::TryXactLock], m[&Op::Begin]),
+            (2, 2, 2)
+        );
+        for api in Api::ALL {
+            assert!(api.default_weights().values().all(|w| *w > 0));
+        }
+    }
+
+    #[test]
+    fn settings_validation() {
+        let e = err(&format!(
+            "{MINIMAL}  settings:\n    data_directory: /tmp/x\n"
+        ));
+        assert!(
+            e.message().contains("`data_directory` cannot be set"),
+            "{e}"
+        );
+        assert_eq!((e.line(), e.column()), (Some(5), Some(5)));
+        let e = err(&format!(
+            "{MINIMAL}  settings:\n    max_connections: lots\n"
+        ));
+        assert!(
+            e.message()
+                .contains("max_connections` must be a non-negative integer"),
+            "{e}"
+        );
+        assert_eq!((e.line(), e.column()), (Some(5), Some(22)));
+        let e = err(&format!("{MINIMAL}  settings:\n    work_mem: [1]\n"));
+        assert!(
+            e.message().contains("must be a string, number or boolean"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{MINIMAL}  settings:\n    application_name: \"a\\nb\"\n"
+        ));
+        assert!(e.message().contains("one line"), "{e}");
+        let e = err(&format!("{MINIMAL}  max_connections: 10\n"));
+        assert!(
+            e.hints().iter().any(|h| h.contains("postgres.settings")),
+            "{e}"
+        );
+        // reserved connections count against the room.
+        let e = err(&format!(
+            "{MINIMAL}  settings:\n    max_connections: 20\n    reserved_connections: 10\nworkload:\n  clients: 4\n"
+        ));
+        assert!(e.message().contains("room for 3"), "{e}");
+        // String integers count too.
+        ok(&format!(
+            "{MINIMAL}  settings:\n    max_connections: \"12\"\n"
+        ));
+        // A pgbouncer setting newer than the target version is refused, an older one is fine.
+        ok(&format!(
+            "{MINIMAL}pgbouncer:\n  version: \"1.24.0\"\n  pool_mode: session\n  settings: {{ max_db_client_connections: 9 }}\n"
+        ));
+    }
+
+    #[test]
+    fn pool_must_fit_postgres() {
+        let src = |pool: u32, max: u32| {
+            format!(
+                "{MINIMAL}  settings: {{ max_connections: {max} }}\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n  default_pool_size: {pool}\n  settings: {{ min_pool_size: 1 }}\n"
+            )
+        };
+        // room = 20 - 3 - 4 = 13; pool = size + 1 (min_pool_size).
+        ok(&src(12, 20));
+        let e = err(&src(13, 20));
+        assert!(
+            e.message()
+                .contains("the pool needs 14 server connections but PostgreSQL has room for 13"),
+            "{e}"
+        );
+        assert_eq!((e.line(), e.column()), (Some(8), Some(22)));
+        assert!(
+            e.hints().iter().any(|h| h.contains("+ min_pool_size 1")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn versions() {
+        let pg = |v: &str| {
+            parse(&format!("name: v\npostgres:\n  version: {v}\n")).map(|t| t.postgres.version)
+        };
+        assert_eq!(pg("\"18.6\"").unwrap(), "18.6");
+        assert_eq!(pg("18.6").unwrap(), "18.6");
+        for bad in [
+            "\"18\"",
+            "18",
+            "\"18.6.1\"",
+            "\"v18.6\"",
+            "\"18.\"",
+            "[18, 6]",
+            "~",
+        ] {
+            let e = pg(bad).unwrap_err();
+            assert_eq!((e.line(), e.column()), (Some(3), Some(12)), "{bad}: {e}");
+        }
+        let e = pg("\"18.6.1\"").unwrap_err();
+        assert!(e.hints()[0].contains("two numbers"), "{e}");
+        let bouncer = |v: &str| {
+            parse(&format!(
+                "{MINIMAL}pgbouncer:\n  version: {v}\n  pool_mode: session\n"
+            ))
+            .map(|t| t.pgbouncer.unwrap().version)
+        };
+        assert_eq!(bouncer("1.25.2").unwrap(), "1.25.2");
+        assert_eq!(bouncer("\"1.25.2\"").unwrap(), "1.25.2");
+        assert!(
+            bouncer("1.25")
+                .unwrap_err()
+                .message()
+                .contains("quoted version")
+        );
+        assert!(
+            bouncer("\"1.25.2.1\"")
+                .unwrap_err()
+                .message()
+                .contains("MAJOR.MINOR.PATCH")
+        );
+    }
+
+    #[test]
+    fn structural_errors() {
+        let e = err("- a\n- b\n");
+        assert_eq!((e.line(), e.column()), (Some(1), Some(1)));
+        assert!(
+            e.message()
+                .contains("expected a mapping here, found a sequence"),
+            "{e}"
+        );
+        let e = err("name: x\npostgres: ~\n");
+        assert!(e.message().contains("`postgres` must be a mapping"), "{e}");
+        let e = err(&format!("{MINIMAL}pgbouncer: transaction\n"));
+        assert_eq!((e.line(), e.column()), (Some(4), Some(12)), "{e}");
+        let e = err(&format!("{MINIMAL}---\nname: y\n"));
+        assert!(e.message().contains("one YAML document"), "{e}");
+        let e = err("name: x\npostgres:\n  bin_dir: /x\n");
+        assert!(
+            e.message()
+                .contains("missing required key `version` in `postgres`"),
+            "{e}"
+        );
+        let e = err(&format!("{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n"));
+        assert!(
+            e.message()
+                .contains("missing required key `pool_mode` in `pgbouncer`"),
+            "{e}"
+        );
+        let e = err("postgres:\n  version: \"18.6\"\n");
+        assert!(e.message().contains("missing required key `name`"), "{e}");
+        let e = err(&format!("{MINIMAL}run:\n  cases: 0\n"));
+        assert!(
+            e.message()
+                .contains("`run.cases` must be an integer >= 1, found 0"),
+            "{e}"
+        );
+        let e = err(&format!("{MINIMAL}run:\n  seed: sometimes\n"));
+        assert!(
+            e.message()
+                .contains("`run.seed` must be `random` or an integer"),
+            "{e}"
+        );
+        let e = err(&format!("{MINIMAL}workload:\n  api: transaction\n"));
+        assert!(e.message().contains("unknown api `transaction`"), "{e}");
+        let e = err(&format!("{MINIMAL}description:\n"));
+        assert!(
+            e.message().contains("`description` must be a string"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n  server_reset_query_always: yes please\n"
+        ));
+        assert!(e.message().contains("must be a boolean"), "{e}");
+        let e = err(&format!("{MINIMAL}expect:\n  app.no_orphans: maybe\n"));
+        assert!(e.message().contains("must be `holds` or `violated`"), "{e}");
+        assert_eq!((e.line(), e.column()), (Some(5), Some(19)));
+        let e = err(&format!("{MINIMAL}workload:\n  bogus: 1\n"));
+        assert!(
+            e.message().contains("unknown key `bogus` in `workload`"),
+            "{e}"
+        );
+        assert!(
+            e.hints()
+                .iter()
+                .any(|h| h.contains("clients, keys, api, steps, lock_timeout, ops"))
+        );
+    }
+
+    #[test]
+    fn invariants_table() {
+        let mut names: Vec<&str> = INVARIANTS.iter().map(|(n, _, _)| *n).collect();
+        assert_eq!(names.len(), 13);
+        for (name, tier, description) in INVARIANTS {
+            assert!(name.starts_with(&format!("{tier}.")), "{name}");
+            assert!(!description.is_empty() && !description.ends_with('.'));
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 13);
+        assert_eq!(invariant("app.no_orphans").map(|(t, _)| t), Some(Tier::App));
+        assert_eq!(invariant("nope"), None);
+    }
+
+    #[test]
+    fn enums_spell_like_yaml() {
+        assert_eq!(PoolMode::Transaction.to_string(), "transaction");
+        assert_eq!(PoolMode::Session.as_str(), "session");
+        assert_eq!(Api::Xact.to_string(), "xact");
+        assert_eq!(Verdict::Violated.to_string(), "violated");
+        assert_eq!(serde_json::to_string(&Verdict::Holds).unwrap(), "\"holds\"");
+        assert_eq!(
+            serde_json::from_str::<Verdict>("\"violated\"").unwrap(),
+            Verdict::Violated
+        );
+        assert_eq!(
+            serde_json::to_string(&PoolMode::Statement).unwrap(),
+            "\"statement\""
+        );
+        assert_eq!(serde_json::to_string(&Tier::Pg).unwrap(), "\"pg\"");
+    }
+
+    #[test]
+    fn resolve_names_and_paths() {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        // A name is looked up in topologies/, walking up to the workspace root.
+        let p = resolve_from("transaction-mode", here);
+        assert!(p.ends_with("topologies/transaction-mode.yaml"), "{p:?}");
+        assert!(p.is_file(), "{p:?}");
+        let root = Path::new(TOPOLOGIES).parent().unwrap();
+        assert_eq!(
+            resolve_from("direct", root),
+            Path::new("topologies/direct.yaml")
+        );
+        // Paths are taken as given.
+        assert_eq!(resolve_from("x/y", here), Path::new("x/y"));
+        assert_eq!(resolve_from("t.yaml", here), Path::new("t.yaml"));
+        assert_eq!(resolve_from("t.yml", here), Path::new("t.yml"));
+        // Unknown names stay relative, so the load error names them.
+        assert_eq!(
+            resolve_from("no-such-topology", here),
+            Path::new("topologies/no-such-topology.yaml")
+        );
+        assert!(resolve("no-such-topology").ends_with("topologies/no-such-topology.yaml"));
+    }
+
+    #[test]
+    fn close_matches_are_close() {
+        assert_eq!(
+            close_matches("pgbouncr", TOP_KEYS.iter().copied()),
+            ["pgbouncer"]
+        );
+        assert_eq!(
+            close_matches("zzzz", TOP_KEYS.iter().copied()),
+            Vec::<&str>::new()
+        );
+        assert!(
+            close_matches("pool_size", PGBOUNCER_KEYS.iter().copied())
+                .contains(&"default_pool_size")
+        );
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(or_list(&["a", "b", "c"]), "`a`, `b` or `c`");
+    }
+
+    #[test]
+    fn known_pgbouncer_settings_are_sorted_and_cover_harness_keys() {
+        let names: Vec<&str> = PGBOUNCER_SETTINGS.iter().map(|(n, _)| *n).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted);
+        for (name, _) in PGBOUNCER_HARNESS_SETTINGS {
+            assert!(names.contains(name), "{name}");
         }
     }
 }
