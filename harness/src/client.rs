@@ -128,8 +128,10 @@ fn classify(client: &Client, e: &tokio_postgres::Error) -> (String, String) {
     (code, message)
 }
 
+/// Identity from a row: a 3-column identity row, or the first 3 columns of a 4-column
+/// identity-and-result row.
 fn parse_identity(row: &[Option<String>]) -> Option<Served> {
-    if row.len() != 3 {
+    if row.len() != 3 && row.len() != 4 {
         return None;
     }
     Some(Served {
@@ -192,7 +194,11 @@ impl LogicalClient {
         };
         let raw = run_raw(client, &sql).await;
         let served = raw.rows.iter().find_map(|r| parse_identity(r));
-        let result = raw.rows.iter().find(|r| r.len() == 1);
+        let result: Option<Vec<Option<String>>> = raw.rows.iter().find_map(|r| match r.len() {
+            1 => Some(vec![r[0].clone()]),
+            4 => Some(vec![r[3].clone()]),
+            _ => None,
+        });
         let reply = match raw.error {
             Some((code, message)) => {
                 if code == "closed" {
@@ -202,6 +208,7 @@ impl LogicalClient {
             }
             None => match op {
                 Op::TryLock | Op::Unlock | Op::TryXactLock => match result
+                    .as_ref()
                     .and_then(|r| r[0].as_deref())
                 {
                     Some("t") => Reply::Bool { value: true },

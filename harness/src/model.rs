@@ -133,6 +133,8 @@ pub struct StepCheck {
     pub probes: Vec<(&'static str, Key)>,
     /// Identities that left (the runner waits for them to be gone before observing).
     pub gone: Vec<BackendId>,
+    /// Servers the pooler is releasing (session-mode disconnect: after its reset query).
+    pub idle: Vec<BackendId>,
 }
 
 #[derive(Clone, Debug)]
@@ -299,7 +301,10 @@ impl Model {
             (op, key) => unreachable!("exec({op}, {key:?})"),
         };
         if reply.is_error() && m.tx == Tx::Open {
+            // The error aborts the transaction at once: AbortTransaction releases its
+            // transaction-scoped locks now, not at the later ROLLBACK (observed on 18.6).
             m.tx = Tx::Aborted;
+            m.xact.clear();
         }
         reply
     }
@@ -354,6 +359,7 @@ impl Model {
                 None => self.close_backend(b, &mut check),
                 Some(_) if in_tx => self.close_backend(b, &mut check),
                 Some(PoolMode::Session) => {
+                    check.idle.push(b);
                     if self.spec.reset_releases_locks {
                         if let Some(m) = self.backends.get_mut(&b) {
                             m.session.clear();
@@ -479,6 +485,11 @@ impl Model {
         self.clients[client].last = Some(b);
 
         // Boundary probes: what a fresh contender must see for the keys this step touched.
+        if before.tx == Tx::Open && after.tx == Tx::Aborted {
+            for k in before.xact.keys() {
+                check.probes.push(("pg.xact_released_at_end", *k));
+            }
+        }
         match op {
             Op::Commit | Op::Rollback => {
                 for k in before.xact.keys() {
@@ -532,12 +543,20 @@ impl Model {
         let granted = matches!(reply, Reply::Bool { value: true })
             || (matches!(op, Op::Lock | Op::XactLock) && matches!(reply, Reply::Ok));
         let c = &mut self.clients[client];
-        if let Reply::Error { code, .. } = reply
-            && code == code::CLOSED
-        {
-            c.connected = false;
-            self.forget_beliefs(client);
-            return;
+        if let Reply::Error { code, .. } = reply {
+            if code == code::CLOSED {
+                c.connected = false;
+                self.forget_beliefs(client);
+                return;
+            }
+            // An error inside a transaction ends it for the application: nothing more can
+            // run in it, and its transaction locks are gone (it knows from the error).
+            if c.in_tx {
+                c.beliefs.retain(|_, bl| {
+                    bl.xact = 0;
+                    bl.session > 0
+                });
+            }
         }
         match op {
             Op::TryLock | Op::Lock if granted => {
@@ -711,6 +730,16 @@ mod tests {
         assert!(e.expected_reply.unwrap().same_as(&Reply::error(code::IN_FAILED_TRANSACTION)));
         assert!(run(&mut m, 0, Op::Rollback, None, b(1)).expected_reply.unwrap().same_as(&Reply::Ok));
         assert!(run(&mut m, 0, Op::TryLock, Some(K), b(1)).expected_reply.unwrap().same_as(&t()));
+        // The abort released transaction locks already.
+        run(&mut m, 0, Op::Begin, None, b(1));
+        run(&mut m, 0, Op::TryXactLock, Some(Key::Big(9)), b(1));
+        assert!(m.key_held(Key::Big(9)));
+        let e = run(&mut m, 0, Op::FailStatement, None, b(1));
+        assert!(e.probes.contains(&("pg.xact_released_at_end", Key::Big(9))));
+        assert!(!m.key_held(Key::Big(9)), "xact locks are released when the error aborts");
+        assert!(m.key_held(K), "session locks are not");
+        assert!(m.clients[0].beliefs.get(&Key::Big(9)).is_none());
+        run(&mut m, 0, Op::Rollback, None, b(1));
         // A failing statement outside a transaction aborts nothing.
         run(&mut m, 0, Op::FailStatement, None, b(1));
         assert_eq!(m.backends[&b(1)].tx, Tx::Idle);

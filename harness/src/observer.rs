@@ -209,38 +209,37 @@ impl Observer {
         })
     }
 
-    /// Wait until the pooler has no connection in a transient state and the numbers of
-    /// clients and backends are what the runner expects (`clients`: connected logical
-    /// clients; `gone`: identities that must have left). Returns the settled snapshot.
-    pub async fn settle(&self, clients: Option<usize>, gone: &[BackendId]) -> Result<Observation> {
+    /// Wait until what the pooler does asynchronously has happened: the servers in `idle`
+    /// are back in the pool (reset query done), the identities in `gone` have left both
+    /// `pg_stat_activity` and `SHOW SERVERS`, and no server is mid-login or mid-reset.
+    /// Returns the settled snapshot.
+    pub async fn settle(&self, idle: &[BackendId], gone: &[BackendId]) -> Result<Observation> {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let obs = self.snapshot().await?;
-            let gone_ok = gone.iter().all(|g| {
-                !obs.alive(*g)
-                    && !obs
-                        .servers
-                        .iter()
-                        .any(|s| s.get("remote_pid").map(String::as_str) == Some(&g.pid.to_string()))
-            });
-            let settled = if self.admin.is_some() {
-                let transient = obs.servers.iter().any(|s| {
-                    matches!(s.get("state").map(String::as_str), Some("tested" | "login" | "new"))
-                });
-                !transient && clients.is_none_or(|n| obs.clients.len() == n) && gone_ok
-            } else {
-                clients.is_none_or(|n| obs.backends.len() <= n) && gone_ok
+            let server = |pid: i32| {
+                obs.servers
+                    .iter()
+                    .find(|s| s.get("remote_pid").map(String::as_str) == Some(pid.to_string().as_str()))
             };
-            if settled {
+            let gone_ok = gone.iter().all(|g| !obs.alive(*g) && server(g.pid).is_none());
+            let idle_ok = idle.iter().all(|b| {
+                server(b.pid).is_none_or(|s| matches!(s.get("state").map(String::as_str), Some("idle" | "used")))
+            });
+            let transient = obs
+                .servers
+                .iter()
+                .any(|s| matches!(s.get("state").map(String::as_str), Some("tested" | "login" | "new")));
+            if gone_ok && idle_ok && !transient {
                 return Ok(obs);
             }
             if Instant::now() > deadline {
                 bail!(
-                    "the servers did not settle within 5 s (expected {clients:?} clients, gone {gone:?}); last snapshot: {}",
+                    "the servers did not settle within 5 s (waiting for {idle:?} to be idle and {gone:?} to be gone); last snapshot: {}",
                     serde_json::to_string(&obs).unwrap_or_default()
                 );
             }
-            tokio::time::sleep(Duration::from_micros(500)).await;
+            tokio::time::sleep(Duration::from_micros(200)).await;
         }
     }
 

@@ -151,22 +151,18 @@ impl<'a> Runner<'a> {
             };
 
             let mut check = StepCheck::default();
-            let mut settle_clients = None;
             let (reply, served) = match step.op {
                 Op::Disconnect => {
                     clients[c].disconnect();
                     check = model.disconnect(c);
-                    settle_clients = Some(clients.iter().filter(|c| c.is_connected()).count());
                     (Reply::Ok, None)
                 }
                 Op::Reconnect => {
                     clients[c].disconnect();
                     check = model.disconnect(c);
-                    let n = clients.iter().filter(|c| c.is_connected()).count();
-                    self.observer.settle(Some(n), &check.gone).await?;
+                    self.observer.settle(&check.idle, &check.gone).await?;
                     clients[c].connect(&client_config).await?;
                     model.connected(c);
-                    settle_clients = Some(n + 1);
                     (Reply::Ok, None)
                 }
                 Op::Terminate => {
@@ -190,9 +186,9 @@ impl<'a> Runner<'a> {
                 }
             };
 
-            let settle = settle_clients.is_some() || !check.gone.is_empty();
+            let settle = !check.idle.is_empty() || !check.gone.is_empty();
             let observation = if settle {
-                self.observer.settle(settle_clients, &check.gone).await?
+                self.observer.settle(&check.idle, &check.gone).await?
             } else {
                 self.observer.snapshot().await?
             };

@@ -366,7 +366,7 @@ pub mod limits {
     pub const DEFAULT_STEPS_MAX: usize = 39;
     pub const MAX_STEPS: usize = 10_000;
     pub const MAX_WEIGHT: u32 = 1000;
-    pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 20;
+    pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 5;
     pub const MAX_LOCK_TIMEOUT_MS: u64 = 10_000;
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;

@@ -1,0 +1,66 @@
+//! Measures the cost of each piece of a step on a live topology:
+//! `cargo run --release --example latency -- transaction-mode`
+use pgchaos::client::LogicalClient;
+use pgchaos::key::Key;
+use pgchaos::op::Op;
+use pgchaos::runner::Runner;
+use std::time::Instant;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let arg = std::env::args().nth(1).unwrap_or_else(|| "transaction-mode".into());
+    let cluster = pgchaos::cli::start(&arg, false).await?;
+    let runner = Runner::new(&cluster).await?;
+    let obs = &runner.observer;
+    let n = 500;
+    let mut c = LogicalClient::new(0);
+    c.connect(&cluster.client_config()).await?;
+    let k = Key::Big(4242424242);
+    let time = |label: &str, t: Instant| {
+        println!("{label:<24} {:>8.3} ms/op", t.elapsed().as_secs_f64() * 1000.0 / n as f64)
+    };
+    let t = Instant::now();
+    for i in 0..n {
+        c.run(Op::TryXactLock, Some(k), i).await;
+    }
+    time("op (try_xact_lock)", t);
+    let t = Instant::now();
+    for _ in 0..n {
+        obs.snapshot().await?;
+    }
+    time("snapshot", t);
+    let direct = cluster.connect(&cluster.direct_config("postgres")).await?;
+    let snap = pgchaos::sql::snapshot("chaos");
+    let t = Instant::now();
+    for _ in 0..n {
+        pgchaos::client::run_raw(&direct, &snap).await;
+    }
+    time("snapshot: pg part", t);
+    if let Some(_) = cluster.admin_dsn() {
+        let admin = cluster.connect(&cluster.admin_config()).await?;
+        let t = Instant::now();
+        for _ in 0..n {
+            admin.simple_query("SHOW SERVERS").await?;
+        }
+        time("SHOW SERVERS", t);
+    }
+    let t = Instant::now();
+    for _ in 0..n {
+        obs.probe(k).await?;
+    }
+    time("contender probe", t);
+    let t = Instant::now();
+    for _ in 0..50 {
+        obs.reset().await?;
+    }
+    println!("{:<24} {:>8.3} ms/op", "reset", t.elapsed().as_secs_f64() * 1000.0 / 50.0);
+    let t = Instant::now();
+    for i in 0..50 {
+        obs.reset().await?;
+        let mut c = LogicalClient::new(0);
+        c.connect(&cluster.client_config()).await?;
+        c.run(Op::TryLock, Some(k), i).await;
+    }
+    println!("{:<24} {:>8.3} ms/op", "reset+connect+first op", t.elapsed().as_secs_f64() * 1000.0 / 50.0);
+    Ok(())
+}
