@@ -129,9 +129,15 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
     for (i, c) in model.clients.iter().enumerate() {
         for (k, bl) in &c.beliefs {
             if bl.stale {
+                let dead: Vec<String> = bl
+                    .backends
+                    .iter()
+                    .filter(|b| model.dead.contains(b))
+                    .map(|b| format!("pid {}", b.pid))
+                    .collect();
                 v(
                     "app.no_stale_holder",
-                    format!("C{} believes it holds {k}, but its backend pid {} was terminated", i + 1, bl.backend.pid),
+                    format!("C{} believes it holds {k}, but the backend that granted it ({}) was terminated", i + 1, dead.join(", ")),
                 );
             } else if bl.session + bl.xact > 0 {
                 believers.entry(*k).or_default().push(i);
@@ -148,7 +154,7 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
         let believed = model
             .clients
             .iter()
-            .any(|c| c.beliefs.get(k).is_some_and(|bl| bl.backend == *b && !bl.stale));
+            .any(|c| c.beliefs.get(k).is_some_and(|bl| bl.backends.contains(b) && !bl.stale));
         if !believed {
             v(
                 "app.no_orphans",

@@ -85,8 +85,9 @@ impl BackendModel {
 pub struct Belief {
     pub session: u32,
     pub xact: u32,
-    /// The backend that granted it.
-    pub backend: BackendId,
+    /// The backends that granted it (in transaction mode one key can be granted to a
+    /// client on several backends in turn).
+    pub backends: BTreeSet<BackendId>,
     /// That backend has been terminated and the client has not yet heard of it.
     pub stale: bool,
 }
@@ -153,10 +154,6 @@ impl Model {
             dead: BTreeSet::new(),
             clients: vec![ClientModel::default(); clients],
         }
-    }
-
-    fn pooled(&self) -> bool {
-        matches!(self.spec.mode, Some(PoolMode::Transaction | PoolMode::Statement))
     }
 
     /// Every `(backend, key)` the model says is granted.
@@ -320,18 +317,23 @@ impl Model {
                 c.broken = true;
             }
             for belief in c.beliefs.values_mut() {
-                if belief.backend == b {
+                if belief.backends.contains(&b) {
                     belief.stale = true;
                 }
             }
         }
     }
 
-    /// The pooler releases the client's server back to the pool.
-    fn release(&mut self, client: usize, b: BackendId) {
+    /// The pooler releases the client's server back to the pool, running the reset query
+    /// first when `server_reset_query_always` is set (after the client has its reply: the
+    /// runner waits for the server to be idle again before observing).
+    fn release(&mut self, client: usize, b: BackendId, check: &mut StepCheck) {
         self.clients[client].linked = None;
-        if self.spec.reset_always && self.spec.reset_releases_locks {
-            if let Some(m) = self.backends.get_mut(&b) {
+        if self.spec.reset_always {
+            check.idle.push(b);
+            if self.spec.reset_releases_locks
+                && let Some(m) = self.backends.get_mut(&b)
+            {
                 m.session.clear();
             }
         }
@@ -517,14 +519,13 @@ impl Model {
             None | Some(PoolMode::Session) => self.clients[client].linked = Some(b),
             Some(PoolMode::Transaction) => {
                 if tx == Tx::Idle {
-                    self.release(client, b);
+                    self.release(client, b, &mut check);
                 } else {
                     self.clients[client].linked = Some(b);
                 }
             }
-            Some(PoolMode::Statement) => self.release(client, b),
+            Some(PoolMode::Statement) => self.release(client, b, &mut check),
         }
-        let _ = self.pooled();
 
         self.believe(client, op, key, b, reply, &mut check);
         check
@@ -565,9 +566,10 @@ impl Model {
                 let belief = c.beliefs.entry(k).or_insert(Belief {
                     session: 0,
                     xact: 0,
-                    backend: b,
+                    backends: BTreeSet::new(),
                     stale: false,
                 });
+                belief.backends.insert(b);
                 belief.session += 1;
                 if c.in_tx && fresh {
                     c.tx_taken.insert(k);
@@ -579,9 +581,10 @@ impl Model {
                 let belief = c.beliefs.entry(k).or_insert(Belief {
                     session: 0,
                     xact: 0,
-                    backend: b,
+                    backends: BTreeSet::new(),
                     stale: false,
                 });
+                belief.backends.insert(b);
                 belief.xact += 1;
                 if fresh {
                     c.tx_taken.insert(k);
@@ -592,13 +595,15 @@ impl Model {
                 if let Some(belief) = c.beliefs.get_mut(&k)
                     && belief.session > 0
                 {
-                    if belief.backend != b {
+                    if !belief.backends.contains(&b) {
+                        let took: Vec<String> = belief.backends.iter().map(|x| format!("pid {}", x.pid)).collect();
                         check.violations.push((
                             "app.unlock_reaches_owner",
                             format!(
-                                "C{} unlocked {k}, which it took on {}, but the unlock ran on {b}",
+                                "C{} unlocked {k}, which it took on {}, but the unlock ran on pid {}",
                                 client + 1,
-                                belief.backend
+                                took.join(" and "),
+                                b.pid
                             ),
                         ));
                     }
@@ -753,8 +758,8 @@ mod tests {
         // C2 is handed B1 and re-enters: PostgreSQL grants it.
         let c2 = run(&mut m, 1, Op::TryLock, Some(K), b(1));
         assert!(c2.expected_reply.unwrap().same_as(&t()));
-        assert_eq!(m.clients[0].beliefs[&K].backend, b(1));
-        assert_eq!(m.clients[1].beliefs[&K].backend, b(1));
+        assert!(m.clients[0].beliefs[&K].backends.contains(&b(1)));
+        assert!(m.clients[1].beliefs[&K].backends.contains(&b(1)));
         // C1's unlock lands on B2: false, and the app's unlock did not reach the owner.
         let un = run(&mut m, 0, Op::Unlock, Some(K), b(2));
         assert!(un.expected_reply.unwrap().same_as(&f()));

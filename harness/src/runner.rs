@@ -186,25 +186,31 @@ impl<'a> Runner<'a> {
                 }
             };
 
-            let settle = !check.idle.is_empty() || !check.gone.is_empty();
-            let observation = if settle {
-                self.observer.settle(&check.idle, &check.gone).await?
-            } else {
-                self.observer.snapshot().await?
-            };
+            // The model needs the serving backend before the pooler's asynchronous work can be
+            // awaited: in-band identity, else the observer's tag (one snapshot).
             let mut served = served;
+            let mut first_look = None;
             if !matches!(step.op, Op::Disconnect | Op::Reconnect | Op::Terminate | Op::Cancel) {
-                if served.is_none()
-                    && !matches!(&reply, Reply::Error { code, .. } if code == "closed")
-                    && let Some(b) = observation.ran_step(i)
-                {
-                    served = Some(Served {
-                        backend: b,
-                        backend_start: observation.backend_start(b).unwrap_or_default().to_string(),
-                    });
+                if served.is_none() && !matches!(&reply, Reply::Error { code, .. } if code == "closed") {
+                    let obs = self.observer.snapshot().await?;
+                    if let Some(b) = obs.ran_step(i) {
+                        served = Some(Served {
+                            backend: b,
+                            backend_start: obs.backend_start(b).unwrap_or_default().to_string(),
+                        });
+                    }
+                    first_look = Some(obs);
                 }
                 check = model.apply(c, step.op, step.key, served.as_ref().map(|s| s.backend), &reply);
             }
+            let observation = if !check.idle.is_empty() || !check.gone.is_empty() {
+                self.observer.settle(&check.idle, &check.gone).await?
+            } else {
+                match first_look {
+                    Some(obs) => obs,
+                    None => self.observer.snapshot().await?,
+                }
+            };
             // A reply of `closed` means the connection is gone on our side too.
             if matches!(&reply, Reply::Error { code, .. } if code == "closed") {
                 clients[c].disconnect();
