@@ -139,7 +139,9 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
                     "app.no_stale_holder",
                     format!("C{} believes it holds {k}, but the backend that granted it ({}) was terminated", i + 1, dead.join(", ")),
                 );
-            } else if bl.session + bl.xact > 0 {
+            }
+            // A belief still granted by a live backend counts for exclusion.
+            if bl.session + bl.xact > 0 && bl.backends.iter().any(|b| !model.dead.contains(b)) {
                 believers.entry(*k).or_default().push(i);
             }
         }
@@ -154,7 +156,7 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
         let believed = model
             .clients
             .iter()
-            .any(|c| c.beliefs.get(k).is_some_and(|bl| bl.backends.contains(b) && !bl.stale));
+            .any(|c| c.beliefs.get(k).is_some_and(|bl| bl.backends.contains(b)));
         if !believed {
             v(
                 "app.no_orphans",

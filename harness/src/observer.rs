@@ -125,20 +125,13 @@ impl Observer {
 
     /// `pg_locks JOIN pg_stat_activity`, plus the pooler's view when there is one.
     pub async fn snapshot(&self) -> Result<Observation> {
-        let snap_sql = sql::snapshot(CLIENT_ROLE);
-        let pg = Self::raw_ok(&self.pg, &snap_sql);
-        let pool = async {
-            match &self.admin {
-                Some(a) => {
-                    let s = show(a, sql::SHOW_SERVERS).await?;
-                    let c = show(a, sql::SHOW_CLIENTS).await?;
-                    Ok::<_, anyhow::Error>((s, c))
-                }
-                None => Ok((vec![], vec![])),
-            }
+        // The pooler first, then PostgreSQL: once PgBouncer says a server is idle (its reset
+        // query done), what pg_locks shows afterwards includes the reset's effect.
+        let (servers, clients) = match &self.admin {
+            Some(a) => (show(a, sql::SHOW_SERVERS).await?, show(a, sql::SHOW_CLIENTS).await?),
+            None => (vec![], vec![]),
         };
-        let (rows, pool) = tokio::join!(pg, pool);
-        let (servers, clients) = pool?;
+        let rows = Self::raw_ok(&self.pg, &sql::snapshot(CLIENT_ROLE)).await;
         let mut obs = Observation {
             backends: vec![],
             servers,
