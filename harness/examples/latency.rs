@@ -8,7 +8,9 @@ use std::time::Instant;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let arg = std::env::args().nth(1).unwrap_or_else(|| "transaction-mode".into());
+    let arg = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "transaction-mode".into());
     let cluster = pgchaos::cli::start(&arg, false).await?;
     let runner = Runner::new(&cluster).await?;
     let obs = &runner.observer;
@@ -17,7 +19,10 @@ async fn main() -> anyhow::Result<()> {
     c.connect(&cluster.client_config()).await?;
     let k = Key::Big(4242424242);
     let time = |label: &str, t: Instant| {
-        println!("{label:<24} {:>8.3} ms/op", t.elapsed().as_secs_f64() * 1000.0 / n as f64)
+        println!(
+            "{label:<24} {:>8.3} ms/op",
+            t.elapsed().as_secs_f64() * 1000.0 / n as f64
+        )
     };
     let t = Instant::now();
     for i in 0..n {
@@ -36,7 +41,7 @@ async fn main() -> anyhow::Result<()> {
         pgchaos::client::run_raw(&direct, &snap).await;
     }
     time("snapshot: pg part", t);
-    if let Some(_) = cluster.admin_dsn() {
+    if cluster.admin_dsn().is_some() {
         let admin = cluster.connect(&cluster.admin_config()).await?;
         let t = Instant::now();
         for _ in 0..n {
@@ -53,7 +58,11 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..50 {
         obs.reset().await?;
     }
-    println!("{:<24} {:>8.3} ms/op", "reset", t.elapsed().as_secs_f64() * 1000.0 / 50.0);
+    println!(
+        "{:<24} {:>8.3} ms/op",
+        "reset",
+        t.elapsed().as_secs_f64() * 1000.0 / 50.0
+    );
     let t = Instant::now();
     for i in 0..50 {
         obs.reset().await?;
@@ -61,6 +70,10 @@ async fn main() -> anyhow::Result<()> {
         c.connect(&cluster.client_config()).await?;
         c.run(Op::TryLock, Some(k), i).await;
     }
-    println!("{:<24} {:>8.3} ms/op", "reset+connect+first op", t.elapsed().as_secs_f64() * 1000.0 / 50.0);
+    println!(
+        "{:<24} {:>8.3} ms/op",
+        "reset+connect+first op",
+        t.elapsed().as_secs_f64() * 1000.0 / 50.0
+    );
     Ok(())
 }

@@ -55,7 +55,10 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
     {
         v(
             "pg.replies_match_model",
-            format!("{who} {}: PostgreSQL/pooler replied {}, the model predicted {expected}", f.op, f.reply),
+            format!(
+                "{who} {}: PostgreSQL/pooler replied {}, the model predicted {expected}",
+                f.op, f.reply
+            ),
         );
     }
     for (inv, detail) in &f.check.violations {
@@ -70,7 +73,13 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
     }
     for (k, holders) in &by_key {
         if holders.len() > 1 {
-            v("pg.exclusion", format!("key {k} granted to {} backends at once: {holders:?}", holders.len()));
+            v(
+                "pg.exclusion",
+                format!(
+                    "key {k} granted to {} backends at once: {holders:?}",
+                    holders.len()
+                ),
+            );
         }
     }
 
@@ -81,13 +90,23 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
         let extra: Vec<_> = observed.difference(&expected).collect();
         v(
             "pg.locks_match_model",
-            format!("after {who} {}: model holds but pg_locks lacks {missing:?}; pg_locks has but model lacks {extra:?}", f.op),
+            format!(
+                "after {who} {}: model holds but pg_locks lacks {missing:?}; pg_locks has but model lacks {extra:?}",
+                f.op
+            ),
         );
     }
     for gone in &f.check.gone {
         if f.obs.alive(*gone) {
-            let inv = if f.op == Op::Terminate { "pg.terminate_releases" } else { "pg.locks_match_model" };
-            v(inv, format!("backend {gone} is still in pg_stat_activity after {}", f.op));
+            let inv = if f.op == Op::Terminate {
+                "pg.terminate_releases"
+            } else {
+                "pg.locks_match_model"
+            };
+            v(
+                inv,
+                format!("backend {gone} is still in pg_stat_activity after {}", f.op),
+            );
         }
     }
 
@@ -99,9 +118,17 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
                 format!(
                     "after {who} {}: a fresh contender {} key {} (expected {})",
                     f.op,
-                    if p.available { "could take" } else { "could not take" },
+                    if p.available {
+                        "could take"
+                    } else {
+                        "could not take"
+                    },
                     p.key,
-                    if p.expected_available { "available" } else { "held" }
+                    if p.expected_available {
+                        "available"
+                    } else {
+                        "held"
+                    }
                 ),
             );
         }
@@ -117,7 +144,10 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
                 if observed.contains(&(b, k)) {
                     v(
                         "app.rollback_releases",
-                        format!("{who} rolled back, but key {k}, taken in that transaction, is still held by its backend pid {}", b.pid),
+                        format!(
+                            "{who} rolled back, but key {k}, taken in that transaction, is still held by its backend pid {}",
+                            b.pid
+                        ),
                     );
                 }
             }
@@ -137,7 +167,11 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
                     .collect();
                 v(
                     "app.no_stale_holder",
-                    format!("C{} believes it holds {k}, but the backend that granted it ({}) was terminated", i + 1, dead.join(", ")),
+                    format!(
+                        "C{} believes it holds {k}, but the backend that granted it ({}) was terminated",
+                        i + 1,
+                        dead.join(", ")
+                    ),
                 );
             }
             // A belief still granted by a live backend counts for exclusion.
@@ -149,7 +183,10 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
     for (k, cs) in &believers {
         if cs.len() > 1 {
             let names: Vec<String> = cs.iter().map(|c| format!("C{}", c + 1)).collect();
-            v("app.mutual_exclusion", format!("{} all believe they hold key {k}", names.join(" and ")));
+            v(
+                "app.mutual_exclusion",
+                format!("{} all believe they hold key {k}", names.join(" and ")),
+            );
         }
     }
     for (b, k) in &observed {
@@ -160,7 +197,10 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
         if !believed {
             v(
                 "app.no_orphans",
-                format!("backend pid {} holds key {k}, but no client believes it holds it", b.pid),
+                format!(
+                    "backend pid {} holds key {k}, but no client believes it holds it",
+                    b.pid
+                ),
             );
         }
     }

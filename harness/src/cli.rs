@@ -16,7 +16,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "pgchaos", version, about = "Chaos and property testing of PostgreSQL advisory locks through connection poolers")]
+#[command(
+    name = "pgchaos",
+    version,
+    about = "Chaos and property testing of PostgreSQL advisory locks through connection poolers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -105,7 +109,10 @@ pub fn main() -> i32 {
     };
     // One thread: servers are spawned with a parent-death signal tied to the spawning
     // thread, so the thread that spawns them must live as long as they do.
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pgchaos: error: cannot start the async runtime: {e}");
@@ -142,7 +149,11 @@ pub fn binaries(t: &Topology, strict: bool) -> Result<(PgBinaries, Option<Bounce
     let opts = Options::from_env(strict);
     let pg = provision::postgres(&t.postgres.version, t.postgres.bin_dir.as_deref(), &opts)?;
     let bouncer = match &t.pgbouncer {
-        Some(b) => Some(provision::pgbouncer(&b.version, b.binary.as_deref(), &opts)?),
+        Some(b) => Some(provision::pgbouncer(
+            &b.version,
+            b.binary.as_deref(),
+            &opts,
+        )?),
         None => None,
     };
     Ok((pg, bouncer))
@@ -158,7 +169,9 @@ pub async fn start(arg: &str, strict: bool) -> Result<Cluster> {
 fn parse_duration(s: &str) -> Result<Duration> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| anyhow!("invalid duration {s:?}: expected e.g. 500ms, 60s, 2m, 1h"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| anyhow!("invalid duration {s:?}: expected e.g. 500ms, 60s, 2m, 1h"))?;
     Ok(match unit {
         "ms" => Duration::from_millis(n),
         "s" | "" => Duration::from_secs(n),
@@ -180,8 +193,15 @@ async fn run(cli: Cli) -> Result<Exit> {
             }
             Ok(Exit::Ok)
         }
-        Cmd::Provision { topology, strict_versions } => {
-            let list = if topology.is_empty() { all_topologies()? } else { topology };
+        Cmd::Provision {
+            topology,
+            strict_versions,
+        } => {
+            let list = if topology.is_empty() {
+                all_topologies()?
+            } else {
+                topology
+            };
             for t in &list {
                 let topo = load(t)?;
                 let t0 = Instant::now();
@@ -192,13 +212,25 @@ async fn run(cli: Cli) -> Result<Exit> {
                     pg.version,
                     pg.source,
                     pg.bin_dir.display(),
-                    b.map(|b| format!("; pgbouncer {} from {} ({}){}", b.version, b.source, b.path.display(), b.drift.map(|d| format!(" DRIFT: {d}")).unwrap_or_default())).unwrap_or_default(),
+                    b.map(|b| format!(
+                        "; pgbouncer {} from {} ({}){}",
+                        b.version,
+                        b.source,
+                        b.path.display(),
+                        b.drift.map(|d| format!(" DRIFT: {d}")).unwrap_or_default()
+                    ))
+                    .unwrap_or_default(),
                     t0.elapsed().as_secs_f64()
                 );
             }
             Ok(Exit::Ok)
         }
-        Cmd::Up { topology, once, json, strict_versions } => {
+        Cmd::Up {
+            topology,
+            once,
+            json,
+            strict_versions,
+        } => {
             let mut cluster = start(&topology, strict_versions).await?;
             let runner = Runner::new(&cluster).await?; // health: observer, contender, console
             runner.observer.reset().await?;
@@ -221,7 +253,12 @@ async fn run(cli: Cli) -> Result<Exit> {
                 println!("{}", serde_json::to_string(&doc)?);
             } else {
                 println!("topology   {}", cluster.topology.name);
-                println!("postgres   {} (declared {})  {}", v.postgres, v.postgres_declared, cluster.direct_dsn());
+                println!(
+                    "postgres   {} (declared {})  {}",
+                    v.postgres,
+                    v.postgres_declared,
+                    cluster.direct_dsn()
+                );
                 if let Some(b) = &v.pgbouncer {
                     println!(
                         "pgbouncer  {} (declared {})  pool_mode={}  {}",
@@ -249,12 +286,22 @@ async fn run(cli: Cli) -> Result<Exit> {
             cluster.shutdown();
             Ok(Exit::Ok)
         }
-        Cmd::Chaos { topology, cases, seed, time_limit, out, strict_versions, quiet } => {
+        Cmd::Chaos {
+            topology,
+            cases,
+            seed,
+            time_limit,
+            out,
+            strict_versions,
+            quiet,
+        } => {
             let topo = load(&topology)?;
             let seed = match seed.as_deref().map(str::trim) {
                 None => topo.run.seed.unwrap_or_else(workload::random_seed),
                 Some("random") => workload::random_seed(),
-                Some(s) => s.parse().map_err(|_| anyhow!("--seed {s:?}: expected a non-negative integer or `random`"))?,
+                Some(s) => s.parse().map_err(|_| {
+                    anyhow!("--seed {s:?}: expected a non-negative integer or `random`")
+                })?,
             };
             let time_limit = match time_limit {
                 Some(s) => parse_duration(&s)?,
@@ -272,13 +319,26 @@ async fn run(cli: Cli) -> Result<Exit> {
                 topo.name,
                 cluster.ready_ms,
                 cluster.versions.postgres,
-                cluster.versions.pgbouncer.clone().unwrap_or_else(|| "none".into()),
-                if cluster.versions.version_drift.is_empty() { String::new() } else { format!(" (DRIFT: {})", cluster.versions.version_drift.join("; ")) }
+                cluster
+                    .versions
+                    .pgbouncer
+                    .clone()
+                    .unwrap_or_else(|| "none".into()),
+                if cluster.versions.version_drift.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (DRIFT: {})", cluster.versions.version_drift.join("; "))
+                }
             );
             let runner = Runner::new(&cluster).await?;
-            let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(u64::from(cases)) };
+            let bar = if quiet {
+                indicatif::ProgressBar::hidden()
+            } else {
+                indicatif::ProgressBar::new(u64::from(cases))
+            };
             bar.set_style(
-                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases  {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases  {msg}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             let pb = bar.clone();
             let outcome = engine::run(
@@ -296,11 +356,24 @@ async fn run(cli: Cli) -> Result<Exit> {
             )
             .await?;
             bar.finish_and_clear();
-            let contender = (runner.observer.contender_id.pid, runner.observer.contender_start.clone());
-            let dir = report::write_run(&out, &cluster, &label, &outcome, (contender.0, &contender.1))?;
+            let contender = (
+                runner.observer.contender_id.pid,
+                runner.observer.contender_start.clone(),
+            );
+            let dir = report::write_run(
+                &out,
+                &cluster,
+                &label,
+                &outcome,
+                (contender.0, &contender.1),
+            )?;
             cluster.save_logs(&dir.join("logs"))?;
             println!("{}", report::verdict_table(&outcome));
-            let sps = if outcome.steps_ms > 0 { outcome.steps as f64 * 1000.0 / outcome.steps_ms as f64 } else { 0.0 };
+            let sps = if outcome.steps_ms > 0 {
+                outcome.steps as f64 * 1000.0 / outcome.steps_ms as f64
+            } else {
+                0.0
+            };
             println!(
                 "{} cases, {} steps ({} skipped) in {:.1}s; {:.0} steps/s; seed {}",
                 outcome.cases,
@@ -320,9 +393,14 @@ async fn run(cli: Cli) -> Result<Exit> {
                 );
             }
             println!("report: {}", dir.join("report.md").display());
-            let pg_violated = outcome.invariants.iter().any(|i| i.tier == "pg" && i.violating_cases > 0);
+            let pg_violated = outcome
+                .invariants
+                .iter()
+                .any(|i| i.tier == "pg" && i.violating_cases > 0);
             if pg_violated {
-                println!("!!! a pg.* invariant was violated: PostgreSQL, the pooler or pgchaos is wrong. Read the report.");
+                println!(
+                    "!!! a pg.* invariant was violated: PostgreSQL, the pooler or pgchaos is wrong. Read the report."
+                );
             }
             if outcome.passed() {
                 println!("verdicts match the topology's expect block: PASS");
@@ -332,12 +410,24 @@ async fn run(cli: Cli) -> Result<Exit> {
                 Ok(Exit::Mismatch)
             }
         }
-        Cmd::Reproduce { target, seed, times, strict_versions } => reproduce(&target, seed, times, strict_versions).await,
-        Cmd::Compare { runs, markdown, reports } => {
+        Cmd::Reproduce {
+            target,
+            seed,
+            times,
+            strict_versions,
+        } => reproduce(&target, seed, times, strict_versions).await,
+        Cmd::Compare {
+            runs,
+            markdown,
+            reports,
+        } => {
             if runs.is_empty() {
                 bail!("usage: pgchaos compare RUN_DIR|TOPOLOGY...");
             }
-            let dirs = runs.iter().map(|r| report::resolve_run(r, &reports)).collect::<Result<Vec<_>>>()?;
+            let dirs = runs
+                .iter()
+                .map(|r| report::resolve_run(r, &reports))
+                .collect::<Result<Vec<_>>>()?;
             println!("{}", report::compare(&dirs, markdown)?);
             Ok(Exit::Ok)
         }
@@ -345,7 +435,10 @@ async fn run(cli: Cli) -> Result<Exit> {
 }
 
 fn all_topologies() -> Result<Vec<String>> {
-    let dir = topology::resolve("direct").parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("topologies"));
+    let dir = topology::resolve("direct")
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("topologies"));
     let mut out = vec![];
     for e in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
         let p = e?.path();
@@ -371,7 +464,18 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
                 expect_violated: vec![],
                 case_seed: Some(seed),
                 versions: None,
-                steps: steps.into_iter().map(|s| report::CaseStep { step: s, expected: None, observed: None, backend: None, backend_pid: None, backend_start: None, violations: vec![] }).collect(),
+                steps: steps
+                    .into_iter()
+                    .map(|s| report::CaseStep {
+                        step: s,
+                        expected: None,
+                        observed: None,
+                        backend: None,
+                        backend_pid: None,
+                        backend_start: None,
+                        violations: vec![],
+                    })
+                    .collect(),
             };
             (topo, case)
         }
@@ -388,9 +492,19 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
         // Regenerated: find what it violates and shrink it, as the chaos run would.
         let first = runner.run_case(&steps, false).await?;
         let violated = first.violated();
-        println!("case seed {}: {} steps, violates: {}", seed.unwrap_or(0), steps.len(), if violated.is_empty() { "nothing".into() } else { violated.join(", ") });
+        println!(
+            "case seed {}: {} steps, violates: {}",
+            seed.unwrap_or(0),
+            steps.len(),
+            if violated.is_empty() {
+                "nothing".into()
+            } else {
+                violated.join(", ")
+            }
+        );
         if let Some(inv) = violated.first() {
-            let (min, runs) = engine::shrink(&runner, seed.unwrap_or(0), inv, topo.run.max_shrink_runs).await?;
+            let (min, runs) =
+                engine::shrink(&runner, seed.unwrap_or(0), inv, topo.run.max_shrink_runs).await?;
             println!("shrunk for {inv} to {} steps in {runs} runs", min.len());
             steps = min;
         }
@@ -402,9 +516,14 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
         let mut same = true;
         println!("replay {attempt}/{times}:");
         for (r, rec) in run.steps.iter().zip(&case.steps) {
-            let backend = r.backend.as_ref().map(|s| symbol(&order, s.backend)).or(r.target.map(|t| symbol(&order, t)));
+            let backend = r
+                .backend
+                .as_ref()
+                .map(|s| symbol(&order, s.backend))
+                .or(r.target.map(|t| symbol(&order, t)));
             let observed = r.reply.to_string();
-            let step_same = rec.observed.as_ref().is_none_or(|o| *o == observed) && (rec.backend.is_none() || rec.backend == backend);
+            let step_same = rec.observed.as_ref().is_none_or(|o| *o == observed)
+                && (rec.backend.is_none() || rec.backend == backend);
             same &= step_same || seed.is_some();
             println!(
                 "  {:>2}. {:<28} {:<22} {:<4} {}{}",
@@ -412,11 +531,29 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
                 r.step.to_string(),
                 observed,
                 backend.unwrap_or_default(),
-                if rec.observed.is_some() { if step_same { "same" } else { "DIFFERENT" } } else { "" },
-                if r.violations.is_empty() { String::new() } else { format!("  [{}]", r.violations.iter().map(|v| v.invariant.as_str()).collect::<Vec<_>>().join(", ")) }
+                if rec.observed.is_some() {
+                    if step_same { "same" } else { "DIFFERENT" }
+                } else {
+                    ""
+                },
+                if r.violations.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "  [{}]",
+                        r.violations
+                            .iter()
+                            .map(|v| v.invariant.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
             );
             if let (false, Some(o)) = (step_same, &rec.observed) {
-                println!("      recorded: {o} on {}", rec.backend.clone().unwrap_or_default());
+                println!(
+                    "      recorded: {o} on {}",
+                    rec.backend.clone().unwrap_or_default()
+                );
             }
         }
         let violated = run.violated();
@@ -429,13 +566,24 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
             same = false;
             println!("  did NOT violate {missing:?}");
         }
-        println!("  violated: {}", if violated.is_empty() { "nothing".to_string() } else { violated.join(", ") });
+        println!(
+            "  violated: {}",
+            if violated.is_empty() {
+                "nothing".to_string()
+            } else {
+                violated.join(", ")
+            }
+        );
         if same {
             same_all += 1;
         }
     }
     println!("reproduced {same_all}/{} times", times.max(1));
-    Ok(if same_all == times.max(1) { Exit::Ok } else { Exit::Mismatch })
+    Ok(if same_all == times.max(1) {
+        Exit::Ok
+    } else {
+        Exit::Mismatch
+    })
 }
 
 #[cfg(test)]

@@ -29,13 +29,20 @@ impl fmt::Display for BackendId {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Reply {
-    Bool { value: bool },
+    Bool {
+        value: bool,
+    },
     Ok,
     /// `code` is the SQLSTATE, or `closed` (connection gone), or `timeout`.
-    Error { code: String, message: String },
+    Error {
+        code: String,
+        message: String,
+    },
     /// Not executed; `reason` says why (e.g. the pool has no server free and a sequential
     /// schedule would wait forever; no backend to terminate yet).
-    Skipped { reason: String },
+    Skipped {
+        reason: String,
+    },
 }
 
 impl Reply {
@@ -99,9 +106,11 @@ pub async fn run_raw(client: &Client, sql: &str) -> Raw {
         pin_mut!(stream);
         while let Some(msg) = stream.next().await {
             match msg? {
-                SimpleQueryMessage::Row(row) => raw
-                    .rows
-                    .push((0..row.len()).map(|i| row.get(i).map(str::to_string)).collect()),
+                SimpleQueryMessage::Row(row) => raw.rows.push(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_string))
+                        .collect(),
+                ),
                 _ => continue,
             }
         }
@@ -120,11 +129,17 @@ pub async fn run_raw(client: &Client, sql: &str) -> Raw {
 
 /// `(code, message)`: the SQLSTATE, or `closed` when the connection is gone.
 fn classify(client: &Client, e: &tokio_postgres::Error) -> (String, String) {
-    let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| e.to_string());
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_else(|| e.to_string());
     if client.is_closed() || e.is_closed() || e.as_db_error().is_none() {
         return ("closed".into(), message);
     }
-    let code = e.code().map(|c| c.code().to_string()).unwrap_or_else(|| "closed".into());
+    let code = e
+        .code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| "closed".into());
     (code, message)
 }
 
@@ -207,17 +222,16 @@ impl LogicalClient {
                 Reply::Error { code, message }
             }
             None => match op {
-                Op::TryLock | Op::Unlock | Op::TryXactLock => match result
-                    .as_ref()
-                    .and_then(|r| r[0].as_deref())
-                {
-                    Some("t") => Reply::Bool { value: true },
-                    Some("f") => Reply::Bool { value: false },
-                    other => Reply::Error {
-                        code: "harness".into(),
-                        message: format!("unexpected result {other:?} for {op}"),
-                    },
-                },
+                Op::TryLock | Op::Unlock | Op::TryXactLock => {
+                    match result.as_ref().and_then(|r| r[0].as_deref()) {
+                        Some("t") => Reply::Bool { value: true },
+                        Some("f") => Reply::Bool { value: false },
+                        other => Reply::Error {
+                            code: "harness".into(),
+                            message: format!("unexpected result {other:?} for {op}"),
+                        },
+                    }
+                }
                 _ => Reply::Ok,
             },
         };
@@ -237,7 +251,13 @@ mod tests {
             Some("2025-11-30 09:00:00.123456+00".to_string()),
         ];
         let s = parse_identity(&row).unwrap();
-        assert_eq!(s.backend, BackendId { pid: 7139, start_us: 1764500000123456 });
+        assert_eq!(
+            s.backend,
+            BackendId {
+                pid: 7139,
+                start_us: 1764500000123456
+            }
+        );
         assert!(parse_identity(&row[..1]).is_none());
     }
 
@@ -245,7 +265,10 @@ mod tests {
     fn replies_compare_by_kind_value_and_code() {
         assert!(Reply::Bool { value: true }.same_as(&Reply::Bool { value: true }));
         assert!(!Reply::Bool { value: true }.same_as(&Reply::Bool { value: false }));
-        let a = Reply::Error { code: "55P03".into(), message: "x".into() };
+        let a = Reply::Error {
+            code: "55P03".into(),
+            message: "x".into(),
+        };
         assert!(a.same_as(&Reply::error("55P03")));
         assert!(!a.same_as(&Reply::error("25P02")));
         assert!(!a.same_as(&Reply::Ok));

@@ -89,7 +89,11 @@ pub async fn shrink(
     while moved && runs < max_runs {
         runs += 1;
         let candidate = tree.current();
-        if runner.run_case(&candidate, false).await?.violates(invariant) {
+        if runner
+            .run_case(&candidate, false)
+            .await?
+            .violates(invariant)
+        {
             best = candidate;
             moved = tree.simplify();
         } else {
@@ -102,7 +106,12 @@ pub async fn shrink(
         let mut candidate = best.clone();
         candidate.remove(i);
         runs += 1;
-        if !candidate.is_empty() && runner.run_case(&candidate, false).await?.violates(invariant) {
+        if !candidate.is_empty()
+            && runner
+                .run_case(&candidate, false)
+                .await?
+                .violates(invariant)
+        {
             best = candidate;
         } else {
             i += 1;
@@ -158,7 +167,8 @@ pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
             *counts.entry(inv.clone()).or_default() += 1;
             if !failures.iter().any(|f| f.invariant == inv) {
                 let ts = Instant::now();
-                let (minimal, shrink_runs) = shrink(runner, seed, &inv, opts.max_shrink_runs).await?;
+                let (minimal, shrink_runs) =
+                    shrink(runner, seed, &inv, opts.max_shrink_runs).await?;
                 let evidence = runner.run_case(&minimal, true).await?;
                 let shrink_ms = ts.elapsed().as_millis() as u64;
                 out.shrink_ms += shrink_ms;
@@ -190,7 +200,11 @@ pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
                     Tier::Pg => "pg".into(),
                     Tier::App => "app".into(),
                 },
-                verdict: if n > 0 { Verdict::Violated } else { Verdict::Holds },
+                verdict: if n > 0 {
+                    Verdict::Violated
+                } else {
+                    Verdict::Holds
+                },
                 expected: topo.expected(name),
                 violating_cases: n,
             }

@@ -7,6 +7,7 @@
 //! every statement.
 
 pub mod checker;
+pub mod cli;
 pub mod client;
 pub mod engine;
 pub mod key;
@@ -20,4 +21,3 @@ pub mod runner;
 pub mod sql;
 pub mod topology;
 pub mod workload;
-pub mod cli;

@@ -73,10 +73,15 @@ pub struct BackendModel {
 
 impl BackendModel {
     pub fn holds(&self, k: Key) -> bool {
-        self.session.get(&k).copied().unwrap_or(0) > 0 || self.xact.get(&k).copied().unwrap_or(0) > 0
+        self.session.get(&k).copied().unwrap_or(0) > 0
+            || self.xact.get(&k).copied().unwrap_or(0) > 0
     }
     pub fn keys(&self) -> BTreeSet<Key> {
-        self.session.keys().chain(self.xact.keys()).copied().collect()
+        self.session
+            .keys()
+            .chain(self.xact.keys())
+            .copied()
+            .collect()
     }
 }
 
@@ -160,7 +165,12 @@ impl Model {
     pub fn held(&self) -> BTreeSet<(BackendId, Key)> {
         self.backends
             .iter()
-            .flat_map(|(b, m)| m.keys().into_iter().filter(|k| m.holds(*k)).map(move |k| (*b, k)))
+            .flat_map(|(b, m)| {
+                m.keys()
+                    .into_iter()
+                    .filter(|k| m.holds(*k))
+                    .map(move |k| (*b, k))
+            })
             .collect()
     }
 
@@ -186,7 +196,10 @@ impl Model {
                     connect: false,
                     target: Some(t),
                 },
-                None => Plan::Skip(format!("C{} has not been served by a backend yet", client + 1)),
+                None => Plan::Skip(format!(
+                    "C{} has not been served by a backend yet",
+                    client + 1
+                )),
             },
             Op::Disconnect => Plan::Run {
                 connect: false,
@@ -362,10 +375,10 @@ impl Model {
                 Some(_) if in_tx => self.close_backend(b, &mut check),
                 Some(PoolMode::Session) => {
                     check.idle.push(b);
-                    if self.spec.reset_releases_locks {
-                        if let Some(m) = self.backends.get_mut(&b) {
-                            m.session.clear();
-                        }
+                    if self.spec.reset_releases_locks
+                        && let Some(m) = self.backends.get_mut(&b)
+                    {
+                        m.session.clear();
                     }
                 }
                 Some(_) => {}
@@ -380,7 +393,11 @@ impl Model {
     }
 
     fn close_backend(&mut self, b: BackendId, check: &mut StepCheck) {
-        let keys: Vec<Key> = self.backends.get(&b).map(|m| m.keys().into_iter().collect()).unwrap_or_default();
+        let keys: Vec<Key> = self
+            .backends
+            .get(&b)
+            .map(|m| m.keys().into_iter().collect())
+            .unwrap_or_default();
         self.backend_gone(b);
         check.gone.push(b);
         for k in keys {
@@ -448,7 +465,10 @@ impl Model {
             (Some(p), Some(s)) if p != s => {
                 check.violations.push((
                     "pg.replies_match_model",
-                    format!("C{} is pinned to {p} but its statement ran on {s}", client + 1),
+                    format!(
+                        "C{} is pinned to {p} but its statement ran on {s}",
+                        client + 1
+                    ),
                 ));
                 Some(s)
             }
@@ -463,7 +483,11 @@ impl Model {
                 if let Some(other) = self.clients.iter().position(|c| c.linked == Some(s)) {
                     check.violations.push((
                         "pg.replies_match_model",
-                        format!("C{} was given {s}, which is pinned to C{}", client + 1, other + 1),
+                        format!(
+                            "C{} was given {s}, which is pinned to C{}",
+                            client + 1,
+                            other + 1
+                        ),
                     ));
                 }
                 Some(s)
@@ -596,7 +620,11 @@ impl Model {
                     && belief.session > 0
                 {
                     if !belief.backends.contains(&b) {
-                        let took: Vec<String> = belief.backends.iter().map(|x| format!("pid {}", x.pid)).collect();
+                        let took: Vec<String> = belief
+                            .backends
+                            .iter()
+                            .map(|x| format!("pid {}", x.pid))
+                            .collect();
                         check.violations.push((
                             "app.unlock_reaches_owner",
                             format!(
@@ -649,7 +677,10 @@ mod tests {
 
     const K: Key = Key::Big(4242424242);
     fn b(n: i32) -> BackendId {
-        BackendId { pid: n, start_us: 1000 + n as i64 }
+        BackendId {
+            pid: n,
+            start_us: 1000 + n as i64,
+        }
     }
     fn tx_mode() -> Model {
         Model::new(
@@ -682,7 +713,10 @@ mod tests {
     /// Apply with the model's own prediction as the reply (what a faithful server returns).
     fn run(m: &mut Model, c: usize, op: Op, key: Option<Key>, served: BackendId) -> StepCheck {
         let mut probe = m.clone();
-        let expected = probe.apply(c, op, key, Some(served), &Reply::Ok).expected_reply.unwrap();
+        let expected = probe
+            .apply(c, op, key, Some(served), &Reply::Ok)
+            .expected_reply
+            .unwrap();
         let check = m.apply(c, op, key, Some(served), &expected);
         assert!(check.expected_reply.as_ref().unwrap().same_as(&expected));
         check
@@ -692,7 +726,12 @@ mod tests {
     fn session_locks_stack_and_survive_rollback() {
         let mut m = session_mode();
         run(&mut m, 0, Op::Begin, None, b(1));
-        assert!(run(&mut m, 0, Op::TryLock, Some(K), b(1)).expected_reply.unwrap().same_as(&t()));
+        assert!(
+            run(&mut m, 0, Op::TryLock, Some(K), b(1))
+                .expected_reply
+                .unwrap()
+                .same_as(&t())
+        );
         run(&mut m, 0, Op::TryLock, Some(K), b(1));
         let rb = run(&mut m, 0, Op::Rollback, None, b(1));
         assert!(rb.probes.contains(&("pg.session_survives_rollback", K)));
@@ -702,21 +741,34 @@ mod tests {
         assert!(m.key_held(K));
         run(&mut m, 0, Op::Unlock, Some(K), b(1));
         assert!(!m.key_held(K));
-        assert!(run(&mut m, 0, Op::Unlock, Some(K), b(1)).expected_reply.unwrap().same_as(&f()));
+        assert!(
+            run(&mut m, 0, Op::Unlock, Some(K), b(1))
+                .expected_reply
+                .unwrap()
+                .same_as(&f())
+        );
     }
 
     #[test]
     fn xact_locks_end_with_the_transaction_and_are_released_at_once_outside_one() {
         let mut m = session_mode();
         run(&mut m, 0, Op::TryXactLock, Some(K), b(1));
-        assert!(!m.key_held(K), "autocommit xact lock is released at statement end");
+        assert!(
+            !m.key_held(K),
+            "autocommit xact lock is released at statement end"
+        );
         run(&mut m, 0, Op::Begin, None, b(1));
         run(&mut m, 0, Op::XactLock, Some(K), b(1));
         assert!(m.key_held(K));
         assert!(m.clients[0].beliefs.contains_key(&K));
         // Another backend cannot have it; the blocking form times out.
         let other = run(&mut m, 1, Op::XactLock, Some(K), b(2));
-        assert!(other.expected_reply.unwrap().same_as(&Reply::error(code::LOCK_NOT_AVAILABLE)));
+        assert!(
+            other
+                .expected_reply
+                .unwrap()
+                .same_as(&Reply::error(code::LOCK_NOT_AVAILABLE))
+        );
         let c = run(&mut m, 0, Op::Commit, None, b(1));
         assert!(c.probes.contains(&("pg.xact_released_at_end", K)));
         assert!(!m.key_held(K));
@@ -728,22 +780,47 @@ mod tests {
         let mut m = session_mode();
         run(&mut m, 0, Op::Begin, None, b(1));
         let e = run(&mut m, 0, Op::DiscardAll, None, b(1));
-        assert!(e.expected_reply.unwrap().same_as(&Reply::error(code::ACTIVE_TRANSACTION)));
+        assert!(
+            e.expected_reply
+                .unwrap()
+                .same_as(&Reply::error(code::ACTIVE_TRANSACTION))
+        );
         let e = run(&mut m, 0, Op::TryLock, Some(K), b(1));
-        assert!(e.expected_reply.unwrap().same_as(&Reply::error(code::IN_FAILED_TRANSACTION)));
+        assert!(
+            e.expected_reply
+                .unwrap()
+                .same_as(&Reply::error(code::IN_FAILED_TRANSACTION))
+        );
         let e = run(&mut m, 0, Op::Begin, None, b(1));
-        assert!(e.expected_reply.unwrap().same_as(&Reply::error(code::IN_FAILED_TRANSACTION)));
-        assert!(run(&mut m, 0, Op::Rollback, None, b(1)).expected_reply.unwrap().same_as(&Reply::Ok));
-        assert!(run(&mut m, 0, Op::TryLock, Some(K), b(1)).expected_reply.unwrap().same_as(&t()));
+        assert!(
+            e.expected_reply
+                .unwrap()
+                .same_as(&Reply::error(code::IN_FAILED_TRANSACTION))
+        );
+        assert!(
+            run(&mut m, 0, Op::Rollback, None, b(1))
+                .expected_reply
+                .unwrap()
+                .same_as(&Reply::Ok)
+        );
+        assert!(
+            run(&mut m, 0, Op::TryLock, Some(K), b(1))
+                .expected_reply
+                .unwrap()
+                .same_as(&t())
+        );
         // The abort released transaction locks already.
         run(&mut m, 0, Op::Begin, None, b(1));
         run(&mut m, 0, Op::TryXactLock, Some(Key::Big(9)), b(1));
         assert!(m.key_held(Key::Big(9)));
         let e = run(&mut m, 0, Op::FailStatement, None, b(1));
         assert!(e.probes.contains(&("pg.xact_released_at_end", Key::Big(9))));
-        assert!(!m.key_held(Key::Big(9)), "xact locks are released when the error aborts");
+        assert!(
+            !m.key_held(Key::Big(9)),
+            "xact locks are released when the error aborts"
+        );
         assert!(m.key_held(K), "session locks are not");
-        assert!(m.clients[0].beliefs.get(&Key::Big(9)).is_none());
+        assert!(!m.clients[0].beliefs.contains_key(&Key::Big(9)));
         run(&mut m, 0, Op::Rollback, None, b(1));
         // A failing statement outside a transaction aborts nothing.
         run(&mut m, 0, Op::FailStatement, None, b(1));
@@ -754,7 +831,10 @@ mod tests {
     fn transaction_mode_hands_the_lock_to_the_next_client_on_the_same_backend() {
         let mut m = tx_mode();
         run(&mut m, 0, Op::TryLock, Some(K), b(1));
-        assert_eq!(m.clients[0].linked, None, "released after the autocommit statement");
+        assert_eq!(
+            m.clients[0].linked, None,
+            "released after the autocommit statement"
+        );
         // C2 is handed B1 and re-enters: PostgreSQL grants it.
         let c2 = run(&mut m, 1, Op::TryLock, Some(K), b(1));
         assert!(c2.expected_reply.unwrap().same_as(&t()));
@@ -763,7 +843,11 @@ mod tests {
         // C1's unlock lands on B2: false, and the app's unlock did not reach the owner.
         let un = run(&mut m, 0, Op::Unlock, Some(K), b(2));
         assert!(un.expected_reply.unwrap().same_as(&f()));
-        assert!(un.violations.iter().any(|(n, _)| *n == "app.unlock_reaches_owner"));
+        assert!(
+            un.violations
+                .iter()
+                .any(|(n, _)| *n == "app.unlock_reaches_owner")
+        );
         assert_eq!(m.backends[&b(1)].session[&K], 2);
     }
 
@@ -773,7 +857,12 @@ mod tests {
         run(&mut m, 0, Op::Begin, None, b(1));
         assert_eq!(m.clients[0].linked, Some(b(1)));
         let check = m.apply(0, Op::TryLock, Some(K), Some(b(2)), &t());
-        assert!(check.violations.iter().any(|(n, _)| *n == "pg.replies_match_model"));
+        assert!(
+            check
+                .violations
+                .iter()
+                .any(|(n, _)| *n == "pg.replies_match_model")
+        );
     }
 
     #[test]
@@ -789,7 +878,10 @@ mod tests {
         assert!(matches!(m.plan(0, Op::TryLock, 2), Plan::Run { .. }));
         run(&mut m, 1, Op::Commit, None, b(2));
         assert!(matches!(m.plan(2, Op::TryLock, 2), Plan::Run { .. }));
-        assert!(matches!(m.plan(2, Op::Terminate, 2), Plan::Skip(_)), "nothing served C3 yet");
+        assert!(
+            matches!(m.plan(2, Op::Terminate, 2), Plan::Skip(_)),
+            "nothing served C3 yet"
+        );
     }
 
     #[test]
@@ -819,13 +911,22 @@ mod tests {
         assert!(check.probes.contains(&("pg.terminate_releases", K)));
         assert!(!m.key_held(K));
         assert!(m.clients[0].beliefs[&K].stale, "C1 has not heard of it");
-        assert!(m.terminate(b(1), &f()).expected_reply.unwrap().same_as(&f()));
+        assert!(
+            m.terminate(b(1), &f())
+                .expected_reply
+                .unwrap()
+                .same_as(&f())
+        );
         // In session mode the pinned client is broken and hears of it at its next statement.
         let mut s = session_mode();
         run(&mut s, 0, Op::TryLock, Some(K), b(1));
         s.terminate(b(1), &t());
         let next = s.apply(0, Op::TryLock, Some(K), None, &Reply::error(code::CLOSED));
-        assert!(next.expected_reply.unwrap().same_as(&Reply::error(code::CLOSED)));
+        assert!(
+            next.expected_reply
+                .unwrap()
+                .same_as(&Reply::error(code::CLOSED))
+        );
         assert!(s.clients[0].beliefs.is_empty());
     }
 
@@ -844,6 +945,9 @@ mod tests {
         m.spec.reset_always = true;
         run(&mut m, 0, Op::TryLock, Some(K), b(1));
         assert!(!m.key_held(K));
-        assert!(m.clients[0].beliefs.contains_key(&K), "the app still believes it holds it");
+        assert!(
+            m.clients[0].beliefs.contains_key(&K),
+            "the app still believes it holds it"
+        );
     }
 }

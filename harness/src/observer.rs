@@ -49,7 +49,12 @@ impl Observation {
     pub fn held(&self) -> BTreeSet<(BackendId, Key)> {
         self.backends
             .iter()
-            .flat_map(|b| b.locks.iter().filter(|l| l.granted).map(move |l| (b.id, l.key)))
+            .flat_map(|b| {
+                b.locks
+                    .iter()
+                    .filter(|l| l.granted)
+                    .map(move |l| (b.id, l.key))
+            })
             .collect()
     }
 
@@ -75,8 +80,17 @@ impl Observation {
 }
 
 const SERVER_COLUMNS: &[&str] = &[
-    "type", "user", "database", "state", "local_port", "connect_time", "request_time", "ptr",
-    "link", "remote_pid", "close_needed",
+    "type",
+    "user",
+    "database",
+    "state",
+    "local_port",
+    "connect_time",
+    "request_time",
+    "ptr",
+    "link",
+    "remote_pid",
+    "close_needed",
 ];
 
 /// The observer's connections: direct to PostgreSQL (snapshot, admin actions), a separate
@@ -128,7 +142,10 @@ impl Observer {
         // The pooler first, then PostgreSQL: once PgBouncer says a server is idle (its reset
         // query done), what pg_locks shows afterwards includes the reset's effect.
         let (servers, clients) = match &self.admin {
-            Some(a) => (show(a, sql::SHOW_SERVERS).await?, show(a, sql::SHOW_CLIENTS).await?),
+            Some(a) => (
+                show(a, sql::SHOW_SERVERS).await?,
+                show(a, sql::SHOW_CLIENTS).await?,
+            ),
             None => (vec![], vec![]),
         };
         let rows = Self::raw_ok(&self.pg, &sql::snapshot(CLIENT_ROLE)).await;
@@ -156,11 +173,15 @@ impl Observer {
             if let (Some(c), Some(o), Some(s)) = (get(5), get(6), get(7)) {
                 let key = Key::from_lock_row(c.parse()?, o.parse()?, s.parse()?)
                     .ok_or_else(|| anyhow!("unexpected objsubid {s}"))?;
-                obs.backends.last_mut().expect("pushed").locks.push(LockRow {
-                    key,
-                    mode: get(8).unwrap_or_default(),
-                    granted: get(9).as_deref() == Some("t"),
-                });
+                obs.backends
+                    .last_mut()
+                    .expect("pushed")
+                    .locks
+                    .push(LockRow {
+                        key,
+                        mode: get(8).unwrap_or_default(),
+                        granted: get(9).as_deref() == Some("t"),
+                    });
             }
         }
         Ok(obs)
@@ -182,7 +203,8 @@ impl Observer {
         let signalled = row[0].as_deref() == Some("t");
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let present = Self::raw_ok(&self.pg, &sql::backend_present(id.pid, id.start_us)).await?;
+            let present =
+                Self::raw_ok(&self.pg, &sql::backend_present(id.pid, id.start_us)).await?;
             if present.is_empty() {
                 break;
             }
@@ -211,18 +233,24 @@ impl Observer {
         loop {
             let obs = self.snapshot().await?;
             let server = |pid: i32| {
-                obs.servers
-                    .iter()
-                    .find(|s| s.get("remote_pid").map(String::as_str) == Some(pid.to_string().as_str()))
+                obs.servers.iter().find(|s| {
+                    s.get("remote_pid").map(String::as_str) == Some(pid.to_string().as_str())
+                })
             };
-            let gone_ok = gone.iter().all(|g| !obs.alive(*g) && server(g.pid).is_none());
-            let idle_ok = idle.iter().all(|b| {
-                server(b.pid).is_none_or(|s| matches!(s.get("state").map(String::as_str), Some("idle" | "used")))
-            });
-            let transient = obs
-                .servers
+            let gone_ok = gone
                 .iter()
-                .any(|s| matches!(s.get("state").map(String::as_str), Some("tested" | "login" | "new")));
+                .all(|g| !obs.alive(*g) && server(g.pid).is_none());
+            let idle_ok = idle.iter().all(|b| {
+                server(b.pid).is_none_or(|s| {
+                    matches!(s.get("state").map(String::as_str), Some("idle" | "used"))
+                })
+            });
+            let transient = obs.servers.iter().any(|s| {
+                matches!(
+                    s.get("state").map(String::as_str),
+                    Some("tested" | "login" | "new")
+                )
+            });
             if gone_ok && idle_ok && !transient {
                 return Ok(obs);
             }

@@ -90,7 +90,10 @@ impl Op {
 
     /// Session-level lock API (`api: session`).
     pub fn is_session_api(self) -> bool {
-        matches!(self, Op::TryLock | Op::Lock | Op::Unlock | Op::UnlockAll | Op::DiscardAll)
+        matches!(
+            self,
+            Op::TryLock | Op::Lock | Op::Unlock | Op::UnlockAll | Op::DiscardAll
+        )
     }
 
     /// Transaction-level lock API (`api: xact`).

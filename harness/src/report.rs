@@ -60,7 +60,8 @@ pub struct CaseFile {
 
 impl CaseFile {
     pub fn load(path: &Path) -> Result<CaseFile> {
-        let src = fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+        let src =
+            fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
         serde_saphyr::from_str(&src).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
 
@@ -90,9 +91,17 @@ impl CaseFile {
                         .as_ref()
                         .map(|s| symbol(&order, s.backend))
                         .or_else(|| r.target.map(|t| symbol(&order, t))),
-                    backend_pid: r.backend.as_ref().map(|s| s.backend.pid).or(r.target.map(|t| t.pid)),
+                    backend_pid: r
+                        .backend
+                        .as_ref()
+                        .map(|s| s.backend.pid)
+                        .or(r.target.map(|t| t.pid)),
                     backend_start: r.backend.as_ref().map(|s| s.backend_start.clone()),
-                    violations: r.violations.iter().map(|v| format!("{}: {}", v.invariant, v.detail)).collect(),
+                    violations: r
+                        .violations
+                        .iter()
+                        .map(|v| format!("{}: {}", v.invariant, v.detail))
+                        .collect(),
                 })
                 .collect(),
         }
@@ -116,7 +125,12 @@ pub fn utc_stamp() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn versions_line(cluster: &Cluster) -> String {
@@ -135,8 +149,16 @@ fn versions_line(cluster: &Cluster) -> String {
 /// `results.json` as a value.
 pub fn results_json(cluster: &Cluster, out: &RunOutcome, topo_file: &str) -> serde_json::Value {
     let v = &cluster.versions;
-    let steps_per_sec = if out.steps_ms > 0 { out.steps as f64 * 1000.0 / out.steps_ms as f64 } else { 0.0 };
-    let overall = if out.run_ms > 0 { out.steps as f64 * 1000.0 / out.run_ms as f64 } else { 0.0 };
+    let steps_per_sec = if out.steps_ms > 0 {
+        out.steps as f64 * 1000.0 / out.steps_ms as f64
+    } else {
+        0.0
+    };
+    let overall = if out.run_ms > 0 {
+        out.steps as f64 * 1000.0 / out.run_ms as f64
+    } else {
+        0.0
+    };
     json!({
         "topology": cluster.topology.name,
         "topology_file": topo_file,
@@ -187,7 +209,11 @@ pub fn results_json(cluster: &Cluster, out: &RunOutcome, topo_file: &str) -> ser
 }
 
 /// The acceptance-protocol evidence of a minimal failure (see the README).
-pub fn evidence_json(cluster: &Cluster, f: &Failure, observer_contender: (i32, &str)) -> serde_json::Value {
+pub fn evidence_json(
+    cluster: &Cluster,
+    f: &Failure,
+    observer_contender: (i32, &str),
+) -> serde_json::Value {
     let run = &f.evidence;
     let order = symbolic(&run.steps);
     let boundary = run
@@ -195,9 +221,9 @@ pub fn evidence_json(cluster: &Cluster, f: &Failure, observer_contender: (i32, &
         .iter()
         .find(|s| s.violations.iter().any(|v| v.invariant == f.invariant))
         .or(run.steps.last());
-    let holder = boundary.and_then(|s| s.backend.clone()).or_else(|| {
-        run.steps.iter().rev().find_map(|s| s.backend.clone())
-    });
+    let holder = boundary
+        .and_then(|s| s.backend.clone())
+        .or_else(|| run.steps.iter().rev().find_map(|s| s.backend.clone()));
     json!({
         "test_case_id": format!("{}/{}/{}", cluster.topology.name, f.invariant, f.case_seed),
         "invariant": f.invariant,
@@ -243,10 +269,22 @@ fn narrate(r: &StepRecord, order: &[crate::client::BackendId]) -> String {
     let on = r
         .backend
         .as_ref()
-        .map(|s| format!(" on {} (pid {}, backend_start {})", symbol(order, s.backend), s.backend.pid, s.backend_start))
+        .map(|s| {
+            format!(
+                " on {} (pid {}, backend_start {})",
+                symbol(order, s.backend),
+                s.backend.pid,
+                s.backend_start
+            )
+        })
         .unwrap_or_default();
     let key = r.step.key.map(|k| format!(" {k}")).unwrap_or_default();
-    let mut s = format!("{}. {who} {}{key}{on}: got {}", r.index + 1, r.step.op, r.reply);
+    let mut s = format!(
+        "{}. {who} {}{key}{on}: got {}",
+        r.index + 1,
+        r.step.op,
+        r.reply
+    );
     if let Some(e) = &r.expected
         && !e.same_as(&r.reply)
     {
@@ -259,14 +297,26 @@ fn narrate(r: &StepRecord, order: &[crate::client::BackendId]) -> String {
         .observation
         .backends
         .iter()
-        .flat_map(|b| b.locks.iter().filter(|l| l.granted).map(move |l| format!("{} holds {}", symbol(order, b.id), l.key)))
+        .flat_map(|b| {
+            b.locks
+                .iter()
+                .filter(|l| l.granted)
+                .map(move |l| format!("{} holds {}", symbol(order, b.id), l.key))
+        })
         .collect();
     s.push_str(&format!(
         ". Afterwards pg_locks: {}.",
-        if held.is_empty() { "no advisory locks".to_string() } else { held.join(", ") }
+        if held.is_empty() {
+            "no advisory locks".to_string()
+        } else {
+            held.join(", ")
+        }
     ));
     if let Some(after) = &r.contender_after {
-        let probes: Vec<String> = after.iter().map(|(k, ok)| format!("{k} {}", if *ok { "free" } else { "taken" })).collect();
+        let probes: Vec<String> = after
+            .iter()
+            .map(|(k, ok)| format!("{k} {}", if *ok { "free" } else { "taken" }))
+            .collect();
         s.push_str(&format!(" A fresh contender finds: {}.", probes.join(", ")));
     }
     for v in &r.violations {
@@ -294,18 +344,26 @@ pub fn verdict_table(out: &RunOutcome) -> String {
         .iter()
         .map(|i| {
             let f = out.failures.iter().find(|f| f.invariant == i.name);
-            let mark = if i.verdict == i.expected { "" } else { "  <-- UNEXPECTED" };
+            let mark = if i.verdict == i.expected {
+                ""
+            } else {
+                "  <-- UNEXPECTED"
+            };
             VerdictRow {
                 invariant: i.name.clone(),
                 tier: i.tier.clone(),
                 verdict: format!("{}{mark}", i.verdict.as_str()),
                 expected: i.expected.as_str().to_string(),
                 violating_cases: i.violating_cases,
-                minimal: f.map(|f| format!("{} steps ({} shrink runs)", f.minimal.len(), f.shrink_runs)).unwrap_or_default(),
+                minimal: f
+                    .map(|f| format!("{} steps ({} shrink runs)", f.minimal.len(), f.shrink_runs))
+                    .unwrap_or_default(),
             }
         })
         .collect();
-    tabled::Table::new(rows).with(tabled::settings::Style::sharp()).to_string()
+    tabled::Table::new(rows)
+        .with(tabled::settings::Style::sharp())
+        .to_string()
 }
 
 /// Write a whole report directory atomically; returns its path.
@@ -324,11 +382,16 @@ pub fn write_run(
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
     let results = results_json(cluster, outcome, topo_file);
-    fs::write(tmp.join("results.json"), serde_json::to_string_pretty(&results)?)?;
+    fs::write(
+        tmp.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
     let mut history = String::new();
     for (index, seed, run) in &outcome.history {
         for r in &run.steps {
-            history.push_str(&serde_json::to_string(&json!({"case": index, "case_seed": seed, "step": r}))?);
+            history.push_str(&serde_json::to_string(
+                &json!({"case": index, "case_seed": seed, "step": r}),
+            )?);
             history.push('\n');
         }
     }
@@ -337,8 +400,15 @@ pub fn write_run(
         "# pgchaos report: {name}\n\n{}\n\n- versions: {}\n- version drift: {}\n- pool mode: {}\n- seed: {}\n- cases: {}, steps: {} ({} skipped)\n- passed (verdicts match `expect`): **{}**\n\n```\n{}\n```\n",
         cluster.topology.description.clone().unwrap_or_default(),
         versions_line(cluster),
-        if cluster.versions.version_drift.is_empty() { "none".to_string() } else { cluster.versions.version_drift.join("; ") },
-        cluster.pool_mode().map(|m| m.as_str()).unwrap_or("direct (no pooler)"),
+        if cluster.versions.version_drift.is_empty() {
+            "none".to_string()
+        } else {
+            cluster.versions.version_drift.join("; ")
+        },
+        cluster
+            .pool_mode()
+            .map(|m| m.as_str())
+            .unwrap_or("direct (no pooler)"),
         outcome.run_seed,
         outcome.cases,
         outcome.steps,
@@ -372,7 +442,8 @@ pub fn write_run(
         ));
     }
     fs::write(tmp.join("report.md"), md)?;
-    fs::rename(&tmp, &final_dir).with_context(|| format!("moving the report to {}", final_dir.display()))?;
+    fs::rename(&tmp, &final_dir)
+        .with_context(|| format!("moving the report to {}", final_dir.display()))?;
     let latest = parent.join("latest");
     let tmp_link = parent.join(format!(".latest-{}", std::process::id()));
     let _ = fs::remove_file(&tmp_link);
@@ -402,8 +473,10 @@ pub fn resolve_run(arg: &str, reports: &Path) -> Result<PathBuf> {
 pub fn compare(runs: &[PathBuf], markdown: bool) -> Result<String> {
     let mut results = vec![];
     for r in runs {
-        let text = fs::read_to_string(r.join("results.json")).with_context(|| format!("{}: cannot read results.json", r.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}/results.json", r.display()))?;
+        let text = fs::read_to_string(r.join("results.json"))
+            .with_context(|| format!("{}: cannot read results.json", r.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}/results.json", r.display()))?;
         results.push(v);
     }
     let mut header = vec!["invariant".to_string()];
@@ -414,7 +487,11 @@ pub fn compare(runs: &[PathBuf], markdown: bool) -> Result<String> {
     let names: Vec<String> = results
         .first()
         .and_then(|v| v["invariants"].as_array())
-        .map(|a| a.iter().filter_map(|i| i["name"].as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i["name"].as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
     for name in &names {
         let mut row = vec![name.clone()];
@@ -424,9 +501,16 @@ pub fn compare(runs: &[PathBuf], markdown: bool) -> Result<String> {
                 .and_then(|a| a.iter().find(|i| i["name"] == name.as_str()))
                 .map(|i| {
                     let verdict = i["verdict"].as_str().unwrap_or("?");
-                    let mark = if i["verdict"] == i["expected"] { "" } else { " (UNEXPECTED)" };
+                    let mark = if i["verdict"] == i["expected"] {
+                        ""
+                    } else {
+                        " (UNEXPECTED)"
+                    };
                     match i["first_failure"]["minimal_steps"].as_u64() {
-                        Some(m) => format!("{verdict}{mark}: {} cases, min {m} steps", i["violating_cases"]),
+                        Some(m) => format!(
+                            "{verdict}{mark}: {} cases, min {m} steps",
+                            i["violating_cases"]
+                        ),
                         None => format!("{verdict}{mark}"),
                     }
                 })
@@ -448,10 +532,23 @@ pub fn compare(runs: &[PathBuf], markdown: bool) -> Result<String> {
         )
     }));
     rows.push(meta("version drift", &|v| {
-        let d: Vec<String> = v["version_drift"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
-        if d.is_empty() { "none".into() } else { d.join("; ") }
+        let d: Vec<String> = v["version_drift"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if d.is_empty() {
+            "none".into()
+        } else {
+            d.join("; ")
+        }
     }));
-    rows.push(meta("cases / seed", &|v| format!("{} / {}", v["cases"], v["seed"])));
+    rows.push(meta("cases / seed", &|v| {
+        format!("{} / {}", v["cases"], v["seed"])
+    }));
     rows.push(meta("passed", &|v| v["passed"].to_string()));
     let mut b = tabled::builder::Builder::default();
     b.push_record(header);

@@ -190,8 +190,13 @@ impl<'a> Runner<'a> {
             // awaited: in-band identity, else the observer's tag (one snapshot).
             let mut served = served;
             let mut first_look = None;
-            if !matches!(step.op, Op::Disconnect | Op::Reconnect | Op::Terminate | Op::Cancel) {
-                if served.is_none() && !matches!(&reply, Reply::Error { code, .. } if code == "closed") {
+            if !matches!(
+                step.op,
+                Op::Disconnect | Op::Reconnect | Op::Terminate | Op::Cancel
+            ) {
+                if served.is_none()
+                    && !matches!(&reply, Reply::Error { code, .. } if code == "closed")
+                {
                     let obs = self.observer.snapshot().await?;
                     if let Some(b) = obs.ran_step(i) {
                         served = Some(Served {
@@ -201,7 +206,13 @@ impl<'a> Runner<'a> {
                     }
                     first_look = Some(obs);
                 }
-                check = model.apply(c, step.op, step.key, served.as_ref().map(|s| s.backend), &reply);
+                check = model.apply(
+                    c,
+                    step.op,
+                    step.key,
+                    served.as_ref().map(|s| s.backend),
+                    &reply,
+                );
             }
             let observation = if !check.idle.is_empty() || !check.gone.is_empty() {
                 self.observer.settle(&check.idle, &check.gone).await?
@@ -274,7 +285,13 @@ impl<'a> Runner<'a> {
 pub fn symbolic(records: &[StepRecord]) -> Vec<BackendId> {
     let mut order: Vec<BackendId> = vec![];
     for r in records {
-        for b in r.backend.as_ref().map(|s| s.backend).into_iter().chain(r.target) {
+        for b in r
+            .backend
+            .as_ref()
+            .map(|s| s.backend)
+            .into_iter()
+            .chain(r.target)
+        {
             if !order.contains(&b) {
                 order.push(b);
             }

@@ -16,8 +16,7 @@ use crate::op::Op;
 pub const IDENTITY: &str = "SELECT pg_backend_pid(), \
      (extract(epoch FROM backend_start) * 1000000)::int8, backend_start::text \
      FROM pg_stat_get_activity(pg_backend_pid())";
-const IDENTITY_COLS: &str =
-    "SELECT pg_backend_pid(), (extract(epoch FROM backend_start) * 1000000)::int8, backend_start::text";
+const IDENTITY_COLS: &str = "SELECT pg_backend_pid(), (extract(epoch FROM backend_start) * 1000000)::int8, backend_start::text";
 const IDENTITY_FROM: &str = "FROM pg_stat_get_activity(pg_backend_pid())";
 
 /// The tag comment that marks a step's SQL.
@@ -156,14 +155,21 @@ mod tests {
                 }
             }
         }
-        assert!(op_sql(Op::TryLock, Some(Key::Pair(1, 2)), 1).unwrap().contains("(1, 2)"));
+        assert!(
+            op_sql(Op::TryLock, Some(Key::Pair(1, 2)), 1)
+                .unwrap()
+                .contains("(1, 2)")
+        );
     }
 
     #[test]
     fn transaction_control_runs_before_the_identity_query() {
         for op in [Op::Commit, Op::Rollback, Op::Begin] {
             let sql = op_sql(op, None, 1).unwrap();
-            assert!(sql.find(IDENTITY).unwrap() > sql.find(';').unwrap(), "{sql}");
+            assert!(
+                sql.find(IDENTITY).unwrap() > sql.find(';').unwrap(),
+                "{sql}"
+            );
         }
     }
 }

@@ -2697,7 +2697,6 @@ mod tests {
         assert_eq!(
             violated("session-mode-no-reset"),
             [
-                "app.mutual_exclusion",
                 "app.no_orphans",
                 "app.rollback_releases",
                 "app.no_stale_holder"
@@ -2718,7 +2717,6 @@ mod tests {
             [
                 "app.mutual_exclusion",
                 "app.unlock_reaches_owner",
-                "app.rollback_releases",
                 "app.no_stale_holder"
             ]
         );
@@ -2764,7 +2762,7 @@ mod tests {
         assert_eq!(w.api, Api::Session);
         assert_eq!((w.steps_min, w.steps_max), (1, 39));
         assert_eq!(w.ops, Api::Session.default_weights());
-        assert_eq!(w.lock_timeout_ms, 20);
+        assert_eq!(w.lock_timeout_ms, 5);
         assert_eq!(
             t.run,
             RunSpec {

@@ -124,7 +124,13 @@ mod tests {
 
     fn workload() -> Workload {
         let mut ops = BTreeMap::new();
-        for op in [Op::TryLock, Op::Unlock, Op::Begin, Op::Rollback, Op::Terminate] {
+        for op in [
+            Op::TryLock,
+            Op::Unlock,
+            Op::Begin,
+            Op::Rollback,
+            Op::Terminate,
+        ] {
             ops.insert(op, 1);
         }
         Workload {
@@ -143,8 +149,9 @@ mod tests {
         let w = workload();
         let a = case_tree(&w, 42).current();
         assert_eq!(a, case_tree(&w, 42).current());
-        let distinct: std::collections::BTreeSet<String> =
-            (0..20).map(|s| format!("{:?}", case_tree(&w, s).current())).collect();
+        let distinct: std::collections::BTreeSet<String> = (0..20)
+            .map(|s| format!("{:?}", case_tree(&w, s).current()))
+            .collect();
         assert!(distinct.len() > 15, "seeds should give different cases");
         assert_ne!(case_seed(1, 0), case_seed(1, 1));
         assert_ne!(case_seed(1, 0), case_seed(2, 0));
@@ -179,7 +186,9 @@ mod tests {
             takers.len() >= 2
         };
         let w = workload();
-        let seed = (0..500).find(|s| fails(&case_tree(&w, *s).current())).expect("some seed fails");
+        let seed = (0..500)
+            .find(|s| fails(&case_tree(&w, *s).current()))
+            .expect("some seed fails");
         let mut tree = case_tree(&w, seed);
         let mut best = tree.current();
         let mut runs = 0;
@@ -201,7 +210,11 @@ mod tests {
 
     #[test]
     fn steps_round_trip_through_yaml_spelling() {
-        let s = Step { client: 1, op: Op::TryLock, key: Some(Key::Big(7)) };
+        let s = Step {
+            client: 1,
+            op: Op::TryLock,
+            key: Some(Key::Big(7)),
+        };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(json, r#"{"client":"C2","op":"try_lock","key":7}"#);
         assert_eq!(serde_json::from_str::<Step>(&json).unwrap(), s);

@@ -1,0 +1,46 @@
+# pgchaos daily driver. A topology NAME means topologies/NAME.yaml.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+bin := "./target/release/pgchaos"
+
+# List the recipes.
+default:
+    @just --list
+
+# Build the harness (release: the runner drives thousands of round trips a second).
+build:
+    cargo build --release --quiet
+
+# Obtain PostgreSQL and PgBouncer for every topology (or the ones named).
+provision *NAMES: build
+    {{bin}} provision {{NAMES}}
+
+# Start a topology and stay up until Ctrl-C (add --once to check and stop, --json for JSON).
+up NAME *ARGS: build
+    {{bin}} up {{NAME}} {{ARGS}}
+
+# Validate topology files.
+check *NAMES: build
+    {{bin}} check {{NAMES}}
+
+# Run the chaos engine on a topology: random cases, invariants, minimal repros, a report.
+chaos NAME *ARGS: build
+    {{bin}} chaos {{NAME}} {{ARGS}}
+
+# Replay a minimal case file (add --times 10), or: just reproduce --seed S NAME
+reproduce *ARGS: build
+    {{bin}} reproduce {{ARGS}}
+
+# Compare the latest runs of topologies (or run directories); add --markdown.
+compare *NAMES: build
+    {{bin}} compare {{NAMES}}
+
+# The test suite: unit tests, then real-server tests (provisions first).
+test: build
+    {{bin}} provision
+    cargo test --release --workspace
+
+# Formatting and lints, as CI wants them.
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --release --workspace --all-targets -- -D warnings
