@@ -160,7 +160,7 @@ impl<'a> Runner<'a> {
                 Op::Reconnect => {
                     clients[c].disconnect();
                     check = model.disconnect(c);
-                    self.observer.settle(&check.idle, &check.gone).await?;
+                    self.observer.settle(&[], &check.idle, &check.gone).await?;
                     clients[c].connect(&client_config).await?;
                     model.connected(c);
                     (Reply::Ok, None)
@@ -214,12 +214,18 @@ impl<'a> Runner<'a> {
                     &reply,
                 );
             }
-            let observation = if !check.idle.is_empty() || !check.gone.is_empty() {
-                self.observer.settle(&check.idle, &check.gone).await?
-            } else {
-                match first_look {
-                    Some(obs) => obs,
-                    None => self.observer.snapshot().await?,
+            let quiet: Vec<BackendId> = served.iter().map(|s| s.backend).collect();
+            let first_ok = first_look.as_ref().is_some_and(|o| {
+                quiet
+                    .iter()
+                    .all(|q| o.backends.iter().all(|b| b.id != *q || b.state != "active"))
+            });
+            let observation = match first_look {
+                Some(obs) if first_ok && check.idle.is_empty() && check.gone.is_empty() => obs,
+                _ => {
+                    self.observer
+                        .settle(&quiet, &check.idle, &check.gone)
+                        .await?
                 }
             };
             // A reply of `closed` means the connection is gone on our side too.

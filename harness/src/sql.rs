@@ -81,9 +81,8 @@ pub fn backend_present(pid: i32, start_us: i64) -> String {
 
 /// The contender's availability probe: the try form at transaction scope, in autocommit,
 /// so a successful probe is released when its statement ends and leaves nothing behind.
-pub fn contender_probe(key: Key) -> String {
-    format!("SELECT pg_try_advisory_xact_lock({})", key.sql_args())
-}
+pub const CONTENDER_PROBE_BIG: &str = "SELECT pg_try_advisory_xact_lock($1::int8)";
+pub const CONTENDER_PROBE_PAIR: &str = "SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)";
 
 /// The observer's snapshot: every backend of the client role in the harness database, with
 /// its advisory locks in this database (one row per backend and lock; NULL lock columns for
