@@ -381,7 +381,7 @@ async fn seed002_discard_all_releases_session_locks() {
 #[tokio::test(flavor = "current_thread")]
 async fn seed002_transaction_mode_handoff_inherits_lock() {
     const K: i64 = 4242424242;
-    let cluster = launch("session-mode").await;
+    let cluster = launch("transaction-mode").await;
     let obs = Observer::connect(&cluster).await;
     let contender = direct(&cluster).await;
 
@@ -442,7 +442,7 @@ async fn seed002_transaction_mode_handoff_inherits_lock() {
 #[tokio::test(flavor = "current_thread")]
 async fn seed002_session_mode_reset_on_release() {
     const K: i64 = 4242424242;
-    let cluster = launch("session-mode-no-reset").await;
+    let cluster = launch("session-mode").await;
     let obs = Observer::connect(&cluster).await;
     let contender = direct(&cluster).await;
 
@@ -489,7 +489,7 @@ async fn seed002_session_mode_reset_on_release() {
 #[tokio::test(flavor = "current_thread")]
 async fn seed002_reset_always_drops_session_lock_before_next_statement() {
     const K: i64 = 4242424242;
-    let cluster = launch("transaction-mode").await;
+    let cluster = launch("transaction-mode-reset-always").await;
     let obs = Observer::connect(&cluster).await;
     let contender = direct(&cluster).await;
     let c = client(&cluster).await;
@@ -533,10 +533,17 @@ async fn drop_stops_every_server_process() {
     let mut procs = tree(pg);
     procs.extend(tree(bouncer));
     assert!(
+        [pg, bouncer]
+            .iter()
+            .all(|p| procs.iter().any(|q| q.pid == *p && q.alive())),
+        "postmaster and pgbouncer running: {procs:?}"
+    );
+    // Backends of connections closed during startup may be exiting right now.
+    procs.retain(Proc::alive);
+    assert!(
         procs.len() >= 3,
         "postmaster, children, pgbouncer: {procs:?}"
     );
-    assert!(procs.iter().all(Proc::alive), "all running before the drop");
     let run_dir = cluster.run_dir.clone();
     assert!(run_dir.exists());
 
@@ -598,10 +605,17 @@ async fn sigkilled_harness_leaves_no_orphans() {
     let mut procs = tree(pg);
     procs.extend(tree(bouncer));
     assert!(
+        [pg, bouncer]
+            .iter()
+            .all(|p| procs.iter().any(|q| q.pid == *p && q.alive())),
+        "postmaster and pgbouncer running: {procs:?}"
+    );
+    // Backends of connections closed during startup may be exiting right now.
+    procs.retain(Proc::alive);
+    assert!(
         procs.len() >= 3,
         "postmaster, children, pgbouncer: {procs:?}"
     );
-    assert!(procs.iter().all(Proc::alive), "all running before the kill");
 
     harness.start_kill().expect("SIGKILL to the harness");
     let status = tokio::time::timeout(STEP, harness.wait())
