@@ -481,7 +481,17 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
         }
         None => {
             let case = CaseFile::load(Path::new(target))?;
-            (load(&case.topology)?, case)
+            // Recorded relative to the workspace root: also try the name under topologies/.
+            let topo = if Path::new(&case.topology).exists() {
+                load(&case.topology)?
+            } else {
+                let stem = Path::new(&case.topology)
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default();
+                load(stem).with_context(|| format!("{target}: topology {}", case.topology))?
+            };
+            (topo, case)
         }
     };
     let (pg, bouncer) = binaries(&topo, strict)?;

@@ -564,6 +564,8 @@ async fn drop_stops_every_server_process() {
 async fn sigkilled_harness_leaves_no_orphans() {
     // Orphans come here, not to PID 1 (which on these machines reaps zombies only lazily).
     become_subreaper();
+    // Declared before the harness so it is dropped after it (kill_on_drop), even on a panic.
+    let mut cleanup = RemoveDirOnDrop(None);
     let mut harness = tokio::process::Command::new(env!("CARGO_BIN_EXE_pgchaos"))
         .args(["up", &topology_path("transaction-mode"), "--json"])
         .stdin(std::process::Stdio::null())
@@ -602,6 +604,8 @@ async fn sigkilled_harness_leaves_no_orphans() {
                 .parent()
                 .map(|p| p.to_path_buf())
         });
+    // A SIGKILLed harness cannot remove its run directory: this test does.
+    cleanup.0 = run_dir.filter(|d| d.starts_with(std::env::temp_dir().join("pgchaos")));
     let mut procs = tree(pg);
     procs.extend(tree(bouncer));
     assert!(
@@ -625,15 +629,22 @@ async fn sigkilled_harness_leaves_no_orphans() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc::SIGKILL));
 
-    let result = wait_dead(&procs, Duration::from_secs(5)).await;
-    if let Some(dir) = run_dir.filter(|d| d.starts_with(std::env::temp_dir().join("pgchaos"))) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    match result {
+    match wait_dead(&procs, Duration::from_secs(5)).await {
         Ok(took) => eprintln!("servers gone {took:?} after SIGKILL of the harness"),
         Err(left) => {
             let zombies: Vec<bool> = left.iter().map(Proc::zombie).collect();
             panic!("left 5 s after SIGKILL of the harness: {left:?} (zombie: {zombies:?})")
+        }
+    }
+}
+
+/// Removes a directory when dropped.
+struct RemoveDirOnDrop(Option<std::path::PathBuf>);
+
+impl Drop for RemoveDirOnDrop {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

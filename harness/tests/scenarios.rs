@@ -17,7 +17,9 @@ async fn replay(name: &str) {
     let path = root().join("scenarios").join(format!("{name}.yaml"));
     let case = CaseFile::load(&path).unwrap();
     let topo_path = root().join(&case.topology);
-    let cluster: Cluster = pgchaos::cli::start(topo_path.to_str().unwrap(), false).await.unwrap();
+    let cluster: Cluster = pgchaos::cli::start(topo_path.to_str().unwrap(), false)
+        .await
+        .unwrap();
     let runner = Runner::new(&cluster).await.unwrap();
     let run = runner.run_case(&case.steps(), true).await.unwrap();
     assert_eq!(run.steps.len(), case.steps.len(), "{name}: every step ran");
@@ -28,9 +30,18 @@ async fn replay(name: &str) {
         if let Some(expected) = &want.expected
             && *expected != got
         {
-            problems.push(format!("step {} {}: got {got}, scenario expects {expected}", r.index + 1, r.step));
+            problems.push(format!(
+                "step {} {}: got {got}, scenario expects {expected}",
+                r.index + 1,
+                r.step
+            ));
         }
-        let backend = r.backend.as_ref().map(|s| s.backend).or(r.target).map(|b| symbol(&order, b));
+        let backend = r
+            .backend
+            .as_ref()
+            .map(|s| s.backend)
+            .or(r.target)
+            .map(|b| symbol(&order, b));
         if want.backend.is_some() && want.backend != backend {
             problems.push(format!(
                 "step {} {}: served by {backend:?}, scenario expects {:?}",
@@ -41,17 +52,28 @@ async fn replay(name: &str) {
         }
         for v in &r.violations {
             if v.invariant.starts_with("pg.") {
-                problems.push(format!("step {} {}: {}: {}", r.index + 1, r.step, v.invariant, v.detail));
+                problems.push(format!(
+                    "step {} {}: {}: {}",
+                    r.index + 1,
+                    r.step,
+                    v.invariant,
+                    v.detail
+                ));
             }
         }
     }
-    let app: BTreeSet<String> = run.violated().into_iter().filter(|v| v.starts_with("app.")).collect();
+    let app: BTreeSet<String> = run
+        .violated()
+        .into_iter()
+        .filter(|v| v.starts_with("app."))
+        .collect();
     let want: BTreeSet<String> = case.expect_violated.iter().cloned().collect();
     if app != want {
         problems.push(format!("app violations {app:?}, scenario expects {want:?}"));
     }
     // The contender really probed: evidence replays record it around every step.
-    assert!(run.steps.iter().all(|s| s.contender_after.is_some() || matches!(s.reply, pgchaos::client::Reply::Skipped { .. })));
+    assert!(run.steps.iter().all(|s| s.contender_after.is_some()
+        || matches!(s.reply, pgchaos::client::Reply::Skipped { .. })));
     assert!(problems.is_empty(), "{name}:\n{}", problems.join("\n"));
 }
 
@@ -86,7 +108,10 @@ fn every_scenario_file_has_a_test() {
         let p = entry.unwrap().path();
         if p.extension().is_some_and(|e| e == "yaml") {
             let stem = p.file_stem().unwrap().to_str().unwrap().to_string();
-            assert!(src.contains(&format!("\"{stem}\"")), "scenarios/{stem}.yaml has no test");
+            assert!(
+                src.contains(&format!("\"{stem}\"")),
+                "scenarios/{stem}.yaml has no test"
+            );
         }
     }
 }
