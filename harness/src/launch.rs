@@ -45,7 +45,8 @@ pub enum Which {
 pub enum Control {
     /// Orderly stop (SIGINT to postgres: fast shutdown; SIGINT to pgbouncer).
     Stop,
-    /// SIGKILL to the whole process group.
+    /// SIGKILL to the server's process group (for PostgreSQL: the postmaster; its backends,
+    /// each in a session of its own, exit when they notice it died).
     Kill,
     /// SIGSTOP: the process hangs without closing its sockets.
     Pause,
@@ -103,7 +104,9 @@ impl Server {
         false
     }
 
-    /// Stop the whole process group: a polite signal, then SIGKILL.
+    /// Stop the server: a polite signal, then SIGKILL to its process group. (PostgreSQL
+    /// backends call setsid(), so the group holds the postmaster only; backends exit as soon
+    /// as they notice the postmaster is gone.)
     fn stop(&mut self) {
         if self.exited().is_some() {
             self.signal(libc::SIGKILL, true); // stragglers in the group
@@ -662,6 +665,7 @@ fn make_run_dir(os_user: Option<(u32, u32)>) -> Result<PathBuf> {
     let base = std::env::temp_dir().join("pgchaos");
     fs::create_dir_all(&base)?;
     fs::set_permissions(&base, fs::Permissions::from_mode(0o1777))?;
+    remove_dead_run_dirs(&base);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos();
@@ -670,6 +674,26 @@ fn make_run_dir(os_user: Option<(u32, u32)>) -> Result<PathBuf> {
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
     chown(&dir, os_user)?;
     Ok(dir)
+}
+
+/// Run directories of harnesses that died without teardown (SIGKILL): `run-<pid>-<nanos>`
+/// whose pid is gone. Their servers died with them (parent-death signal); the files remain.
+fn remove_dead_run_dirs(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let pid = name
+            .strip_prefix("run-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {

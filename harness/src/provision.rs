@@ -452,10 +452,29 @@ pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Resu
         dest.join("bin/pgbouncer").display()
     )];
 
-    // Upstream source tarball.
+    // Upstream source tarball. A failed attempt is remembered for an hour, so that every
+    // launch on a machine without internet access does not pay for (and serialise on) it.
     let label = "upstream release";
-    note(opts, &format!("pgbouncer {version}: trying {label}"));
+    let marker = root.join(format!(".upstream-failed-{version}"));
+    let recently_failed = fs::metadata(&marker)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < std::time::Duration::from_secs(3600));
+    if recently_failed {
+        note(
+            opts,
+            &format!(
+                "pgbouncer {version}: {label} failed within the last hour ({}); not retrying",
+                marker.display()
+            ),
+        );
+    }
     let attempt = (|| -> Result<BouncerBinary> {
+        if recently_failed {
+            bail!("not retried: it failed within the last hour");
+        }
+        note(opts, &format!("pgbouncer {version}: trying {label}"));
         let tmp = TempDir::new(&opts.cache_dir)?;
         let name = format!("pgbouncer-{version}.tar.gz");
         let file = tmp.path().join(&name);
@@ -474,10 +493,13 @@ pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Resu
     match attempt {
         Ok(b) => return Ok(b),
         Err(e) => {
-            note(
-                opts,
-                &format!("pgbouncer {version}: {label} failed: {}", first_line(&e)),
-            );
+            if !recently_failed {
+                note(
+                    opts,
+                    &format!("pgbouncer {version}: {label} failed: {}", first_line(&e)),
+                );
+                let _ = fs::write(&marker, format!("{e:#}\n"));
+            }
             failures.push(format!("{label}: {e:#}"));
         }
     }
