@@ -55,6 +55,18 @@ async fn main() -> anyhow::Result<()> {
     }
     time("contender probe", t);
     let t = Instant::now();
+    for i in 0..n {
+        let (_, served) = c.run(Op::TryXactLock, Some(k), i).await;
+        let q: Vec<_> = served.iter().map(|s| s.backend).collect();
+        obs.settle(&q, &[], &[]).await?;
+    }
+    time("op + settle", t);
+    let t = Instant::now();
+    for _ in 0..n {
+        obs.settle(&[], &[], &[]).await?;
+    }
+    time("settle alone", t);
+    let t = Instant::now();
     for _ in 0..50 {
         obs.reset().await?;
     }

@@ -110,8 +110,8 @@ pub struct Observer {
 
 impl Observer {
     pub async fn connect(cluster: &Cluster) -> Result<Observer> {
-        let pg = cluster.connect(&cluster.direct_config(SUPERUSER)).await?;
-        let contender = cluster.connect(&cluster.direct_config(SUPERUSER)).await?;
+        let pg = cluster.connect(&cluster.socket_config(SUPERUSER)).await?;
+        let contender = cluster.connect(&cluster.socket_config(SUPERUSER)).await?;
         let raw = run_raw(&contender, sql::IDENTITY).await;
         let row = raw
             .rows
@@ -153,10 +153,11 @@ impl Observer {
         // The pooler first, then PostgreSQL: once PgBouncer says a server is idle (its reset
         // query done), what pg_locks shows afterwards includes the reset's effect.
         let (servers, clients) = match &self.admin {
-            Some(a) => (
-                show(a, sql::SHOW_SERVERS).await?,
-                show(a, sql::SHOW_CLIENTS).await?,
-            ),
+            Some(a) => {
+                // Pipelined on the console connection: one round trip's wait for both.
+                let (s, c) = tokio::join!(show(a, sql::SHOW_SERVERS), show(a, sql::SHOW_CLIENTS));
+                (s?, c?)
+            }
             None => (vec![], vec![]),
         };
         let rows = crate::launch::timed(self.pg.query(&self.snap, &[]))

@@ -100,8 +100,6 @@ impl<'a> Runner<'a> {
     pub async fn run_case(&self, steps: &[Step], evidence: bool) -> Result<CaseRun> {
         let t_reset = Instant::now();
         self.observer.reset().await?;
-        let reset_us = t_reset.elapsed().as_micros() as u64;
-        let t_steps = Instant::now();
         let nclients = steps
             .iter()
             .map(|s| s.client + 1)
@@ -111,10 +109,21 @@ impl<'a> Runner<'a> {
         let keys = &self.cluster.topology.workload.keys;
         let mut model = Model::new(self.spec.clone(), nclients);
         let mut clients: Vec<LogicalClient> = (0..nclients).map(LogicalClient::new).collect();
+        // Case setup: every logical client connects before the first step (through a pooler
+        // this creates no server connection: PgBouncer assigns servers at a client's first
+        // query). Counted with the reset, not in the steps.
+        let client_config = self.cluster.client_config();
+        for (i, c) in clients.iter_mut().enumerate() {
+            if steps.iter().any(|s| s.client == i) {
+                c.connect(&client_config).await?;
+                model.connected(i);
+            }
+        }
+        let reset_us = t_reset.elapsed().as_micros() as u64;
+        let t_steps = Instant::now();
         let mut records = vec![];
         let mut all = vec![];
         let mut server_count = 0usize;
-        let client_config = self.cluster.client_config();
 
         for (i, step) in steps.iter().enumerate() {
             let t = Instant::now();
@@ -150,6 +159,7 @@ impl<'a> Runner<'a> {
                 Plan::Run { connect, target } => (connect, target),
             };
 
+            let t_exec = Instant::now();
             let mut check = StepCheck::default();
             let (reply, served) = match step.op {
                 Op::Disconnect => {
@@ -186,6 +196,8 @@ impl<'a> Runner<'a> {
                 }
             };
 
+            let exec_us = t_exec.elapsed().as_micros() as u64;
+            let t_obs = Instant::now();
             // The model needs the serving backend before the pooler's asynchronous work can be
             // awaited: in-band identity, else the observer's tag (one snapshot).
             let mut served = served;
@@ -233,6 +245,8 @@ impl<'a> Runner<'a> {
                 clients[c].disconnect();
             }
 
+            let obs_us = t_obs.elapsed().as_micros() as u64;
+            let t_probe = Instant::now();
             let mut probes = vec![];
             for (inv, key) in &check.probes {
                 probes.push(Probe {
@@ -241,6 +255,13 @@ impl<'a> Runner<'a> {
                     available: self.observer.probe(*key).await?,
                     expected_available: !model.key_held(*key),
                 });
+            }
+            let probe_us = t_probe.elapsed().as_micros() as u64;
+            if std::env::var_os("PGCHAOS_TRACE").is_some() {
+                eprintln!(
+                    "trace {} exec {exec_us} obs {obs_us} probe {probe_us}",
+                    step.op
+                );
             }
             let contender_after = if evidence {
                 Some(self.contender_all(keys).await?)

@@ -93,7 +93,7 @@ pub fn snapshot(role: &str) -> String {
     // third of the cost (the view joins pg_database and pg_authid for every call).
     format!(
         "SELECT a.pid, (extract(epoch FROM a.backend_start) * 1000000)::int8, \
-                a.backend_start::text, a.state, left(a.query, 80), \
+                a.backend_start::text, a.state, left(a.query, 32), \
                 l.classid, l.objid, l.objsubid, l.mode, l.granted, a.xact_start::text \
          FROM pg_stat_get_activity(NULL) a \
          LEFT JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' \
