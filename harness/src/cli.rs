@@ -76,6 +76,9 @@ enum Cmd {
         /// Regenerate the case with this case seed from the topology's workload, and shrink it.
         #[arg(long)]
         seed: Option<u64>,
+        /// With --seed: shrink for this invariant (default: the first one the case violates).
+        #[arg(long)]
+        invariant: Option<String>,
         /// Replay this many times.
         #[arg(long, default_value_t = 1)]
         times: u32,
@@ -166,19 +169,11 @@ pub async fn start(arg: &str, strict: bool) -> Result<Cluster> {
     Cluster::launch(&t, &pg, bouncer.as_ref()).await
 }
 
+/// `--time-limit`: the same forms as the YAML (`500ms`, `60s`, `2m`, `1h`).
 fn parse_duration(s: &str) -> Result<Duration> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| anyhow!("invalid duration {s:?}: expected e.g. 500ms, 60s, 2m, 1h"))?;
-    Ok(match unit {
-        "ms" => Duration::from_millis(n),
-        "s" | "" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        _ => bail!("invalid duration {s:?}: expected e.g. 500ms, 60s, 2m, 1h"),
-    })
+    topology::parse_duration(s.trim())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow!("invalid duration {s:?}: expected e.g. 500ms, 60s, 2m, 1h"))
 }
 
 async fn run(cli: Cli) -> Result<Exit> {
@@ -341,6 +336,8 @@ async fn run(cli: Cli) -> Result<Exit> {
                     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             let pb = bar.clone();
+            let bar_for_print = bar.clone();
+            let label_for_print = label.clone();
             let outcome = engine::run(
                 &runner,
                 RunOptions {
@@ -351,6 +348,27 @@ async fn run(cli: Cli) -> Result<Exit> {
                     progress: Box::new(move |done, _, violated| {
                         pb.set_position(u64::from(done));
                         pb.set_message(format!("{violated} invariants violated"));
+                    }),
+                    on_failure: Box::new(move |f, at| {
+                        let steps: Vec<String> = f.minimal.iter().map(|s| s.to_string()).collect();
+                        let line = format!(
+                            "[{:.1}s] {} violated in case {} (seed {}): minimal {} steps after {} shrink runs: {}\n        reproduce: pgchaos reproduce --seed {} --invariant {} {}",
+                            at.as_secs_f64(),
+                            f.invariant,
+                            f.case_index,
+                            f.case_seed,
+                            f.minimal.len(),
+                            f.shrink_runs,
+                            steps.join("; "),
+                            f.case_seed,
+                            f.invariant,
+                            label_for_print
+                        );
+                        if bar_for_print.is_hidden() {
+                            println!("{line}");
+                        } else {
+                            bar_for_print.println(line);
+                        }
                     }),
                 },
             )
@@ -413,9 +431,10 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::Reproduce {
             target,
             seed,
+            invariant,
             times,
             strict_versions,
-        } => reproduce(&target, seed, times, strict_versions).await,
+        } => reproduce(&target, seed, invariant, times, strict_versions).await,
         Cmd::Compare {
             runs,
             markdown,
@@ -452,7 +471,13 @@ fn all_topologies() -> Result<Vec<String>> {
 
 /// Replay a case (from a file, or regenerated from its seed and shrunk) `times` times on a
 /// fresh topology, comparing each step with the recorded one, symbolically.
-async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) -> Result<Exit> {
+async fn reproduce(
+    target: &str,
+    seed: Option<u64>,
+    invariant: Option<String>,
+    times: u32,
+    strict: bool,
+) -> Result<Exit> {
     let (topo, case) = match seed {
         Some(seed) => {
             let topo = load(target)?;
@@ -498,6 +523,7 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
     let cluster = Cluster::launch(&topo, &pg, bouncer.as_ref()).await?;
     let runner = Runner::new(&cluster).await?;
     let mut steps = case.steps();
+    let mut chosen_invariant: Option<String> = None;
     if seed.is_some() {
         // Regenerated: find what it violates and shrink it, as the chaos run would.
         let first = runner.run_case(&steps, false).await?;
@@ -512,11 +538,25 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
                 violated.join(", ")
             }
         );
-        if let Some(inv) = violated.first() {
+        let chosen = match &invariant {
+            Some(i) if !violated.contains(i) => bail!(
+                "case seed {}: does not violate {i} (it violates: {})",
+                seed.unwrap_or(0),
+                if violated.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    violated.join(", ")
+                }
+            ),
+            Some(i) => Some(i.clone()),
+            None => violated.first().cloned(),
+        };
+        if let Some(inv) = &chosen {
             let (min, runs) =
                 engine::shrink(&runner, seed.unwrap_or(0), inv, topo.run.max_shrink_runs).await?;
             println!("shrunk for {inv} to {} steps in {runs} runs", min.len());
             steps = min;
+            chosen_invariant = Some(inv.clone());
         }
     }
     let mut same_all = 0;
@@ -568,9 +608,8 @@ async fn reproduce(target: &str, seed: Option<u64>, times: u32, strict: bool) ->
         }
         let violated = run.violated();
         let mut want: Vec<String> = case.expect_violated.clone();
-        if let Some(i) = &case.invariant {
-            want.push(i.clone());
-        }
+        want.extend(case.invariant.iter().cloned());
+        want.extend(chosen_invariant.iter().cloned());
         let missing: Vec<&String> = want.iter().filter(|w| !violated.contains(w)).collect();
         if !missing.is_empty() {
             same = false;
@@ -606,6 +645,7 @@ mod tests {
         assert_eq!(parse_duration("60s").unwrap(), Duration::from_secs(60));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("2 weeks").is_err());
+        assert!(parse_duration("0s").is_err());
         assert!(parse_duration("").is_err());
     }
 }

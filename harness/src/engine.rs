@@ -71,6 +71,8 @@ pub struct RunOptions {
     pub max_shrink_runs: u32,
     /// Called after each case with (cases done, total, violations so far).
     pub progress: Box<dyn Fn(u32, u32, usize) + Send>,
+    /// Called as soon as a failure is shrunk, with the time since the run started.
+    pub on_failure: Box<dyn Fn(&Failure, Duration) + Send>,
 }
 
 /// Shrink a failing case for one invariant with proptest's value tree; each candidate is
@@ -117,7 +119,62 @@ pub async fn shrink(
             i += 1;
         }
     }
+    // Name clients in order of first appearance (C1, C2, ...): clients are symmetric, so
+    // this only makes the case easier to read; kept if it still fails.
+    let relabelled = relabel_clients(&best);
+    if relabelled != best && runs < max_runs {
+        runs += 1;
+        if runner
+            .run_case(&relabelled, false)
+            .await?
+            .violates(invariant)
+        {
+            best = relabelled;
+        }
+    }
     Ok((best, runs))
+}
+
+/// The same case with clients renumbered in order of first appearance.
+pub fn relabel_clients(steps: &[Step]) -> Vec<Step> {
+    let mut order: Vec<usize> = vec![];
+    for s in steps {
+        if !order.contains(&s.client) {
+            order.push(s.client);
+        }
+    }
+    steps
+        .iter()
+        .map(|s| Step {
+            client: order.iter().position(|c| *c == s.client).expect("seen"),
+            ..s.clone()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::Op;
+
+    #[test]
+    fn clients_are_renumbered_in_order_of_first_appearance() {
+        let s = |client, op| Step {
+            client,
+            op,
+            key: None,
+        };
+        let case = vec![s(2, Op::Begin), s(0, Op::Begin), s(2, Op::Commit)];
+        let r = relabel_clients(&case);
+        assert_eq!(
+            r.iter().map(|s| s.client).collect::<Vec<_>>(),
+            vec![0, 1, 0]
+        );
+        assert_eq!(
+            r.iter().map(|s| s.op).collect::<Vec<_>>(),
+            vec![Op::Begin, Op::Begin, Op::Commit]
+        );
+    }
 }
 
 pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
@@ -175,7 +232,7 @@ pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
                 if out.time_to_first_minimal_ms.is_none() {
                     out.time_to_first_minimal_ms = Some(t0.elapsed().as_millis() as u64);
                 }
-                failures.push(Failure {
+                let failure = Failure {
                     invariant: inv.clone(),
                     case_seed: seed,
                     case_index: index,
@@ -184,7 +241,9 @@ pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
                     shrink_runs,
                     shrink_ms,
                     evidence,
-                });
+                };
+                (opts.on_failure)(&failure, t0.elapsed());
+                failures.push(failure);
             }
         }
         out.history.push((index, seed, run));

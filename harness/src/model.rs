@@ -584,42 +584,16 @@ impl Model {
             }
         }
         match op {
-            Op::TryLock | Op::Lock if granted => {
-                let k = key.expect("lock op has a key");
-                let fresh = !c.beliefs.contains_key(&k);
-                let belief = c.beliefs.entry(k).or_insert(Belief {
-                    session: 0,
-                    xact: 0,
-                    backends: BTreeSet::new(),
-                    stale: false,
-                });
-                belief.backends.insert(b);
-                belief.session += 1;
-                if c.in_tx && fresh {
-                    c.tx_taken.insert(k);
-                }
-            }
-            Op::TryXactLock | Op::XactLock if granted && c.in_tx => {
-                let k = key.expect("lock op has a key");
-                let fresh = !c.beliefs.contains_key(&k);
-                let belief = c.beliefs.entry(k).or_insert(Belief {
-                    session: 0,
-                    xact: 0,
-                    backends: BTreeSet::new(),
-                    stale: false,
-                });
-                belief.backends.insert(b);
-                belief.xact += 1;
-                if fresh {
-                    c.tx_taken.insert(k);
-                }
-            }
+            Op::TryLock | Op::Lock if granted => grant(c, key, b, true),
+            Op::TryXactLock | Op::XactLock if granted && c.in_tx => grant(c, key, b, false),
             Op::Unlock if !reply.is_error() => {
                 let k = key.expect("unlock has a key");
                 if let Some(belief) = c.beliefs.get_mut(&k)
                     && belief.session > 0
                 {
-                    if !belief.backends.contains(&b) {
+                    // A stale belief (its backend was terminated) cannot reach its owner: that
+                    // hazard is app.no_stale_holder's, kept apart from pooled routing.
+                    if !belief.stale && !belief.backends.contains(&b) {
                         let took: Vec<String> = belief
                             .backends
                             .iter()
@@ -668,6 +642,27 @@ impl Model {
     pub fn take_rolled_back(&mut self, client: usize) -> (Option<BackendId>, BTreeSet<Key>) {
         let c = &mut self.clients[client];
         (c.tx_backend.take(), std::mem::take(&mut c.tx_taken))
+    }
+}
+
+/// The client was granted `key` on backend `b` (session or transaction scope).
+fn grant(c: &mut ClientModel, key: Option<Key>, b: BackendId, session: bool) {
+    let k = key.expect("lock op has a key");
+    let fresh = !c.beliefs.contains_key(&k);
+    let belief = c.beliefs.entry(k).or_insert(Belief {
+        session: 0,
+        xact: 0,
+        backends: BTreeSet::new(),
+        stale: false,
+    });
+    belief.backends.insert(b);
+    if session {
+        belief.session += 1;
+    } else {
+        belief.xact += 1;
+    }
+    if c.in_tx && fresh {
+        c.tx_taken.insert(k);
     }
 }
 

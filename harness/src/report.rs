@@ -7,7 +7,7 @@ use crate::client::Reply;
 use crate::engine::{Failure, RunOutcome};
 use crate::launch::Cluster;
 use crate::runner::{CaseRun, StepRecord, symbol, symbolic};
-use crate::topology::{Topology, Verdict};
+use crate::topology::Topology;
 use crate::workload::Step;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -429,7 +429,7 @@ pub fn write_run(
             serde_json::to_string_pretty(&evidence_json(cluster, f, contender))?,
         )?;
         md.push_str(&format!(
-            "\n## {}\n\nMinimal case: {} steps (from {}; {} shrink runs). Reproduce: `pgchaos reproduce {}/failures/{}/case.yaml` or `pgchaos reproduce --seed {} {}`\n\n{}\n",
+            "\n## {}\n\nMinimal case: {} steps (from {}; {} shrink runs). Reproduce: `pgchaos reproduce {}/failures/{}/case.yaml` or `pgchaos reproduce --seed {} --invariant {} {}`\n\n{}\n",
             f.invariant,
             f.minimal.len(),
             f.original.len(),
@@ -437,6 +437,7 @@ pub fn write_run(
             final_dir.display(),
             f.invariant,
             f.case_seed,
+            f.invariant,
             topo_file,
             story(f)
         ));
@@ -562,11 +563,6 @@ pub fn compare(runs: &[PathBuf], markdown: bool) -> Result<String> {
         table.with(tabled::settings::Style::sharp());
     }
     Ok(table.to_string())
-}
-
-/// Whether the verdicts in a results.json match its expectations.
-pub fn verdict_matches(v: Verdict, expected: Verdict) -> bool {
-    v == expected
 }
 
 /// The topology file as recorded in case files: relative to the cwd when possible.

@@ -299,11 +299,10 @@ fn up_once_json_reports_versions_drift_and_endpoints() {
     assert!(v["pgbouncer"].is_null());
 }
 
-/// A server that dies under the harness: `up` notices, exits 2 naming it, and stops the other.
-#[test]
-fn a_server_that_dies_is_reported() {
+/// `pgchaos up NAME --json` in the background, once it has printed its JSON line.
+fn spawn_up(topology: &str) -> (std::process::Child, Value) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pgchaos"))
-        .args(["up", "transaction-mode", "--json"])
+        .args(["up", topology, "--json"])
         .current_dir(root())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -315,7 +314,14 @@ fn a_server_that_dies_is_reported() {
         &mut line,
     )
     .unwrap();
-    let v: Value = serde_json::from_str(line.trim()).unwrap();
+    let v = serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    (child, v)
+}
+
+/// A server that dies under the harness: `up` notices, exits 2 naming it, and stops the other.
+#[test]
+fn a_server_that_dies_is_reported() {
+    let (mut child, v) = spawn_up("transaction-mode");
     let pg = v["postgres"]["pid"].as_i64().unwrap() as i32;
     let bouncer = v["pgbouncer"]["pid"].as_i64().unwrap() as i32;
     // SAFETY: signalling a process this test's child started.
@@ -330,4 +336,35 @@ fn a_server_that_dies_is_reported() {
         !Path::new(&format!("/proc/{bouncer}")).exists(),
         "pgbouncer outlived the harness"
     );
+}
+
+/// Ctrl-C on `up`: exit 130, both servers stopped, run directory removed.
+#[test]
+fn ctrl_c_stops_the_servers() {
+    let (mut child, v) = spawn_up("session-mode");
+    let pids = [
+        v["postgres"]["pid"].as_i64().unwrap(),
+        v["pgbouncer"]["pid"].as_i64().unwrap(),
+    ];
+    for pid in pids {
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "server {pid} is up before Ctrl-C"
+        );
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    for pid in pids {
+        let gone = (0..100).any(|_| {
+            let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| !s.contains(") Z "));
+            if alive {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            !alive
+        });
+        assert!(gone, "server {pid} outlived Ctrl-C");
+    }
 }
