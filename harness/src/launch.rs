@@ -190,20 +190,29 @@ impl Cluster {
             bouncer: None,
             keep_run_dir: std::env::var_os("PGCHAOS_KEEP_RUN_DIR").is_some(),
         };
-        cluster.start_postgres(os_user).await?;
+        cluster.start_postgres(os_user, None).await?;
         cluster.configure_postgres().await?;
         if topology.pgbouncer.is_some() {
-            cluster.start_pgbouncer(os_user).await?;
+            cluster.start_pgbouncer(os_user, None).await?;
         }
         cluster.read_versions().await?;
         cluster.ready_ms = t0.elapsed().as_millis();
         Ok(cluster)
     }
 
-    async fn start_postgres(&mut self, os_user: Option<(u32, u32)>) -> Result<()> {
+    /// Start PostgreSQL on `port` (a restart keeps its port, so the pooler's config stays
+    /// right), or on a free one, retrying with another if it was taken meanwhile.
+    async fn start_postgres(
+        &mut self,
+        os_user: Option<(u32, u32)>,
+        fixed_port: Option<u16>,
+    ) -> Result<()> {
         let mut last_err = None;
         for _attempt in 0..3 {
-            let port = free_port()?;
+            let port = match fixed_port {
+                Some(p) => p,
+                None => free_port()?,
+            };
             let log = self.run_dir.join("postgres.log");
             let mut cmd = Command::new(self.pg_bin.join("postgres"));
             cmd.arg("-D")
@@ -238,7 +247,7 @@ impl Cluster {
                     last_err = Some(anyhow!(
                         "postgres did not become ready on 127.0.0.1:{port}: {e}\n  last lines of its log:\n{log}"
                     ));
-                    if !port_taken {
+                    if !port_taken || fixed_port.is_some() {
                         break;
                     }
                 }
@@ -260,13 +269,20 @@ impl Cluster {
         Ok(())
     }
 
-    async fn start_pgbouncer(&mut self, os_user: Option<(u32, u32)>) -> Result<()> {
+    async fn start_pgbouncer(
+        &mut self,
+        os_user: Option<(u32, u32)>,
+        fixed_port: Option<u16>,
+    ) -> Result<()> {
         let bin = self.bouncer_bin.clone().ok_or_else(|| {
             anyhow!("topology has a pgbouncer section but no binary was provisioned")
         })?;
         let mut last_err = None;
         for _attempt in 0..3 {
-            let port = free_port()?;
+            let port = match fixed_port {
+                Some(p) => p,
+                None => free_port()?,
+            };
             let ini = self.render_pgbouncer_ini(port);
             let ini_path = self.run_dir.join("pgbouncer.ini");
             write_file(&ini_path, &ini, os_user)?;
@@ -301,7 +317,7 @@ impl Cluster {
                     last_err = Some(anyhow!(
                         "pgbouncer did not become ready on 127.0.0.1:{port}: {e}\n  last lines of its log:\n{log}"
                     ));
-                    if !port_taken {
+                    if !port_taken || fixed_port.is_some() {
                         break;
                     }
                 }
@@ -512,13 +528,15 @@ impl Cluster {
                 if let Some(mut s) = self.pg.take() {
                     s.stop();
                 }
-                self.start_postgres(os_user).await
+                let port = Some(self.pg_port);
+                self.start_postgres(os_user, port).await
             }
             Which::Pgbouncer => {
                 if let Some(mut s) = self.bouncer.take() {
                     s.stop();
                 }
-                self.start_pgbouncer(os_user).await
+                let port = self.bouncer_port;
+                self.start_pgbouncer(os_user, port).await
             }
         }
     }

@@ -1,0 +1,71 @@
+//! The launcher's control hooks and timeouts against real servers: a paused pooler makes a
+//! connect time out (bounded, not a hang), resume brings it back, restart gives a new
+//! postmaster on the same port, kill is reported as a death.
+
+use pgchaos::launch::{Cluster, Control, IO_TIMEOUT, SUPERUSER, Which, connect, simple_first};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+async fn launch(name: &str) -> Cluster {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../topologies")
+        .join(format!("{name}.yaml"));
+    pgchaos::cli::start(path.to_str().unwrap(), false)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn pause_resume_restart_and_kill() {
+    let mut cluster = launch("transaction-mode").await;
+    let client = connect(&cluster.client_config()).await.unwrap();
+    assert_eq!(simple_first(&client, "SELECT 1").await.unwrap(), "1");
+
+    // SIGSTOP the pooler: a new connection neither succeeds nor hangs past the timeout.
+    cluster.control(Which::Pgbouncer, Control::Pause).unwrap();
+    let t = Instant::now();
+    let err = connect(&cluster.client_config())
+        .await
+        .err()
+        .expect("a paused pooler cannot accept");
+    let waited = t.elapsed();
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(
+        waited >= IO_TIMEOUT && waited < IO_TIMEOUT + Duration::from_secs(3),
+        "{waited:?}"
+    );
+    cluster.control(Which::Pgbouncer, Control::Resume).unwrap();
+    let again = connect(&cluster.client_config()).await.unwrap();
+    assert_eq!(simple_first(&again, "SELECT 2").await.unwrap(), "2");
+
+    // Restart PostgreSQL: a new postmaster, reachable again directly and through the pooler.
+    let (old_pg, _) = cluster.pids();
+    cluster.restart(Which::Postgres).await.unwrap();
+    let (new_pg, _) = cluster.pids();
+    assert_ne!(old_pg, new_pg);
+    let direct = connect(&cluster.direct_config(SUPERUSER)).await.unwrap();
+    assert_eq!(simple_first(&direct, "SELECT 3").await.unwrap(), "3");
+    let pooled = connect(&cluster.client_config()).await.unwrap();
+    assert_eq!(
+        simple_first(&pooled, "SELECT 4").await.unwrap(),
+        "4",
+        "the pooler reaches the restarted server"
+    );
+    // Restart PgBouncer: same port, so clients' DSNs stay valid.
+    let port = cluster.bouncer_port;
+    cluster.restart(Which::Pgbouncer).await.unwrap();
+    assert_eq!(cluster.bouncer_port, port);
+    let pooled = connect(&cluster.client_config()).await.unwrap();
+    assert_eq!(simple_first(&pooled, "SELECT 5").await.unwrap(), "5");
+
+    // Kill PostgreSQL: the harness reports it dead, naming it.
+    cluster.control(Which::Postgres, Control::Kill).unwrap();
+    let err = cluster
+        .check_alive()
+        .err()
+        .expect("a killed server is reported");
+    assert!(err.to_string().contains("Postgres"), "{err}");
+    let run_dir = cluster.run_dir.clone();
+    drop(cluster);
+    assert!(!run_dir.exists(), "teardown removes the run directory");
+}
