@@ -63,6 +63,9 @@ impl RunOutcome {
     }
 }
 
+/// Told of each minimal failure as soon as it is shrunk, with the time since the run began.
+pub type OnFailure = Box<dyn Fn(&Failure, Duration) + Send>;
+
 /// Options of one run, after CLI overrides.
 pub struct RunOptions {
     pub cases: u32,
@@ -72,7 +75,7 @@ pub struct RunOptions {
     /// Called after each case with (cases done, total, violations so far).
     pub progress: Box<dyn Fn(u32, u32, usize) + Send>,
     /// Called as soon as a failure is shrunk, with the time since the run started.
-    pub on_failure: Box<dyn Fn(&Failure, Duration) + Send>,
+    pub on_failure: OnFailure,
 }
 
 /// Shrink a failing case for one invariant with proptest's value tree; each candidate is
@@ -150,31 +153,6 @@ pub fn relabel_clients(steps: &[Step]) -> Vec<Step> {
             ..s.clone()
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::op::Op;
-
-    #[test]
-    fn clients_are_renumbered_in_order_of_first_appearance() {
-        let s = |client, op| Step {
-            client,
-            op,
-            key: None,
-        };
-        let case = vec![s(2, Op::Begin), s(0, Op::Begin), s(2, Op::Commit)];
-        let r = relabel_clients(&case);
-        assert_eq!(
-            r.iter().map(|s| s.client).collect::<Vec<_>>(),
-            vec![0, 1, 0]
-        );
-        assert_eq!(
-            r.iter().map(|s| s.op).collect::<Vec<_>>(),
-            vec![Op::Begin, Op::Begin, Op::Commit]
-        );
-    }
 }
 
 pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
@@ -274,4 +252,29 @@ pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
     out.steps_ms = steps_us / 1000;
     out.reset_ms = reset_us / 1000;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::Op;
+
+    #[test]
+    fn clients_are_renumbered_in_order_of_first_appearance() {
+        let s = |client, op| Step {
+            client,
+            op,
+            key: None,
+        };
+        let case = vec![s(2, Op::Begin), s(0, Op::Begin), s(2, Op::Commit)];
+        let r = relabel_clients(&case);
+        assert_eq!(
+            r.iter().map(|s| s.client).collect::<Vec<_>>(),
+            vec![0, 1, 0]
+        );
+        assert_eq!(
+            r.iter().map(|s| s.op).collect::<Vec<_>>(),
+            vec![Op::Begin, Op::Begin, Op::Commit]
+        );
+    }
 }
