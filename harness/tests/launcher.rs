@@ -24,10 +24,9 @@ async fn pause_resume_restart_and_kill() {
     // SIGSTOP the pooler: a new connection neither succeeds nor hangs past the timeout.
     cluster.control(Which::Pgbouncer, Control::Pause).unwrap();
     let t = Instant::now();
-    let err = connect(&cluster.client_config())
-        .await
-        .err()
-        .expect("a paused pooler cannot accept");
+    let Err(err) = connect(&cluster.client_config()).await else {
+        panic!("a paused pooler cannot accept");
+    };
     let waited = t.elapsed();
     assert!(err.to_string().contains("timed out"), "{err}");
     assert!(
@@ -62,8 +61,7 @@ async fn pause_resume_restart_and_kill() {
     cluster.control(Which::Postgres, Control::Kill).unwrap();
     let err = cluster
         .check_alive()
-        .err()
-        .expect("a killed server is reported");
+        .expect_err("a killed server is reported");
     assert!(err.to_string().contains("Postgres"), "{err}");
     let run_dir = cluster.run_dir.clone();
     drop(cluster);
