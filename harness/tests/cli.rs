@@ -129,10 +129,13 @@ fn transaction_mode_mutual_exclusion_is_found_shrunk_and_reproduced() {
             evidence["contender"]["backend_pid"]
         );
         if seed == "1" {
-            let case = dir.join("failures/app.mutual_exclusion/case.yaml");
-            let o = pgchaos(&["reproduce", case.to_str().unwrap(), "--times", "10"]);
-            assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-            assert!(text(&o).contains("reproduced 10/10 times"), "{}", text(&o));
+            // Every minimal case of the run, not only the headline one, replays 10 out of 10.
+            for entry in std::fs::read_dir(dir.join("failures")).unwrap() {
+                let case = entry.unwrap().path().join("case.yaml");
+                let o = pgchaos(&["reproduce", case.to_str().unwrap(), "--times", "10"]);
+                assert_eq!(o.status.code(), Some(0), "{}: {}", case.display(), text(&o));
+                assert!(text(&o).contains("reproduced 10/10 times"), "{}", text(&o));
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&out);
@@ -164,9 +167,19 @@ fn shipped_topologies_meet_their_expectations_and_compare() {
             "--quiet",
         ]);
         assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
-        let (_, results) = latest(&out, name);
+        let (dir, results) = latest(&out, name);
         assert_no_pg_violation(&results);
         assert_eq!(results["passed"], true);
+        for entry in std::fs::read_dir(dir.join("failures")).unwrap() {
+            let case = entry.unwrap().path().join("case.yaml");
+            let o = pgchaos(&["reproduce", case.to_str().unwrap(), "--times", "10"]);
+            assert!(
+                text(&o).contains("reproduced 10/10 times"),
+                "{}: {}",
+                case.display(),
+                text(&o)
+            );
+        }
     }
     let (_, xact) = latest(&out, "transaction-mode-xact");
     assert_eq!(invariant(&xact, "app.mutual_exclusion")["verdict"], "holds");
