@@ -40,6 +40,7 @@ pub struct InvariantResult {
 pub struct RunOutcome {
     pub run_seed: u64,
     pub cases: u32,
+    /// Steps executed (not counting skipped ones).
     pub steps: u64,
     pub skipped_steps: u64,
     pub invariants: Vec<InvariantResult>,
@@ -187,12 +188,15 @@ pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
         let steps = workload::case_tree(&topo.workload, seed).current();
         let run = runner.run_case(&steps, false).await?;
         out.cases += 1;
-        out.steps += run.steps.len() as u64;
-        out.skipped_steps += run
+        // `steps` counts executed steps only: a skipped step costs nothing and must not
+        // flatter the throughput.
+        let skipped = run
             .steps
             .iter()
             .filter(|s| matches!(s.reply, crate::client::Reply::Skipped { .. }))
             .count() as u64;
+        out.steps += run.steps.len() as u64 - skipped;
+        out.skipped_steps += skipped;
         steps_us += run.steps_us;
         reset_us += run.reset_us;
         for inv in run.violated() {

@@ -692,8 +692,22 @@ fn write_file(path: &Path, text: &str, os_user: Option<(u32, u32)>) -> Result<()
     chown(path, os_user)
 }
 
+/// Where run directories go: `$PGCHAOS_RUN_DIR`, else `/dev/shm/pgchaos` (memory: copying the
+/// 46 MB template takes 0.1 s there against about 1 s on this machine's disk), else the
+/// temporary directory.
+fn run_base() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PGCHAOS_RUN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && fs::metadata(shm).is_ok_and(|m| !m.permissions().readonly()) {
+        return shm.join("pgchaos");
+    }
+    std::env::temp_dir().join("pgchaos")
+}
+
 fn make_run_dir(os_user: Option<(u32, u32)>) -> Result<PathBuf> {
-    let base = std::env::temp_dir().join("pgchaos");
+    let base = run_base();
     fs::create_dir_all(&base)?;
     fs::set_permissions(&base, fs::Permissions::from_mode(0o1777))?;
     remove_dead_run_dirs(&base);

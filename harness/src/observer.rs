@@ -150,19 +150,36 @@ impl Observer {
 
     /// `pg_locks JOIN pg_stat_activity`, plus the pooler's view when there is one.
     pub async fn snapshot(&self) -> Result<Observation> {
-        // The pooler first, then PostgreSQL: once PgBouncer says a server is idle (its reset
-        // query done), what pg_locks shows afterwards includes the reset's effect.
-        let (servers, clients) = match &self.admin {
-            Some(a) => {
+        self.look(false).await
+    }
+
+    /// `ordered`: read the pooler's view first and PostgreSQL's after it (when waiting for
+    /// the pooler to finish a reset, pg_locks must be read after PgBouncer says it is
+    /// done); otherwise both at once.
+    async fn look(&self, ordered: bool) -> Result<Observation> {
+        let pool = async {
+            match &self.admin {
                 // Pipelined on the console connection: one round trip's wait for both.
-                let (s, c) = tokio::join!(show(a, sql::SHOW_SERVERS), show(a, sql::SHOW_CLIENTS));
-                (s?, c?)
+                Some(a) => {
+                    let (s, c) =
+                        tokio::join!(show(a, sql::SHOW_SERVERS), show(a, sql::SHOW_CLIENTS));
+                    Ok::<_, anyhow::Error>((s?, c?))
+                }
+                None => Ok((vec![], vec![])),
             }
-            None => (vec![], vec![]),
         };
-        let rows = crate::launch::timed(self.pg.query(&self.snap, &[]))
-            .await
-            .context("observer snapshot")?;
+        let pg = async {
+            crate::launch::timed(self.pg.query(&self.snap, &[]))
+                .await
+                .context("observer snapshot")
+        };
+        let ((servers, clients), rows) = if ordered {
+            let pool = pool.await?;
+            (pool, pg.await?)
+        } else {
+            let (pool, rows) = tokio::join!(pool, pg);
+            (pool?, rows?)
+        };
         let mut obs = Observation {
             backends: vec![],
             servers,
@@ -234,7 +251,7 @@ impl Observer {
             if Instant::now() > deadline {
                 bail!("backend {id} still present 5 s after pg_terminate_backend");
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(Duration::from_micros(200)).await;
         }
         Ok(Reply::Bool { value: signalled })
     }
@@ -259,8 +276,9 @@ impl Observer {
         gone: &[BackendId],
     ) -> Result<Observation> {
         let deadline = Instant::now() + Duration::from_secs(5);
+        let ordered = !idle.is_empty() || !gone.is_empty();
         loop {
-            let obs = self.snapshot().await?;
+            let obs = self.look(ordered).await?;
             let server = |pid: i32| {
                 obs.servers.iter().find(|s| {
                     s.get("remote_pid").map(String::as_str) == Some(pid.to_string().as_str())
