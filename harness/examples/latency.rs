@@ -58,12 +58,12 @@ async fn main() -> anyhow::Result<()> {
     for i in 0..n {
         let (_, served) = c.run(Op::TryXactLock, Some(k), i).await;
         let q: Vec<_> = served.iter().map(|s| s.backend).collect();
-        obs.settle(&q, &[], &[]).await?;
+        obs.settle(None, &q, &[], &[]).await?;
     }
     time("op + settle", t);
     let t = Instant::now();
     for _ in 0..n {
-        obs.settle(&[], &[], &[]).await?;
+        obs.settle(None, &[], &[], &[]).await?;
     }
     time("settle alone", t);
     let t = Instant::now();

@@ -67,6 +67,11 @@ impl Reply {
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error { .. })
     }
+
+    /// The connection was gone (`closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Reply::Error { code, .. } if code == "closed")
+    }
 }
 
 impl fmt::Display for Reply {

@@ -496,9 +496,7 @@ impl Model {
         };
         let Some(b) = backend else {
             // No backend known (the reset query overwrote the tag, or the connection failed).
-            if let Reply::Error { code, .. } = reply
-                && code == code::CLOSED
-            {
+            if reply.is_closed() {
                 self.clients[client].connected = false;
                 self.forget_beliefs(client);
             }

@@ -268,48 +268,30 @@ impl Observer {
     /// their statement (a client gets an ErrorResponse before the backend aborts the
     /// transaction and releases its locks), the servers in `idle` are back in the pool
     /// (reset query done), the identities in `gone` have left both `pg_stat_activity` and
-    /// `SHOW SERVERS`, and no server is mid-login or mid-reset. Returns the settled snapshot.
+    /// `SHOW SERVERS`, and no server is mid-login or mid-reset. `first`: a snapshot already
+    /// taken after the reply, used if it is settled. Returns the settled snapshot.
     pub async fn settle(
         &self,
+        first: Option<Observation>,
         quiet: &[BackendId],
         idle: &[BackendId],
         gone: &[BackendId],
     ) -> Result<Observation> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let ordered = !idle.is_empty() || !gone.is_empty();
+        // A snapshot taken without waiting in order cannot vouch for a reset or an exit.
+        let mut next = first.filter(|_| !ordered);
         loop {
-            let obs = self.look(ordered).await?;
-            let server = |pid: i32| {
-                obs.servers.iter().find(|s| {
-                    s.get("remote_pid").map(String::as_str) == Some(pid.to_string().as_str())
-                })
+            let obs = match next.take() {
+                Some(obs) => obs,
+                None => self.look(ordered).await?,
             };
-            let gone_ok = gone
-                .iter()
-                .all(|g| !obs.alive(*g) && server(g.pid).is_none());
-            let idle_ok = idle.iter().all(|b| {
-                server(b.pid).is_none_or(|s| {
-                    matches!(s.get("state").map(String::as_str), Some("idle" | "used"))
-                })
-            });
-            let transient = obs.servers.iter().any(|s| {
-                matches!(
-                    s.get("state").map(String::as_str),
-                    Some("tested" | "login" | "new")
-                )
-            });
-            let quiet_ok = quiet.iter().all(|q| {
-                obs.backends
-                    .iter()
-                    .find(|b| b.id == *q)
-                    .is_none_or(|b| b.state != "active")
-            });
-            if gone_ok && idle_ok && quiet_ok && !transient {
+            if settled(&obs, quiet, idle, gone) {
                 return Ok(obs);
             }
             if Instant::now() > deadline {
                 bail!(
-                    "the servers did not settle within 5 s (waiting for {idle:?} to be idle and {gone:?} to be gone); last snapshot: {}",
+                    "the servers did not settle within 5 s (waiting for {quiet:?} to finish, {idle:?} to be idle and {gone:?} to be gone); last snapshot: {}",
                     serde_json::to_string(&obs).unwrap_or_default()
                 );
             }
@@ -355,6 +337,34 @@ impl Observer {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
+}
+
+/// Whether a snapshot shows the state [`Observer::settle`] waits for.
+fn settled(obs: &Observation, quiet: &[BackendId], idle: &[BackendId], gone: &[BackendId]) -> bool {
+    let state = |s: &BTreeMap<String, String>| s.get("state").cloned().unwrap_or_default();
+    let server = |pid: i32| {
+        let pid = pid.to_string();
+        obs.servers
+            .iter()
+            .find(|s| s.get("remote_pid") == Some(&pid))
+    };
+    let gone_ok = gone
+        .iter()
+        .all(|g| !obs.alive(*g) && server(g.pid).is_none());
+    let idle_ok = idle
+        .iter()
+        .all(|b| server(b.pid).is_none_or(|s| matches!(state(s).as_str(), "idle" | "used")));
+    let transient = obs
+        .servers
+        .iter()
+        .any(|s| matches!(state(s).as_str(), "tested" | "login" | "new"));
+    let quiet_ok = quiet.iter().all(|q| {
+        obs.backends
+            .iter()
+            .find(|b| b.id == *q)
+            .is_none_or(|b| b.state != "active")
+    });
+    gone_ok && idle_ok && quiet_ok && !transient
 }
 
 /// A `SHOW` command on the admin console, rows of the harness database only, selected columns.

@@ -124,6 +124,7 @@ impl<'a> Runner<'a> {
         let mut records = vec![];
         let mut all = vec![];
         let mut server_count = 0usize;
+        let trace = std::env::var_os("PGCHAOS_TRACE").is_some();
 
         for (i, step) in steps.iter().enumerate() {
             let t = Instant::now();
@@ -170,7 +171,9 @@ impl<'a> Runner<'a> {
                 Op::Reconnect => {
                     clients[c].disconnect();
                     check = model.disconnect(c);
-                    self.observer.settle(&[], &check.idle, &check.gone).await?;
+                    self.observer
+                        .settle(None, &[], &check.idle, &check.gone)
+                        .await?;
                     clients[c].connect(&client_config).await?;
                     model.connected(c);
                     (Reply::Ok, None)
@@ -206,9 +209,7 @@ impl<'a> Runner<'a> {
                 step.op,
                 Op::Disconnect | Op::Reconnect | Op::Terminate | Op::Cancel
             ) {
-                if served.is_none()
-                    && !matches!(&reply, Reply::Error { code, .. } if code == "closed")
-                {
+                if served.is_none() && !reply.is_closed() {
                     let obs = self.observer.snapshot().await?;
                     if let Some(b) = obs.ran_step(i) {
                         served = Some(Served {
@@ -227,21 +228,12 @@ impl<'a> Runner<'a> {
                 );
             }
             let quiet: Vec<BackendId> = served.iter().map(|s| s.backend).collect();
-            let first_ok = first_look.as_ref().is_some_and(|o| {
-                quiet
-                    .iter()
-                    .all(|q| o.backends.iter().all(|b| b.id != *q || b.state != "active"))
-            });
-            let observation = match first_look {
-                Some(obs) if first_ok && check.idle.is_empty() && check.gone.is_empty() => obs,
-                _ => {
-                    self.observer
-                        .settle(&quiet, &check.idle, &check.gone)
-                        .await?
-                }
-            };
+            let observation = self
+                .observer
+                .settle(first_look, &quiet, &check.idle, &check.gone)
+                .await?;
             // A reply of `closed` means the connection is gone on our side too.
-            if matches!(&reply, Reply::Error { code, .. } if code == "closed") {
+            if reply.is_closed() {
                 clients[c].disconnect();
             }
 
@@ -257,7 +249,7 @@ impl<'a> Runner<'a> {
                 });
             }
             let probe_us = t_probe.elapsed().as_micros() as u64;
-            if std::env::var_os("PGCHAOS_TRACE").is_some() {
+            if trace {
                 eprintln!(
                     "trace {} exec {exec_us} obs {obs_us} probe {probe_us}",
                     step.op

@@ -2660,7 +2660,11 @@ mod tests {
             if let Some(b) = &t.pgbouncer {
                 // Transaction pooling shares 2 servers among 4 clients; session pooling pins
                 // a server per client, so it gets one each (no skipped steps).
-                let want = if b.pool_mode == PoolMode::Session { 4 } else { 2 };
+                let want = if b.pool_mode == PoolMode::Session {
+                    4
+                } else {
+                    2
+                };
                 assert_eq!(b.default_pool_size, want, "{stem}");
             }
             assert!(
