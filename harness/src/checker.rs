@@ -183,9 +183,10 @@ pub fn check_step(model: &mut Model, f: &StepFacts) -> Vec<Violation> {
     for (k, cs) in &believers {
         if cs.len() > 1 {
             let names: Vec<String> = cs.iter().map(|c| format!("C{}", c + 1)).collect();
+            let all = if names.len() == 2 { "both" } else { "all" };
             v(
                 "app.mutual_exclusion",
-                format!("{} all believe they hold key {k}", names.join(" and ")),
+                format!("{} {all} believe they hold key {k}", names.join(" and ")),
             );
         }
     }
