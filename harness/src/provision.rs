@@ -284,15 +284,7 @@ fn pg_cache_hit(
                 }
                 other => {
                     if locked {
-                        let why = match other {
-                            Ok(actual) => format!("it reports {actual}"),
-                            Err(e) => first_line(&e),
-                        };
-                        note(
-                            opts,
-                            &format!("postgres {version}: discarding cache entry ({why})"),
-                        );
-                        remove_dir(dest)?;
+                        discard_entry(opts, "postgres", version, other, dest)?;
                     }
                     Ok(None)
                 }
@@ -595,15 +587,7 @@ fn bouncer_cache_hit(
                 }
                 other => {
                     if locked {
-                        let why = match other {
-                            Ok(actual) => format!("it reports {actual}"),
-                            Err(e) => first_line(&e),
-                        };
-                        note(
-                            opts,
-                            &format!("pgbouncer {version}: discarding cache entry ({why})"),
-                        );
-                        remove_dir(dest)?;
+                        discard_entry(opts, "pgbouncer", version, other, dest)?;
                     }
                     Ok(None)
                 }
@@ -1415,6 +1399,25 @@ fn find_file_with_suffix(dir: &Path, suffix: &str, depth: usize) -> Option<PathB
 
 // ---------------------------------------------------------------------------
 // External commands
+
+/// Remove a cache entry whose binaries do not run or report another version.
+fn discard_entry(
+    opts: &Options,
+    component: &str,
+    version: &str,
+    reported: Result<String>,
+    dest: &Path,
+) -> Result<()> {
+    let why = match reported {
+        Ok(actual) => format!("it reports {actual}"),
+        Err(e) => first_line(&e),
+    };
+    note(
+        opts,
+        &format!("{component} {version}: discarding cache entry ({why})"),
+    );
+    remove_dir(dest)
+}
 
 fn curl(opts: &Options, step: &str, url: &str, out: &Path) -> Result<()> {
     let mut c = Command::new("curl");
