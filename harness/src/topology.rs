@@ -366,7 +366,7 @@ pub mod limits {
     pub const DEFAULT_STEPS_MAX: usize = 39;
     pub const MAX_STEPS: usize = 10_000;
     pub const MAX_WEIGHT: u32 = 1000;
-    pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 2;
+    pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 1;
     pub const MAX_LOCK_TIMEOUT_MS: u64 = 10_000;
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
@@ -2769,7 +2769,7 @@ mod tests {
         assert_eq!(w.api, Api::Session);
         assert_eq!((w.steps_min, w.steps_max), (1, 39));
         assert_eq!(w.ops, Api::Session.default_weights());
-        assert_eq!(w.lock_timeout_ms, 2);
+        assert_eq!(w.lock_timeout_ms, 1);
         assert_eq!(
             t.run,
             RunSpec {
