@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
         obs.snapshot().await?;
     }
     time("snapshot", t);
-    let direct = cluster.connect(&cluster.direct_config("postgres")).await?;
+    let direct = pgchaos::launch::connect(&cluster.direct_config("postgres")).await?;
     let snap = pgchaos::sql::snapshot("chaos");
     let t = Instant::now();
     for _ in 0..n {
@@ -42,7 +42,7 @@ async fn main() -> anyhow::Result<()> {
     }
     time("snapshot: pg part", t);
     if cluster.admin_dsn().is_some() {
-        let admin = cluster.connect(&cluster.admin_config()).await?;
+        let admin = pgchaos::launch::connect(&cluster.admin_config()).await?;
         let t = Instant::now();
         for _ in 0..n {
             admin.simple_query("SHOW SERVERS").await?;

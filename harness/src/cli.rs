@@ -234,7 +234,7 @@ async fn run(cli: Cli) -> Result<Exit> {
             let (pg_pid, bouncer_pid) = cluster.pids();
             let doc = json!({
                 "topology": cluster.topology.name,
-                "postgres": {"version": v.postgres, "declared_version": v.postgres_declared, "dsn": cluster.direct_dsn(), "pid": pg_pid},
+                "postgres": {"version": v.postgres, "declared_version": v.postgres_declared, "full_version": v.postgres_full, "dsn": cluster.direct_dsn(), "pid": pg_pid},
                 "pgbouncer": cluster.topology.pgbouncer.as_ref().map(|_| json!({
                     "version": v.pgbouncer, "declared_version": v.pgbouncer_declared,
                     "pool_mode": cluster.pool_mode().map(|m| m.as_str()),

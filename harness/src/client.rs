@@ -125,7 +125,9 @@ pub async fn run_raw(client: &Client, sql: &str) -> Raw {
         Ok(Ok(())) => {}
         Ok(Err(e)) => raw.error = Some(classify(client, &e)),
         Err(_) => {
-            let _ = client.cancel_token().cancel_query(NoTls).await;
+            // The cancel is bounded too: a paused pooler would not answer it either.
+            let cancel = client.cancel_token();
+            let _ = tokio::time::timeout(IO_TIMEOUT, cancel.cancel_query(NoTls)).await;
             raw.error = Some(("timeout".into(), format!("no reply within {IO_TIMEOUT:?}")));
         }
     }
@@ -177,10 +179,6 @@ impl LogicalClient {
     /// `C1`, `C2`, ... (1-based, as reports print them).
     pub fn name(&self) -> String {
         format!("C{}", self.index + 1)
-    }
-
-    pub fn is_connected(&self) -> bool {
-        self.conn.is_some()
     }
 
     pub async fn connect(&mut self, config: &Config) -> anyhow::Result<()> {

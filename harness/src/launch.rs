@@ -258,7 +258,7 @@ impl Cluster {
 
     /// Per-run role settings that cannot go through PgBouncer as startup options.
     async fn configure_postgres(&self) -> Result<()> {
-        let admin = self.connect(&self.direct_config(SUPERUSER)).await?;
+        let admin = connect(&self.direct_config(SUPERUSER)).await?;
         let lock_timeout = self.topology.workload.lock_timeout_ms;
         let sql = format!(
             "ALTER ROLE {CLIENT_ROLE} SET lock_timeout = '{lock_timeout}ms'; \
@@ -401,7 +401,7 @@ impl Cluster {
     }
 
     async fn read_versions(&mut self) -> Result<()> {
-        let pg = self.connect(&self.direct_config(SUPERUSER)).await?;
+        let pg = connect(&self.direct_config(SUPERUSER)).await?;
         let full = simple_first(&pg, "SELECT version()").await?;
         self.versions.postgres = parse_pg_version(&full)
             .ok_or_else(|| anyhow!("cannot read the PostgreSQL version from {full:?}"))?;
@@ -413,7 +413,7 @@ impl Cluster {
             ));
         }
         if self.bouncer.is_some() {
-            let admin = self.connect(&self.admin_config()).await?;
+            let admin = connect(&self.admin_config()).await?;
             let v = simple_first(&admin, "SHOW VERSION").await?;
             let v = v.trim_start_matches("PgBouncer").trim().to_string();
             if let Some(declared) = &self.versions.pgbouncer_declared
@@ -487,11 +487,6 @@ impl Cluster {
 
     pub fn pool_mode(&self) -> Option<PoolMode> {
         self.topology.pgbouncer.as_ref().map(|b| b.pool_mode)
-    }
-
-    /// Connect with the harness's timeout; the connection task runs in the background.
-    pub async fn connect(&self, config: &Config) -> Result<Client> {
-        connect(config).await
     }
 
     /// OS process ids of the servers (postmaster, pgbouncer).

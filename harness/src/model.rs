@@ -131,8 +131,6 @@ pub enum Plan {
 #[derive(Clone, Debug, Default)]
 pub struct StepCheck {
     pub expected_reply: Option<Reply>,
-    /// The backend the step had to run on (pinned), if any.
-    pub expected_backend: Option<BackendId>,
     /// `pg.*` or `app.*` violations found while applying the step.
     pub violations: Vec<(&'static str, String)>,
     /// Keys the contender should probe after the step, with the invariant each probe tests.
@@ -460,7 +458,6 @@ impl Model {
             return check;
         }
         let pinned = self.clients[client].linked;
-        check.expected_backend = pinned;
         let backend = match (pinned, served) {
             (Some(p), Some(s)) if p != s => {
                 check.violations.push((

@@ -5,7 +5,7 @@
 
 use crate::client::{BackendId, Raw, Reply, run_raw};
 use crate::key::Key;
-use crate::launch::{CLIENT_ROLE, Cluster, DB, SUPERUSER};
+use crate::launch::{CLIENT_ROLE, Cluster, DB, SUPERUSER, connect};
 use crate::sql;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
@@ -110,8 +110,8 @@ pub struct Observer {
 
 impl Observer {
     pub async fn connect(cluster: &Cluster) -> Result<Observer> {
-        let pg = cluster.connect(&cluster.socket_config(SUPERUSER)).await?;
-        let contender = cluster.connect(&cluster.socket_config(SUPERUSER)).await?;
+        let pg = connect(&cluster.socket_config(SUPERUSER)).await?;
+        let contender = connect(&cluster.socket_config(SUPERUSER)).await?;
         let raw = run_raw(&contender, sql::IDENTITY).await;
         let row = raw
             .rows
@@ -121,9 +121,9 @@ impl Observer {
             pid: row[0].as_deref().unwrap_or_default().parse()?,
             start_us: row[1].as_deref().unwrap_or_default().parse()?,
         };
-        let admin = match cluster.admin_config() {
-            c if cluster.bouncer_port.is_some() => Some(cluster.connect(&c).await?),
-            _ => None,
+        let admin = match cluster.bouncer_port {
+            Some(_) => Some(connect(&cluster.admin_config()).await?),
+            None => None,
         };
         let snap = crate::launch::timed(pg.prepare(&sql::snapshot(CLIENT_ROLE))).await?;
         let probe_big = crate::launch::timed(contender.prepare(sql::CONTENDER_PROBE_BIG)).await?;
@@ -303,12 +303,10 @@ impl Observer {
     /// no pooled connections, no advisory locks. Verified, not assumed.
     pub async fn reset(&self) -> Result<()> {
         if let Some(admin) = &self.admin {
-            admin
-                .simple_query(&sql::pooler_kill(DB))
+            crate::launch::timed(admin.simple_query(&sql::pooler_kill(DB)))
                 .await
                 .context("PgBouncer KILL")?;
-            admin
-                .simple_query(&sql::pooler_resume(DB))
+            crate::launch::timed(admin.simple_query(&sql::pooler_resume(DB)))
                 .await
                 .context("PgBouncer RESUME")?;
         }

@@ -166,6 +166,7 @@ pub fn results_json(cluster: &Cluster, out: &RunOutcome, topo_file: &str) -> ser
         "versions": {
             "postgres": v.postgres,
             "postgres_declared": v.postgres_declared,
+            "postgres_full": v.postgres_full,
             "pgbouncer": v.pgbouncer,
             "pgbouncer_declared": v.pgbouncer_declared,
         },

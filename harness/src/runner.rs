@@ -10,7 +10,7 @@ use crate::model::{Model, Plan, PoolSpec, StepCheck};
 use crate::observer::{Observation, Observer};
 use crate::op::Op;
 use crate::workload::Step;
-use anyhow::Result;
+use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -272,6 +272,12 @@ impl<'a> Runner<'a> {
                     probes: &probes,
                 },
             );
+            // The contender must be a different backend from every one that held or served
+            // anything in this case (the acceptance protocol's "fresh" contender).
+            let contender = self.observer.contender_id;
+            if model.backends.contains_key(&contender) || model.dead.contains(&contender) {
+                bail!("the contender's backend {contender} served a client: probes are not fresh");
+            }
             server_count = observation.backends.len();
             all.extend(violations.iter().cloned());
             records.push(StepRecord {

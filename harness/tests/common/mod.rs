@@ -37,16 +37,14 @@ pub async fn launch(name: &str) -> Cluster {
 
 /// A logical client's connection (through the pooler when the topology has one).
 pub async fn client(cluster: &Cluster) -> Client {
-    cluster
-        .connect(&cluster.client_config())
+    pgchaos::launch::connect(&cluster.client_config())
         .await
         .unwrap_or_else(|e| panic!("client connect: {e:#}"))
 }
 
 /// A direct PostgreSQL connection as the client role (a contender that bypasses the pooler).
 pub async fn direct(cluster: &Cluster) -> Client {
-    cluster
-        .connect(&cluster.direct_config(CLIENT_ROLE))
+    pgchaos::launch::connect(&cluster.direct_config(CLIENT_ROLE))
         .await
         .unwrap_or_else(|e| panic!("direct connect: {e:#}"))
 }
@@ -217,8 +215,7 @@ pub struct Observer {
 
 impl Observer {
     pub async fn connect(cluster: &Cluster) -> Observer {
-        let client = cluster
-            .connect(&cluster.direct_config(SUPERUSER))
+        let client = pgchaos::launch::connect(&cluster.direct_config(SUPERUSER))
             .await
             .unwrap_or_else(|e| panic!("observer connect: {e:#}"));
         let me = identity(&client).await;
