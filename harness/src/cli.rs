@@ -2,6 +2,7 @@
 //! to exit codes: 0 ok, 1 verdicts differ from `expect` (or a replay differed), 2 usage,
 //! config or environment error, 130 interrupted.
 
+use crate::cpu::{self, CpuChoice};
 use crate::engine::{self, RunOptions};
 use crate::launch::Cluster;
 use crate::provision::{self, BouncerBinary, Options, PgBinaries};
@@ -68,6 +69,10 @@ enum Cmd {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Pin the harness and its servers to one CPU: `auto` (the one it runs on), `off`,
+        /// or a CPU number. Default: PGCHAOS_CPU, else auto.
+        #[arg(long)]
+        cpu: Option<String>,
     },
     /// Replay a case file on a fresh topology, or regenerate a case from its seed.
     Reproduce {
@@ -84,6 +89,10 @@ enum Cmd {
         times: u32,
         #[arg(long)]
         strict_versions: bool,
+        /// Pin the harness and its servers to one CPU: `auto` (the one it runs on), `off`,
+        /// or a CPU number. Default: PGCHAOS_CPU, else auto.
+        #[arg(long)]
+        cpu: Option<String>,
     },
     /// Compare runs: run directories, or topology names meaning their latest run.
     Compare {
@@ -289,6 +298,7 @@ async fn run(cli: Cli) -> Result<Exit> {
             out,
             strict_versions,
             quiet,
+            cpu,
         } => {
             let topo = load(&topology)?;
             let seed = match seed.as_deref().map(str::trim) {
@@ -306,13 +316,21 @@ async fn run(cli: Cli) -> Result<Exit> {
             if cases == 0 {
                 bail!("--cases must be at least 1");
             }
+            let choice = CpuChoice::from_flag_or_env(cpu.as_deref())?;
             let (pg, bouncer) = binaries(&topo, strict_versions)?;
-            let cluster = Cluster::launch(&topo, &pg, bouncer.as_ref()).await?;
+            // After provisioning (a build uses every CPU), before the servers start.
+            let pinned = cpu::pin(choice)?;
+            let mut cluster = Cluster::launch(&topo, &pg, bouncer.as_ref()).await?;
+            cluster.pinned_cpu = pinned;
             let label = report::topo_label(&topo);
             eprintln!(
-                "pgchaos: {} ready in {} ms; seed {seed}; {cases} cases; versions PG {} PgBouncer {}{}",
+                "pgchaos: {} ready in {} ms; seed {seed}; {cases} cases; {}; versions PG {} PgBouncer {}{}",
                 topo.name,
                 cluster.ready_ms,
+                match cluster.pinned_cpu {
+                    Some(c) => format!("pinned to CPU {c}"),
+                    None => "not pinned".into(),
+                },
                 cluster.versions.postgres,
                 cluster
                     .versions
@@ -434,7 +452,11 @@ async fn run(cli: Cli) -> Result<Exit> {
             invariant,
             times,
             strict_versions,
-        } => reproduce(&target, seed, invariant, times, strict_versions).await,
+            cpu,
+        } => {
+            let choice = CpuChoice::from_flag_or_env(cpu.as_deref())?;
+            reproduce(&target, seed, invariant, times, strict_versions, choice).await
+        }
         Cmd::Compare {
             runs,
             markdown,
@@ -477,6 +499,7 @@ async fn reproduce(
     invariant: Option<String>,
     times: u32,
     strict: bool,
+    cpu_choice: CpuChoice,
 ) -> Result<Exit> {
     let (topo, case) = match seed {
         Some(seed) => {
@@ -520,7 +543,9 @@ async fn reproduce(
         }
     };
     let (pg, bouncer) = binaries(&topo, strict)?;
-    let cluster = Cluster::launch(&topo, &pg, bouncer.as_ref()).await?;
+    let pinned = cpu::pin(cpu_choice)?;
+    let mut cluster = Cluster::launch(&topo, &pg, bouncer.as_ref()).await?;
+    cluster.pinned_cpu = pinned;
     let runner = Runner::new(&cluster).await?;
     let mut steps = case.steps();
     let mut chosen_invariant: Option<String> = None;

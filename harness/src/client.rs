@@ -150,19 +150,77 @@ fn classify(client: &Client, e: &tokio_postgres::Error) -> (String, String) {
     (code, message)
 }
 
-/// Identity from a row: a 3-column identity row, or the first 3 columns of a 4-column
+/// Identity from a row: a 2-column identity row, or the first 2 columns of a 3-column
 /// identity-and-result row.
 fn parse_identity(row: &[Option<String>]) -> Option<Served> {
-    if row.len() != 3 && row.len() != 4 {
+    if row.len() != 2 && row.len() != 3 {
         return None;
     }
+    let backend_start = row[1].clone()?;
     Some(Served {
         backend: BackendId {
             pid: row[0].as_deref()?.parse().ok()?,
-            start_us: row[1].as_deref()?.parse().ok()?,
+            start_us: parse_timestamptz(&backend_start)?,
         },
-        backend_start: row[2].clone()?,
+        backend_start,
     })
+}
+
+/// Microseconds since the Unix epoch of a `timestamptz` printed in ISO DateStyle:
+/// `2026-11-30 11:20:11.710037+00` (fraction 0-6 digits, offset `+HH`, `+HH:MM` or
+/// `+HH:MM:SS`). `None` for anything else (BC dates, infinity, other DateStyles).
+pub fn parse_timestamptz(s: &str) -> Option<i64> {
+    let (date, rest) = s.split_once(' ')?;
+    let mut d = date.splitn(3, '-');
+    let (y, m, day): (i64, i64, i64) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || date.len() < 10 {
+        return None;
+    }
+    let sign_at = rest.find(['+', '-'])?;
+    let (time, offset) = rest.split_at(sign_at);
+    let (hms, frac) = match time.split_once('.') {
+        Some((hms, frac)) => (hms, frac),
+        None => (time, ""),
+    };
+    if frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let micros: i64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<i64>().ok()? * 10i64.pow(6 - frac.len() as u32)
+    };
+    let mut t = hms.splitn(3, ':');
+    let (hh, mm, ss): (i64, i64, i64) = (
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+    );
+    let negative = offset.starts_with('-');
+    let mut o = offset[1..].splitn(3, ':');
+    let mut off_secs = o.next()?.parse::<i64>().ok()? * 3600;
+    if let Some(mm) = o.next() {
+        off_secs += mm.parse::<i64>().ok()? * 60;
+    }
+    if let Some(ss) = o.next() {
+        off_secs += ss.parse::<i64>().ok()?;
+    }
+    if negative {
+        off_secs = -off_secs;
+    }
+    // Days from 1970-01-01 in the proleptic Gregorian calendar (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    let secs = days * 86400 + hh * 3600 + mm * 60 + ss - off_secs;
+    Some(secs * 1_000_000 + micros)
 }
 
 /// A logical client: what an application holds, one connection at a time.
@@ -214,7 +272,7 @@ impl LogicalClient {
         let served = raw.rows.iter().find_map(|r| parse_identity(r));
         let result: Option<Vec<Option<String>>> = raw.rows.iter().find_map(|r| match r.len() {
             1 => Some(vec![r[0].clone()]),
-            4 => Some(vec![r[3].clone()]),
+            3 => Some(vec![r[2].clone()]),
             _ => None,
         });
         let reply = match raw.error {
@@ -250,7 +308,6 @@ mod tests {
     fn identity_rows_parse() {
         let row = vec![
             Some("7139".to_string()),
-            Some("1764500000123456".to_string()),
             Some("2025-11-30 09:00:00.123456+00".to_string()),
         ];
         let s = parse_identity(&row).unwrap();
@@ -258,10 +315,47 @@ mod tests {
             s.backend,
             BackendId {
                 pid: 7139,
-                start_us: 1764500000123456
+                start_us: 1764493200123456
             }
         );
+        assert_eq!(s.backend_start, "2025-11-30 09:00:00.123456+00");
         assert!(parse_identity(&row[..1]).is_none());
+        let mut bad = row.clone();
+        bad[1] = Some("Sun Nov 30 09:00:00.123456 2025 UTC".into());
+        assert!(
+            parse_identity(&bad).is_none(),
+            "non-ISO DateStyle is refused"
+        );
+    }
+
+    #[test]
+    fn timestamptz_parses_fractions_offsets_and_calendar() {
+        // Values checked with PostgreSQL: extract(epoch FROM '...'::timestamptz) * 1e6.
+        let cases = [
+            ("1970-01-01 00:00:00+00", 0),
+            ("2025-11-30 09:00:00.123456+00", 1764493200123456),
+            ("2025-11-30 09:00:00.12+00", 1764493200120000),
+            ("2025-11-30 09:00:00+00", 1764493200000000),
+            ("2025-11-30 14:30:00+05:30", 1764493200000000),
+            ("2025-11-30 05:00:00-04", 1764493200000000),
+            ("2024-02-29 23:59:59.999999+00", 1709251199999999),
+            ("2000-03-01 00:00:00+00", 951868800000000),
+            ("1900-03-01 00:00:00+00", -2203891200000000),
+            ("2026-11-30 11:20:11.710037+00", 1796037611710037),
+        ];
+        for (text, us) in cases {
+            assert_eq!(parse_timestamptz(text), Some(us), "{text}");
+        }
+        for bad in [
+            "",
+            "2025-11-30",
+            "2025-13-01 00:00:00+00",
+            "2025-11-30 09:00:00.1234567+00",
+            "2025-11-30 09:00:00",
+            "infinity",
+        ] {
+            assert_eq!(parse_timestamptz(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //! -> [`runner`] driving [`client`]s with steps from [`workload`] -> [`observer`] (what the
 //! servers say) -> [`model`] + [`checker`] (what should have happened; verdicts) ->
 //! [`report`] (what a person reads). [`engine`] ties a chaos run together; [`sql`] holds
-//! every statement.
+//! every statement; [`cpu`] places a sequential run on one CPU.
 
 pub mod checker;
 pub mod cli;
 pub mod client;
+pub mod cpu;
 pub mod engine;
 pub mod key;
 pub mod launch;

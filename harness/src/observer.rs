@@ -106,6 +106,8 @@ pub struct Observer {
     pub contender_id: BackendId,
     pub contender_start: String,
     admin: Option<Client>,
+    /// The servers run on this host (the native launcher): their pids can be watched in /proc.
+    local_processes: bool,
 }
 
 impl Observer {
@@ -117,9 +119,11 @@ impl Observer {
             .rows
             .first()
             .ok_or_else(|| anyhow!("contender identity query failed: {:?}", raw.error))?;
+        let contender_start = row[1].clone().unwrap_or_default();
         let contender_id = BackendId {
             pid: row[0].as_deref().unwrap_or_default().parse()?,
-            start_us: row[1].as_deref().unwrap_or_default().parse()?,
+            start_us: crate::client::parse_timestamptz(&contender_start)
+                .ok_or_else(|| anyhow!("contender backend_start {contender_start:?} is not ISO"))?,
         };
         let admin = match cluster.bouncer_port {
             Some(_) => Some(connect(&cluster.admin_config()).await?),
@@ -135,8 +139,9 @@ impl Observer {
             pg,
             contender,
             contender_id,
-            contender_start: row[2].clone().unwrap_or_default(),
+            contender_start,
             admin,
+            local_processes: cluster.pids().0.is_some(),
         })
     }
 
@@ -234,7 +239,8 @@ impl Observer {
     }
 
     /// `pg_terminate_backend` of exactly this identity, confirmed by its leaving
-    /// `pg_stat_activity` within a bounded wait.
+    /// `pg_stat_activity` within a bounded wait (with local servers, after its process has
+    /// exited).
     pub async fn terminate(&self, id: BackendId) -> Result<Reply> {
         let rows = Self::raw_ok(&self.pg, &sql::terminate(id.pid, id.start_us)).await?;
         let Some(row) = rows.first() else {
@@ -242,7 +248,27 @@ impl Observer {
         };
         let signalled = row[0].as_deref() == Some("t");
         let deadline = Instant::now() + Duration::from_secs(5);
+        if self.local_processes {
+            // Watch the process itself first: a /proc read costs no query, so the poll does
+            // not take the CPU from the backend it waits for. The query below confirms.
+            let mut polls = 0u32;
+            while process_running(id.pid) {
+                if Instant::now() > deadline {
+                    bail!("backend {id} still running 5 s after pg_terminate_backend");
+                }
+                polls += 1;
+                // 50 us steps for the first few milliseconds (an exit takes 1-3 ms here),
+                // then the runtime's timer, so a stuck exit does not block the thread.
+                if polls <= 60 {
+                    std::thread::sleep(Duration::from_micros(50));
+                } else {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+        let mut attempt = 0;
         loop {
+            attempt += 1;
             let present =
                 Self::raw_ok(&self.pg, &sql::backend_present(id.pid, id.start_us)).await?;
             if present.is_empty() {
@@ -251,7 +277,7 @@ impl Observer {
             if Instant::now() > deadline {
                 bail!("backend {id} still present 5 s after pg_terminate_backend");
             }
-            tokio::time::sleep(Duration::from_micros(200)).await;
+            backoff(attempt).await;
         }
         Ok(Reply::Bool { value: signalled })
     }
@@ -281,7 +307,9 @@ impl Observer {
         let ordered = !idle.is_empty() || !gone.is_empty();
         // A snapshot taken without waiting in order cannot vouch for a reset or an exit.
         let mut next = first.filter(|_| !ordered);
+        let mut attempt = 0;
         loop {
+            attempt += 1;
             let obs = match next.take() {
                 Some(obs) => obs,
                 None => self.look(ordered).await?,
@@ -295,14 +323,25 @@ impl Observer {
                     serde_json::to_string(&obs).unwrap_or_default()
                 );
             }
-            tokio::time::sleep(Duration::from_micros(200)).await;
+            backoff(attempt).await;
         }
     }
 
     /// Bring the topology to the known empty state between cases: no client-role backends,
-    /// no pooled connections, no advisory locks. Verified, not assumed.
+    /// no pooled connections, no advisory locks. Verified, not assumed. With local servers
+    /// the reset also waits for the terminated backends' processes to finish exiting (a
+    /// backend leaves `pg_stat_activity` before it has released its memory), so no dying
+    /// process competes with the next case's steps for the CPU.
     pub async fn reset(&self) -> Result<()> {
+        let mut pids: BTreeSet<i32> = BTreeSet::new();
         if let Some(admin) = &self.admin {
+            pids.extend(
+                show(admin, sql::SHOW_SERVERS)
+                    .await?
+                    .iter()
+                    .filter_map(|s| s.get("remote_pid")?.parse::<i32>().ok())
+                    .filter(|p| *p > 0),
+            );
             crate::launch::timed(admin.simple_query(&sql::pooler_kill(DB)))
                 .await
                 .context("PgBouncer KILL")?;
@@ -311,8 +350,15 @@ impl Observer {
                 .context("PgBouncer RESUME")?;
         }
         let deadline = Instant::now() + Duration::from_secs(5);
+        let mut attempt = 0;
         loop {
-            Self::raw_ok(&self.pg, &sql::terminate_role(CLIENT_ROLE)).await?;
+            attempt += 1;
+            let terminated = Self::raw_ok(&self.pg, &sql::terminate_role(CLIENT_ROLE)).await?;
+            pids.extend(
+                terminated
+                    .iter()
+                    .filter_map(|r| r[0].as_deref()?.parse::<i32>().ok()),
+            );
             let backends = Self::raw_ok(&self.pg, &sql::role_backends(CLIENT_ROLE)).await?;
             let locks = Self::raw_ok(&self.pg, sql::ALL_ADVISORY_LOCKS).await?;
             let n = |rows: &Vec<Vec<Option<String>>>| {
@@ -322,18 +368,52 @@ impl Observer {
                 Some(a) => show(a, sql::SHOW_SERVERS).await?.is_empty(),
                 None => true,
             };
-            if n(&backends) == "0" && n(&locks) == "0" && pool_empty {
+            let exiting: Vec<i32> = if self.local_processes {
+                pids.iter()
+                    .copied()
+                    .filter(|p| process_running(*p))
+                    .collect()
+            } else {
+                vec![]
+            };
+            if n(&backends) == "0" && n(&locks) == "0" && pool_empty && exiting.is_empty() {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 bail!(
-                    "reset did not reach the empty state within 5 s: {} client backends, {} advisory locks, pool empty: {pool_empty}",
+                    "reset did not reach the empty state within 5 s: {} client backends, {} advisory locks, pool empty: {pool_empty}, backend processes still exiting: {exiting:?}",
                     n(&backends),
                     n(&locks)
                 );
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            backoff(attempt).await;
         }
+    }
+}
+
+/// Whether a local process is still running (a zombie has already released everything and
+/// only waits for its parent to reap it).
+fn process_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself contain ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// The pause before a bounded wait's next look: none after the first (a look is itself a
+/// round trip, ~0.1 ms), then 50 us doubling up to 1 ms. Sub-millisecond pauses sleep the
+/// thread: tokio's timer rounds every sleep up to a whole millisecond, which was most of the
+/// cost of waiting for a backend to finish an error or exit. Nothing else runs meanwhile
+/// (the schedule is sequential), so the short block is harmless.
+async fn backoff(attempt: u32) {
+    match attempt {
+        0 | 1 => tokio::task::yield_now().await,
+        n if n < 6 => std::thread::sleep(Duration::from_micros(50 << (n - 2))),
+        _ => tokio::time::sleep(Duration::from_millis(1)).await,
     }
 }
 

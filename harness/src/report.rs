@@ -171,6 +171,10 @@ pub fn results_json(cluster: &Cluster, out: &RunOutcome, topo_file: &str) -> ser
             "pgbouncer_declared": v.pgbouncer_declared,
         },
         "version_drift": v.version_drift,
+        "cpu": {
+            "pinned": cluster.pinned_cpu,
+            "online": crate::cpu::online(),
+        },
         "seed": out.run_seed,
         "cases": out.cases,
         "steps": out.steps,

@@ -125,6 +125,7 @@ impl<'a> Runner<'a> {
         let mut all = vec![];
         let mut server_count = 0usize;
         let trace = std::env::var_os("PGCHAOS_TRACE").is_some();
+        let mut seen_backends: Vec<BackendId> = vec![];
 
         for (i, step) in steps.iter().enumerate() {
             let t = Instant::now();
@@ -250,8 +251,15 @@ impl<'a> Runner<'a> {
             }
             let probe_us = t_probe.elapsed().as_micros() as u64;
             if trace {
+                let new = match &served {
+                    Some(s) if !seen_backends.contains(&s.backend) => {
+                        seen_backends.push(s.backend);
+                        1
+                    }
+                    _ => 0,
+                };
                 eprintln!(
-                    "trace {} exec {exec_us} obs {obs_us} probe {probe_us}",
+                    "trace {} exec {exec_us} obs {obs_us} probe {probe_us} new {new}",
                     step.op
                 );
             }

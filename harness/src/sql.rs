@@ -11,12 +11,14 @@
 use crate::key::Key;
 use crate::op::Op;
 
-/// The identity of the backend running the statement: pid, backend_start in microseconds
-/// since the epoch, and backend_start as text. Three columns; op results have one.
-pub const IDENTITY: &str = "SELECT pg_backend_pid(), \
-     (extract(epoch FROM backend_start) * 1000000)::int8, backend_start::text \
-     FROM pg_stat_get_activity(pg_backend_pid())";
-const IDENTITY_COLS: &str = "SELECT pg_backend_pid(), (extract(epoch FROM backend_start) * 1000000)::int8, backend_start::text";
+/// The identity of the backend running the statement: pid and `backend_start` as the server
+/// prints it (ISO DateStyle, pinned for the client role by the launcher; the harness turns it
+/// into microseconds, [`crate::client::parse_timestamptz`]). Two columns; op results have one
+/// more. Deliberately bare: on a fresh backend, `extract(epoch ...)` and casts cost ~0.7 ms of
+/// catalog lookups, and every case starts with fresh backends.
+pub const IDENTITY: &str =
+    "SELECT pg_backend_pid(), backend_start FROM pg_stat_get_activity(pg_backend_pid())";
+const IDENTITY_COLS: &str = "SELECT pg_backend_pid(), backend_start";
 const IDENTITY_FROM: &str = "FROM pg_stat_get_activity(pg_backend_pid())";
 
 /// The tag comment that marks a step's SQL.
@@ -115,10 +117,12 @@ pub fn role_backends(role: &str) -> String {
     )
 }
 
-/// Terminate every backend of the client role (reset of a pooler-less topology).
+/// Terminate every backend of the client role; one row per backend, with its pid (the reset
+/// then waits for those processes to exit). The call stays in the target list: in WHERE,
+/// the planner may run it before the filters that spare the observer itself.
 pub fn terminate_role(role: &str) -> String {
     format!(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+        "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE usename = '{role}' AND datname = current_database() AND pid <> pg_backend_pid()"
     )
 }
