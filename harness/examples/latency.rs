@@ -29,6 +29,20 @@ async fn main() -> anyhow::Result<()> {
         c.run(Op::TryXactLock, Some(k), i).await;
     }
     time("op (try_xact_lock)", t);
+    let mut many: Vec<LogicalClient> = (0..4).map(LogicalClient::new).collect();
+    for m in many.iter_mut() {
+        m.connect(&cluster.client_config()).await?;
+    }
+    let t = Instant::now();
+    for i in 0..n {
+        many[i % 4].run(Op::TryLock, Some(k), i).await;
+        many[i % 4].run(Op::Unlock, Some(k), i).await;
+    }
+    println!(
+        "{:<24} {:>8.3} ms/op",
+        "op, 4 clients in turn",
+        t.elapsed().as_secs_f64() * 1000.0 / (2 * n) as f64
+    );
     let t = Instant::now();
     for _ in 0..n {
         obs.snapshot().await?;
