@@ -171,11 +171,19 @@ pub fn binaries(t: &Topology, strict: bool) -> Result<(PgBinaries, Option<Bounce
     Ok((pg, bouncer))
 }
 
-/// Load, provision and launch.
+/// Load, provision and launch (not pinned: for tests and examples).
 pub async fn start(arg: &str, strict: bool) -> Result<Cluster> {
-    let t = load(arg)?;
-    let (pg, bouncer) = binaries(&t, strict)?;
-    Cluster::launch(&t, &pg, bouncer.as_ref()).await
+    launch(&load(arg)?, strict, CpuChoice::Off).await
+}
+
+/// Provision, place the harness thread per `cpu` (after provisioning: a build uses every
+/// CPU; before the servers start, so they inherit it), and launch.
+async fn launch(t: &Topology, strict: bool, cpu: CpuChoice) -> Result<Cluster> {
+    let (pg, bouncer) = binaries(t, strict)?;
+    let pinned = cpu::pin(cpu)?;
+    let mut cluster = Cluster::launch(t, &pg, bouncer.as_ref()).await?;
+    cluster.pinned_cpu = pinned;
+    Ok(cluster)
 }
 
 /// `--time-limit`: the same forms as the YAML (`500ms`, `60s`, `2m`, `1h`).
@@ -317,11 +325,7 @@ async fn run(cli: Cli) -> Result<Exit> {
                 bail!("--cases must be at least 1");
             }
             let choice = CpuChoice::from_flag_or_env(cpu.as_deref())?;
-            let (pg, bouncer) = binaries(&topo, strict_versions)?;
-            // After provisioning (a build uses every CPU), before the servers start.
-            let pinned = cpu::pin(choice)?;
-            let mut cluster = Cluster::launch(&topo, &pg, bouncer.as_ref()).await?;
-            cluster.pinned_cpu = pinned;
+            let cluster = launch(&topo, strict_versions, choice).await?;
             let label = report::topo_label(&topo);
             eprintln!(
                 "pgchaos: {} ready in {} ms; seed {seed}; {cases} cases; {}; versions PG {} PgBouncer {}{}",
@@ -542,10 +546,7 @@ async fn reproduce(
             (topo, case)
         }
     };
-    let (pg, bouncer) = binaries(&topo, strict)?;
-    let pinned = cpu::pin(cpu_choice)?;
-    let mut cluster = Cluster::launch(&topo, &pg, bouncer.as_ref()).await?;
-    cluster.pinned_cpu = pinned;
+    let cluster = launch(&topo, strict, cpu_choice).await?;
     let runner = Runner::new(&cluster).await?;
     let mut steps = case.steps();
     let mut chosen_invariant: Option<String> = None;

@@ -6,8 +6,7 @@
 //! run (`--cpu`, `PGCHAOS_CPU`), recorded in results.json, and never applied to `up`, whose
 //! servers serve other programs.
 
-use anyhow::{Result, bail};
-use std::fmt;
+use anyhow::{Context, Result, anyhow, bail};
 
 /// The `--cpu` choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,33 +25,19 @@ impl CpuChoice {
         match s.trim() {
             "auto" => Ok(CpuChoice::Auto),
             "off" | "none" => Ok(CpuChoice::Off),
-            n => match n.parse::<usize>() {
-                Ok(n) => Ok(CpuChoice::Cpu(n)),
-                Err(_) => bail!("--cpu {s:?}: expected `auto`, `off` or a CPU number"),
-            },
+            n => n
+                .parse::<usize>()
+                .map(CpuChoice::Cpu)
+                .map_err(|_| anyhow!("{s:?}: expected `auto`, `off` or a CPU number")),
         }
     }
 
     /// The flag if given, else `PGCHAOS_CPU`, else `auto`.
     pub fn from_flag_or_env(flag: Option<&str>) -> Result<CpuChoice> {
-        match flag {
-            Some(f) => CpuChoice::parse(f),
-            None => match std::env::var("PGCHAOS_CPU") {
-                Ok(v) => CpuChoice::parse(&v).map_err(|e| {
-                    anyhow::anyhow!("PGCHAOS_CPU: {}", e.to_string().replace("--cpu ", ""))
-                }),
-                Err(_) => Ok(CpuChoice::Auto),
-            },
-        }
-    }
-}
-
-impl fmt::Display for CpuChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CpuChoice::Auto => write!(f, "auto"),
-            CpuChoice::Off => write!(f, "off"),
-            CpuChoice::Cpu(n) => write!(f, "{n}"),
+        match (flag, std::env::var("PGCHAOS_CPU")) {
+            (Some(f), _) => CpuChoice::parse(f).context("--cpu"),
+            (None, Ok(v)) => CpuChoice::parse(&v).context("PGCHAOS_CPU"),
+            (None, Err(_)) => Ok(CpuChoice::Auto),
         }
     }
 }

@@ -452,39 +452,29 @@ impl Cluster {
         Ok(())
     }
 
-    fn base_config(&self, port: u16, user: &str, db: &str) -> Config {
-        let mut c = Config::new();
-        c.host("127.0.0.1")
-            .port(port)
-            .user(user)
-            .dbname(db)
-            .connect_timeout(IO_TIMEOUT)
-            .application_name("pgchaos");
-        c
-    }
-
     /// A logical client's connection: through the pooler, or direct for a pooler-less
     /// topology, over the Unix socket in the private run directory (the TCP listener, on
     /// loopback, is for people and tools; a socket costs less per connect and round trip).
     pub fn client_config(&self) -> Config {
         let port = self.bouncer_port.unwrap_or(self.pg_port);
-        self.unix_config(port, CLIENT_ROLE, DB, "pgchaos")
+        self.config(true, port, CLIENT_ROLE, DB, "pgchaos")
     }
 
     /// A direct PostgreSQL connection over TCP on loopback (what `up` prints) as `user`.
     pub fn direct_config(&self, user: &str) -> Config {
-        self.base_config(self.pg_port, user, DB)
+        self.config(false, self.pg_port, user, DB, "pgchaos")
     }
 
     /// A direct connection over PostgreSQL's Unix socket in the private run directory (the
     /// observer's and contender's path).
     pub fn socket_config(&self, user: &str) -> Config {
-        self.unix_config(self.pg_port, user, DB, "pgchaos-observer")
+        self.config(true, self.pg_port, user, DB, "pgchaos-observer")
     }
 
     /// PgBouncer's admin console (simple query protocol only), over its Unix socket.
     pub fn admin_config(&self) -> Config {
-        self.unix_config(
+        self.config(
+            true,
             self.bouncer_port.unwrap_or(0),
             SUPERUSER,
             "pgbouncer",
@@ -492,10 +482,15 @@ impl Cluster {
         )
     }
 
-    fn unix_config(&self, port: u16, user: &str, db: &str, app: &str) -> Config {
+    /// Over loopback TCP, or over the Unix socket in the private run directory.
+    fn config(&self, unix: bool, port: u16, user: &str, db: &str, app: &str) -> Config {
         let mut c = Config::new();
-        c.host_path(&self.run_dir)
-            .port(port)
+        if unix {
+            c.host_path(&self.run_dir);
+        } else {
+            c.host("127.0.0.1");
+        }
+        c.port(port)
             .user(user)
             .dbname(db)
             .connect_timeout(IO_TIMEOUT)

@@ -96,6 +96,9 @@ fn transaction_mode_mutual_exclusion_is_found_shrunk_and_reproduced() {
         assert!(results["version_drift"].is_array());
         assert!(results["versions"]["postgres"] == "18.6");
         assert!(results["timing"]["steps_per_sec"].as_f64().unwrap() > 0.0);
+        // The default `--cpu auto` pins the run to one of the machine's CPUs.
+        let online = results["cpu"]["online"].as_u64().unwrap();
+        assert!(results["cpu"]["pinned"].as_u64().unwrap() < online);
         for f in [
             "results.json",
             "history.jsonl",
@@ -251,6 +254,27 @@ fn usage_and_environment_errors_exit_2_with_the_cause() {
     assert!(text(&o).contains("--seed \"banana\""), "{}", text(&o));
     let o = pgchaos(&["chaos", "transaction-mode", "--time-limit", "soon"]);
     assert_eq!(o.status.code(), Some(2));
+    let o = pgchaos(&["chaos", "transaction-mode", "--cpu", "fast"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("--cpu: \"fast\": expected"),
+        "{}",
+        text(&o)
+    );
+    let o = pgchaos(&[
+        "reproduce",
+        "--cpu",
+        "100000",
+        "--seed",
+        "1",
+        "transaction-mode",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("CPU 100000 is not available"),
+        "{}",
+        text(&o)
+    );
     let o = pgchaos(&["frobnicate"]);
     assert_eq!(o.status.code(), Some(2));
     let o = pgchaos(&["reproduce", "/nonexistent/case.yaml"]);
