@@ -1,9 +1,9 @@
 //! Measures the cost of each piece of a step on a live topology:
 //! `cargo run --release --example latency -- transaction-mode`
 use pgchaos::client::LogicalClient;
-use pgchaos::key::Key;
-use pgchaos::op::Op;
-use pgchaos::runner::Runner;
+use pgchaos::observe::Waits;
+use pgchaos::run::Runner;
+use pgchaos::vocab::{Key, Op};
 use std::time::Instant;
 
 #[tokio::main(flavor = "current_thread")]
@@ -11,7 +11,8 @@ async fn main() -> anyhow::Result<()> {
     let arg = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "transaction-mode".into());
-    let cluster = pgchaos::cli::start(&arg, false).await?;
+    let topology = pgchaos::cli::load(&arg)?;
+    let cluster = pgchaos::launch::launch(&topology, Default::default()).await?;
     let runner = Runner::new(&cluster).await?;
     let obs = &runner.observer;
     let n = 500;
@@ -55,8 +56,8 @@ async fn main() -> anyhow::Result<()> {
         pgchaos::client::run_raw(&direct, &snap).await;
     }
     time("snapshot: pg part", t);
-    if cluster.admin_dsn().is_some() {
-        let admin = pgchaos::launch::connect(&cluster.admin_config()).await?;
+    if let Some(config) = cluster.admin_config() {
+        let admin = pgchaos::launch::connect(&config).await?;
         let t = Instant::now();
         for _ in 0..n {
             admin.simple_query("SHOW SERVERS").await?;
@@ -71,13 +72,16 @@ async fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     for i in 0..n {
         let (_, served) = c.run(Op::TryXactLock, Some(k), i).await;
-        let q: Vec<_> = served.iter().map(|s| s.backend).collect();
-        obs.settle(None, &q, &[], &[]).await?;
+        let waits = Waits {
+            quiet: served.into_iter().collect(),
+            ..Default::default()
+        };
+        obs.settle(None, &waits).await?;
     }
     time("op + settle", t);
     let t = Instant::now();
     for _ in 0..n {
-        obs.settle(None, &[], &[], &[]).await?;
+        obs.settle(None, &Waits::default()).await?;
     }
     time("settle alone", t);
     let t = Instant::now();

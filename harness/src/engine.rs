@@ -1,71 +1,18 @@
-//! A chaos run: generate cases from the run seed, run each on the live topology, count
-//! violations per invariant, shrink the first failure of each invariant to a minimal case,
-//! replay that case once with full evidence, and return the results (no printing, no files:
-//! that is `report`'s job).
+//! The chaos loop, Jepsen's `core/run!`: generate cases from the run seed, run each on the
+//! live topology (`run`), have the checker judge its recorded events (`check`), hand them to
+//! the history writer, shrink the first failure of each invariant to a minimal case (every
+//! candidate recorded and judged the same way), and replay that case once with full
+//! evidence. Progress and findings go out as [`RunEvent`]s; printing and files are the
+//! reporters' business.
+//!
+//! May import `run`, `check`, `history`, `workload`; `report` and `cli` import it.
 
-use crate::runner::{CaseRun, Runner};
-use crate::topology::{INVARIANTS, Tier, Verdict};
+use crate::check::{self, CaseCheck, FirstFailure, Tally};
+use crate::history::{CaseView, Event, HistoryWriter, Phase, Recorder};
+use crate::run::{CaseMeta, Runner};
 use crate::workload::{self, Step};
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-/// The first failure of an invariant, shrunk.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Failure {
-    pub invariant: String,
-    /// Seed of the original failing case (regenerates it: `reproduce --seed`).
-    pub case_seed: u64,
-    pub case_index: u32,
-    pub original: Vec<Step>,
-    pub minimal: Vec<Step>,
-    pub shrink_runs: u32,
-    pub shrink_ms: u64,
-    /// The minimal case replayed once with contender probes and snapshots around every step.
-    pub evidence: CaseRun,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct InvariantResult {
-    pub name: String,
-    pub tier: String,
-    pub verdict: Verdict,
-    pub expected: Verdict,
-    pub violating_cases: u32,
-}
-
-/// Everything a chaos run found.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunOutcome {
-    pub run_seed: u64,
-    pub cases: u32,
-    /// Steps executed (not counting skipped ones).
-    pub steps: u64,
-    pub skipped_steps: u64,
-    pub invariants: Vec<InvariantResult>,
-    pub failures: Vec<Failure>,
-    pub run_ms: u64,
-    pub steps_ms: u64,
-    pub reset_ms: u64,
-    pub shrink_ms: u64,
-    pub time_to_first_violation_ms: Option<u64>,
-    /// Time from the topology being ready to the first minimal case being shrunk.
-    pub time_to_first_minimal_ms: Option<u64>,
-    pub stopped_by_time_limit: bool,
-    /// The full step history of every case, in order (for `history.jsonl`).
-    #[serde(skip)]
-    pub history: Vec<(u32, u64, CaseRun)>,
-}
-
-impl RunOutcome {
-    pub fn passed(&self) -> bool {
-        self.invariants.iter().all(|i| i.verdict == i.expected)
-    }
-}
-
-/// Told of each minimal failure as soon as it is shrunk, with the time since the run began.
-pub type OnFailure = Box<dyn Fn(&Failure, Duration) + Send>;
 
 /// Options of one run, after CLI overrides.
 pub struct RunOptions {
@@ -73,212 +20,171 @@ pub struct RunOptions {
     pub seed: u64,
     pub time_limit: Duration,
     pub max_shrink_runs: u32,
-    /// Called after each case with (cases done, total, violations so far).
-    pub progress: Box<dyn Fn(u32, u32, usize) + Send>,
-    /// Called as soon as a failure is shrunk, with the time since the run started.
-    pub on_failure: OnFailure,
 }
 
-/// Shrink a failing case for one invariant with proptest's value tree; each candidate is
-/// re-run on a reset topology. Returns the minimal steps and the number of runs.
+/// What a run tells its reporters as it goes.
+pub enum RunEvent<'a> {
+    /// A generated case is done.
+    CaseDone {
+        done: u32,
+        total: u32,
+        violated: usize,
+    },
+    /// A minimal case was shrunk and replayed with evidence.
+    Minimal {
+        failure: &'a FirstFailure,
+        at: Duration,
+    },
+}
+
+/// Where a run's events go: the checker's tally and the history file.
+pub struct Sink<'w> {
+    pub rec: Recorder,
+    pub tally: Tally,
+    pub writer: Option<&'w HistoryWriter>,
+    rules: crate::pooler::PoolRules,
+}
+
+impl<'w> Sink<'w> {
+    pub fn new(
+        t0: Instant,
+        rules: crate::pooler::PoolRules,
+        writer: Option<&'w HistoryWriter>,
+    ) -> Self {
+        Sink {
+            rec: Recorder::new(t0),
+            tally: Tally::default(),
+            writer,
+            rules,
+        }
+    }
+
+    /// Judge the case just recorded, add it up, and pass its events to the writer. Returns
+    /// the verdict, the invariants it violates for the first time in the run, and the events
+    /// (empty when a writer took them: they are not copied).
+    pub fn case_done(&mut self) -> Result<(CaseCheck, Vec<String>, Vec<Event>)> {
+        let events = self.rec.take();
+        let view = CaseView::build(&events)?;
+        let verdict = check::check_view(&self.rules, &view);
+        let fresh = self.tally.add(&view, &events, &verdict);
+        drop(view);
+        match self.writer {
+            Some(w) => {
+                w.write(events)?;
+                Ok((verdict, fresh, vec![]))
+            }
+            None => Ok((verdict, fresh, events)),
+        }
+    }
+
+    /// The tally, once the run is over (releases the writer).
+    pub fn into_tally(self) -> Tally {
+        self.tally
+    }
+
+    /// Write events that belong to no case (`run`, `run_end`).
+    pub fn write_loose(&mut self) -> Result<()> {
+        let events = self.rec.take();
+        if let Some(w) = self.writer {
+            w.write(events)?;
+        }
+        Ok(())
+    }
+}
+
+/// Run one case and judge it.
+pub async fn run_one(
+    runner: &Runner<'_>,
+    sink: &mut Sink<'_>,
+    meta: CaseMeta,
+    steps: &[Step],
+    evidence: bool,
+) -> Result<(CaseCheck, Vec<String>, Vec<Event>)> {
+    runner
+        .run_case(&mut sink.rec, meta, steps, evidence)
+        .await?;
+    sink.case_done()
+}
+
+/// Shrink a failing case for one invariant ([`workload::shrink`]); each candidate is run on
+/// a reset topology, recorded (phase `shrink`) and judged by the checker. Returns the
+/// minimal steps and the number of runs.
 pub async fn shrink(
     runner: &Runner<'_>,
+    sink: &mut Sink<'_>,
+    case: u32,
     seed: u64,
     invariant: &str,
     max_runs: u32,
 ) -> Result<(Vec<Step>, u32)> {
     let w = &runner.cluster.topology.workload;
-    let mut tree = workload::case_tree(w, seed);
-    let mut best = tree.current();
-    let mut runs = 0;
-    let mut moved = tree.simplify();
-    while moved && runs < max_runs {
-        runs += 1;
-        let candidate = tree.current();
-        if runner
-            .run_case(&candidate, false)
-            .await?
-            .violates(invariant)
-        {
-            best = candidate;
-            moved = tree.simplify();
-        } else {
-            moved = tree.complicate();
-        }
-    }
-    // A last greedy pass: drop single steps proptest kept (it removes from the ends first).
-    let mut i = 0;
-    while i < best.len() && runs < max_runs {
-        let mut candidate = best.clone();
-        candidate.remove(i);
-        runs += 1;
-        if !candidate.is_empty()
-            && runner
-                .run_case(&candidate, false)
-                .await?
-                .violates(invariant)
-        {
-            best = candidate;
-        } else {
-            i += 1;
-        }
-    }
-    // Name clients in order of first appearance (C1, C2, ...): clients are symmetric, so
-    // this only makes the case easier to read; kept if it still fails.
-    let relabelled = relabel_clients(&best);
-    if relabelled != best && runs < max_runs {
-        runs += 1;
-        if runner
-            .run_case(&relabelled, false)
-            .await?
-            .violates(invariant)
-        {
-            best = relabelled;
-        }
-    }
-    Ok((best, runs))
+    workload::shrink(w, seed, max_runs, async |candidate: &[Step]| {
+        let meta = CaseMeta {
+            case,
+            seed: Some(seed),
+            phase: Phase::Shrink,
+            invariant: Some(invariant.to_string()),
+        };
+        let (verdict, _, _) = run_one(runner, sink, meta, candidate, false).await?;
+        Ok(verdict.violates(invariant))
+    })
+    .await
 }
 
-/// The same case with clients renumbered in order of first appearance.
-pub fn relabel_clients(steps: &[Step]) -> Vec<Step> {
-    let mut order: Vec<usize> = vec![];
-    for s in steps {
-        if !order.contains(&s.client) {
-            order.push(s.client);
-        }
-    }
-    steps
-        .iter()
-        .map(|s| Step {
-            client: order.iter().position(|c| *c == s.client).expect("seen"),
-            ..s.clone()
-        })
-        .collect()
+/// What a chaos run adds to the tally: whether the time limit cut it short, and its time.
+pub struct RunOutcome {
+    pub stopped_by_time_limit: bool,
+    pub run_ms: u64,
 }
 
-pub async fn run(runner: &Runner<'_>, opts: RunOptions) -> Result<RunOutcome> {
+pub async fn run(
+    runner: &Runner<'_>,
+    sink: &mut Sink<'_>,
+    opts: &RunOptions,
+    events: &mut dyn FnMut(RunEvent),
+) -> Result<RunOutcome> {
     let topo = &runner.cluster.topology;
     let t0 = Instant::now();
-    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
-    let mut failures: Vec<Failure> = vec![];
-    let mut out = RunOutcome {
-        run_seed: opts.seed,
-        cases: 0,
-        steps: 0,
-        skipped_steps: 0,
-        invariants: vec![],
-        failures: vec![],
-        run_ms: 0,
-        steps_ms: 0,
-        reset_ms: 0,
-        shrink_ms: 0,
-        time_to_first_violation_ms: None,
-        time_to_first_minimal_ms: None,
-        stopped_by_time_limit: false,
-        history: vec![],
-    };
-    let mut steps_us = 0u64;
-    let mut reset_us = 0u64;
+    let mut stopped = false;
     for index in 0..opts.cases {
         if t0.elapsed() > opts.time_limit {
-            out.stopped_by_time_limit = true;
+            stopped = true;
             break;
         }
         let seed = workload::case_seed(opts.seed, index);
         let steps = workload::case_tree(&topo.workload, seed).current();
-        let run = runner.run_case(&steps, false).await?;
-        out.cases += 1;
-        // `steps` counts executed steps only: a skipped step costs nothing and must not
-        // flatter the throughput.
-        let skipped = run
-            .steps
-            .iter()
-            .filter(|s| matches!(s.reply, crate::client::Reply::Skipped { .. }))
-            .count() as u64;
-        out.steps += run.steps.len() as u64 - skipped;
-        out.skipped_steps += skipped;
-        steps_us += run.steps_us;
-        reset_us += run.reset_us;
-        for inv in run.violated() {
-            if out.time_to_first_violation_ms.is_none() {
-                out.time_to_first_violation_ms = Some(t0.elapsed().as_millis() as u64);
-            }
-            *counts.entry(inv.clone()).or_default() += 1;
-            if !failures.iter().any(|f| f.invariant == inv) {
-                let ts = Instant::now();
-                let (minimal, shrink_runs) =
-                    shrink(runner, seed, &inv, opts.max_shrink_runs).await?;
-                let evidence = runner.run_case(&minimal, true).await?;
-                let shrink_ms = ts.elapsed().as_millis() as u64;
-                out.shrink_ms += shrink_ms;
-                if out.time_to_first_minimal_ms.is_none() {
-                    out.time_to_first_minimal_ms = Some(t0.elapsed().as_millis() as u64);
-                }
-                let failure = Failure {
-                    invariant: inv.clone(),
-                    case_seed: seed,
-                    case_index: index,
-                    original: steps.clone(),
-                    minimal,
-                    shrink_runs,
-                    shrink_ms,
-                    evidence,
-                };
-                (opts.on_failure)(&failure, t0.elapsed());
-                failures.push(failure);
+        let meta = CaseMeta {
+            case: index,
+            seed: Some(seed),
+            phase: Phase::Run,
+            invariant: None,
+        };
+        let (_, fresh, _) = run_one(runner, sink, meta, &steps, false).await?;
+        for inv in fresh {
+            let (minimal, _) =
+                shrink(runner, sink, index, seed, &inv, opts.max_shrink_runs).await?;
+            let meta = CaseMeta {
+                case: index,
+                seed: Some(seed),
+                phase: Phase::Evidence,
+                invariant: Some(inv.clone()),
+            };
+            run_one(runner, sink, meta, &minimal, true).await?;
+            if let Some(f) = sink.tally.failure(&inv) {
+                events(RunEvent::Minimal {
+                    failure: f,
+                    at: t0.elapsed(),
+                });
             }
         }
-        out.history.push((index, seed, run));
-        (opts.progress)(out.cases, opts.cases, counts.len());
+        events(RunEvent::CaseDone {
+            done: sink.tally.cases,
+            total: opts.cases,
+            violated: sink.tally.violating_cases.len(),
+        });
     }
-    out.invariants = INVARIANTS
-        .iter()
-        .map(|(name, tier, _)| {
-            let n = counts.get(*name).copied().unwrap_or(0);
-            InvariantResult {
-                name: name.to_string(),
-                tier: match tier {
-                    Tier::Pg => "pg".into(),
-                    Tier::App => "app".into(),
-                },
-                verdict: if n > 0 {
-                    Verdict::Violated
-                } else {
-                    Verdict::Holds
-                },
-                expected: topo.expected(name),
-                violating_cases: n,
-            }
-        })
-        .collect();
-    out.failures = failures;
-    out.run_ms = t0.elapsed().as_millis() as u64;
-    out.steps_ms = steps_us / 1000;
-    out.reset_ms = reset_us / 1000;
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::op::Op;
-
-    #[test]
-    fn clients_are_renumbered_in_order_of_first_appearance() {
-        let s = |client, op| Step {
-            client,
-            op,
-            key: None,
-        };
-        let case = vec![s(2, Op::Begin), s(0, Op::Begin), s(2, Op::Commit)];
-        let r = relabel_clients(&case);
-        assert_eq!(
-            r.iter().map(|s| s.client).collect::<Vec<_>>(),
-            vec![0, 1, 0]
-        );
-        assert_eq!(
-            r.iter().map(|s| s.op).collect::<Vec<_>>(),
-            vec![Op::Begin, Op::Begin, Op::Commit]
-        );
-    }
+    Ok(RunOutcome {
+        stopped_by_time_limit: stopped,
+        run_ms: t0.elapsed().as_millis() as u64,
+    })
 }

@@ -1,24 +1,27 @@
 //! pgchaos: chaos and property testing of PostgreSQL advisory locks through connection poolers.
 //!
-//! Data flows one way: [`topology`] (what runs) -> [`provision`] + [`launch`] (how it runs)
-//! -> [`runner`] driving [`client`]s with steps from [`workload`] -> [`observer`] (what the
-//! servers say) -> [`model`] + [`checker`] (what should have happened; verdicts) ->
-//! [`report`] (what a person reads). [`engine`] ties a chaos run together; [`sql`] holds
-//! every statement; [`cpu`] places a sequential run on one CPU.
+//! The pipeline, one way, Jepsen's roles in brackets:
+//! [`topology`] (what runs) -> [`provision`] + [`launch`] (how it runs: the db) ->
+//! [`run`] driving [`client`]s (the client) and the [`nemesis`] (faults) with steps from the
+//! [`workload`] (the generator), watched by [`observe`] -> [`history`] (everything that
+//! happened, one event log) -> [`check`] (the model and the invariants: verdicts from the
+//! history alone) -> [`report`] (what a person reads). [`engine`] is the chaos loop that
+//! runs, checks and shrinks; [`cli`] the command line. [`vocab`] is the shared language,
+//! [`pooler`] the pooler seam, [`sql`] every statement pgchaos sends.
 
-pub mod checker;
+pub mod check;
 pub mod cli;
 pub mod client;
-pub mod cpu;
 pub mod engine;
-pub mod key;
+pub mod history;
 pub mod launch;
-pub mod model;
-pub mod observer;
-pub mod op;
+pub mod nemesis;
+pub mod observe;
+pub mod pooler;
 pub mod provision;
 pub mod report;
-pub mod runner;
+pub mod run;
 pub mod sql;
 pub mod topology;
+pub mod vocab;
 pub mod workload;

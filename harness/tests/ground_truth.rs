@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use pgchaos::key::Key;
+use pgchaos::vocab::Key;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
@@ -415,7 +415,7 @@ async fn seed002_transaction_mode_handoff_inherits_lock() {
     );
 
     // Cross-check the harness's observer against the ground truth.
-    let lib = pgchaos::observer::Observer::connect(&cluster)
+    let lib = pgchaos::observe::Observer::connect(&cluster)
         .await
         .expect("harness observer");
     let snap = lib.snapshot().await.expect("harness snapshot");
@@ -424,8 +424,13 @@ async fn seed002_transaction_mode_handoff_inherits_lock() {
     assert_eq!(held[0].0.pid, id1.pid);
     assert_eq!(held[0].1, Key::Big(K));
     assert_eq!(
-        snap.backend_start(held[0].0),
+        snap.backend(held[0].0).map(|b| b.backend_start.as_str()),
         Some(id1.backend_start.as_str())
+    );
+    assert_eq!(
+        held[0].0.backend_start(),
+        id1.backend_start,
+        "identity round-trips"
     );
     assert!(!lib.probe(Key::Big(K)).await.expect("harness probe"));
 

@@ -2,18 +2,11 @@
 //! connect time out (bounded, not a hang), resume brings it back, restart gives a new
 //! postmaster on the same port, kill is reported as a death.
 
-use pgchaos::launch::{Cluster, Control, IO_TIMEOUT, SUPERUSER, Which, connect, simple_first};
-use std::path::Path;
-use std::time::{Duration, Instant};
+mod common;
 
-async fn launch(name: &str) -> Cluster {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../topologies")
-        .join(format!("{name}.yaml"));
-    pgchaos::cli::start(path.to_str().unwrap(), false)
-        .await
-        .unwrap()
-}
+use common::launch;
+use pgchaos::launch::{Control, IO_TIMEOUT, SUPERUSER, Which, connect, simple_first};
+use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "current_thread")]
 async fn pause_resume_restart_and_kill() {
@@ -22,7 +15,7 @@ async fn pause_resume_restart_and_kill() {
     assert_eq!(simple_first(&client, "SELECT 1").await.unwrap(), "1");
 
     // SIGSTOP the pooler: a new connection neither succeeds nor hangs past the timeout.
-    cluster.control(Which::Pgbouncer, Control::Pause).unwrap();
+    cluster.control(Which::Pooler, Control::Pause).unwrap();
     let t = Instant::now();
     let Err(err) = connect(&cluster.client_config()).await else {
         panic!("a paused pooler cannot accept");
@@ -33,7 +26,7 @@ async fn pause_resume_restart_and_kill() {
         waited >= IO_TIMEOUT && waited < IO_TIMEOUT + Duration::from_secs(3),
         "{waited:?}"
     );
-    cluster.control(Which::Pgbouncer, Control::Resume).unwrap();
+    cluster.control(Which::Pooler, Control::Resume).unwrap();
     let again = connect(&cluster.client_config()).await.unwrap();
     assert_eq!(simple_first(&again, "SELECT 2").await.unwrap(), "2");
 
@@ -51,9 +44,9 @@ async fn pause_resume_restart_and_kill() {
         "the pooler reaches the restarted server"
     );
     // Restart PgBouncer: same port, so clients' DSNs stay valid.
-    let port = cluster.bouncer_port;
-    cluster.restart(Which::Pgbouncer).await.unwrap();
-    assert_eq!(cluster.bouncer_port, port);
+    let port = cluster.pooler_port;
+    cluster.restart(Which::Pooler).await.unwrap();
+    assert_eq!(cluster.pooler_port, port);
     let pooled = connect(&cluster.client_config()).await.unwrap();
     assert_eq!(simple_first(&pooled, "SELECT 5").await.unwrap(), "5");
 

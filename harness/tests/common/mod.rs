@@ -26,9 +26,19 @@ pub fn topology_path(name: &str) -> String {
     format!("{}/../topologies/{name}.yaml", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Launch a topology by name through the harness (`pgchaos::cli::start`).
+/// A shipped topology, validated.
+pub fn topology(name: &str) -> pgchaos::topology::Topology {
+    let path = topology_path(name);
+    pgchaos::topology::Topology::load(std::path::Path::new(&path), pgchaos::check::catalog())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Launch a topology by name through the harness's launcher (provisioned from the cache,
+/// not pinned).
 pub async fn launch(name: &str) -> Cluster {
-    match tokio::time::timeout(LAUNCH, pgchaos::cli::start(&topology_path(name), false)).await {
+    let t = topology(name);
+    let opts = pgchaos::launch::LaunchOptions::default();
+    match tokio::time::timeout(LAUNCH, pgchaos::launch::launch(&t, opts)).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => panic!("launching topology {name}: {e:#}"),
         Err(_) => panic!("launching topology {name}: not ready within {LAUNCH:?}"),

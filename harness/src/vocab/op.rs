@@ -1,4 +1,5 @@
-//! The operations a logical client can perform, by name. (Their SQL lives in `sql.rs`.)
+//! The operations a logical client (or the nemesis) can perform, by name. (Their SQL lives
+//! in `sql.rs`.)
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -28,12 +29,16 @@ pub enum Op {
     Disconnect,
     /// The client opens a new connection (closing any old one first).
     Reconnect,
-    /// `pg_terminate_backend` of the backend that last served this client, from a direct connection.
+    /// A fault: `pg_terminate_backend` of the backend that last served this client (run by
+    /// the nemesis, from a direct connection).
     Terminate,
-    /// `pg_cancel_backend` of the backend that last served this client, from a direct connection.
+    /// A fault: `pg_cancel_backend` of the backend that last served this client (nemesis).
     Cancel,
     /// A statement that raises an error (`division_by_zero`); inside a transaction it aborts it.
     FailStatement,
+    /// Not a workload op: a client opening its connection (at case setup, or before a step
+    /// whose client has none).
+    Open,
 }
 
 impl Op {
@@ -73,9 +78,11 @@ impl Op {
             Op::Terminate => "terminate",
             Op::Cancel => "cancel",
             Op::FailStatement => "fail_statement",
+            Op::Open => "open",
         }
     }
 
+    /// A workload op by its YAML name (`open` is not one).
     pub fn from_name(s: &str) -> Option<Op> {
         Op::ALL.into_iter().find(|op| op.name() == s)
     }
@@ -94,6 +101,11 @@ impl Op {
             self,
             Op::TryLock | Op::Lock | Op::Unlock | Op::UnlockAll | Op::DiscardAll
         )
+    }
+
+    /// Run by the nemesis, not by the client itself.
+    pub fn is_fault(self) -> bool {
+        matches!(self, Op::Terminate | Op::Cancel)
     }
 
     /// Transaction-level lock API (`api: xact`).

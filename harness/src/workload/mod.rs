@@ -1,10 +1,12 @@
 //! What the workers do: steps and cases, generated from a topology's `workload` with proptest
 //! strategies, seeded per case so any case can be regenerated, and shrunk with proptest's
-//! value trees (fewer steps, lower client numbers, simpler ops, lower keys).
+//! value trees (fewer steps, lower client numbers, simpler ops, lower keys) by [`shrink`],
+//! whatever decides that a candidate still fails (a live run, or a pure predicate in tests).
+//!
+//! May import `vocab` and `topology`.
 
-use crate::key::Key;
-use crate::op::Op;
 use crate::topology::Workload;
+use crate::vocab::{Key, Op};
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, Union, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -112,6 +114,76 @@ pub fn case_tree(w: &Workload, seed: u64) -> Box<dyn ValueTree<Value = Vec<Step>
     )
 }
 
+/// Shrink the case with this seed while `fails` says a candidate still fails: proptest's
+/// value tree first (it removes steps from the ends, lowers clients, ops and keys), then a
+/// greedy pass dropping single steps, then clients renamed in order of first appearance
+/// (kept if it still fails). Stops after `max_runs` candidates. Returns the smallest failing
+/// case found and the number of candidates tried.
+pub async fn shrink<F>(
+    w: &Workload,
+    seed: u64,
+    max_runs: u32,
+    mut fails: F,
+) -> anyhow::Result<(Vec<Step>, u32)>
+where
+    F: AsyncFnMut(&[Step]) -> anyhow::Result<bool>,
+{
+    let mut tree = case_tree(w, seed);
+    let mut best = tree.current();
+    let mut runs = 0;
+    let mut moved = tree.simplify();
+    while moved && runs < max_runs {
+        runs += 1;
+        let candidate = tree.current();
+        if fails(&candidate).await? {
+            best = candidate;
+            moved = tree.simplify();
+        } else {
+            moved = tree.complicate();
+        }
+    }
+    let mut i = 0;
+    while i < best.len() && runs < max_runs {
+        let mut candidate = best.clone();
+        candidate.remove(i);
+        if candidate.is_empty() {
+            i += 1;
+            continue;
+        }
+        runs += 1;
+        if fails(&candidate).await? {
+            best = candidate;
+        } else {
+            i += 1;
+        }
+    }
+    let relabelled = relabel_clients(&best);
+    if relabelled != best && runs < max_runs {
+        runs += 1;
+        if fails(&relabelled).await? {
+            best = relabelled;
+        }
+    }
+    Ok((best, runs))
+}
+
+/// The same case with clients renumbered in order of first appearance.
+pub fn relabel_clients(steps: &[Step]) -> Vec<Step> {
+    let mut order: Vec<usize> = vec![];
+    for s in steps {
+        if !order.contains(&s.client) {
+            order.push(s.client);
+        }
+    }
+    steps
+        .iter()
+        .map(|s| Step {
+            client: order.iter().position(|c| *c == s.client).expect("seen"),
+            ..s.clone()
+        })
+        .collect()
+}
+
 /// A fresh random seed for `seed: random`.
 pub fn random_seed() -> u64 {
     rand::random::<u64>() >> 1 // keep it a positive i64 for JSON consumers
@@ -174,10 +246,11 @@ mod tests {
         }
     }
 
+    /// The engine's own shrink ([`shrink`]) on a pure stand-in for a violation: two
+    /// different clients take the same key.
     #[test]
     fn shrinking_reaches_a_minimal_failing_case() {
-        // A pure stand-in for a violation: two different clients take the same key.
-        let fails = |c: &Vec<Step>| {
+        let fails = |c: &[Step]| {
             let takers: std::collections::BTreeSet<_> = c
                 .iter()
                 .filter(|s| s.op == Op::TryLock && s.key == Some(Key::Big(4242424242)))
@@ -189,23 +262,41 @@ mod tests {
         let seed = (0..500)
             .find(|s| fails(&case_tree(&w, *s).current()))
             .expect("some seed fails");
-        let mut tree = case_tree(&w, seed);
-        let mut best = tree.current();
-        let mut runs = 0;
-        let mut moved = tree.simplify();
-        while moved && runs < 10_000 {
-            runs += 1;
-            let candidate = tree.current();
-            moved = if fails(&candidate) {
-                best = candidate;
-                tree.simplify()
-            } else {
-                tree.complicate()
-            };
-        }
+        let original = case_tree(&w, seed).current();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut calls = 0u32;
+        let (best, runs) = rt
+            .block_on(shrink(&w, seed, 10_000, async |c: &[Step]| {
+                calls += 1;
+                Ok(fails(c))
+            }))
+            .unwrap();
         assert!(fails(&best));
-        assert_eq!(best.len(), 2, "{best:?}");
-        assert_eq!((best[0].client, best[1].client), (0, 1));
+        assert_eq!(best.len(), 2, "{best:?} from {original:?}");
+        assert_eq!((best[0].client, best[1].client), (0, 1), "relabelled");
+        assert_eq!(runs, calls, "every run is one call of the predicate");
+        // The cap is respected.
+        let (_, capped) = rt
+            .block_on(shrink(&w, seed, 3, async |c: &[Step]| Ok(fails(c))))
+            .unwrap();
+        assert!(capped <= 3);
+    }
+
+    #[test]
+    fn clients_are_renumbered_in_order_of_first_appearance() {
+        let s = |client, op| Step {
+            client,
+            op,
+            key: None,
+        };
+        let case = vec![s(2, Op::Begin), s(0, Op::Begin), s(2, Op::Commit)];
+        let r = relabel_clients(&case);
+        assert_eq!(
+            r.iter().map(|s| s.client).collect::<Vec<_>>(),
+            vec![0, 1, 0]
+        );
     }
 
     #[test]

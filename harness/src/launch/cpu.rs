@@ -4,7 +4,8 @@
 //! a process on another, idle vCPU costs an inter-processor interrupt, which made a round trip
 //! 3-5 times slower than on one CPU (measured figures in the README). Pinning is chosen per
 //! run (`--cpu`, `PGCHAOS_CPU`), recorded in results.json, and never applied to `up`, whose
-//! servers serve other programs.
+//! servers serve other programs. Helper threads (the history writer) stay
+//! on it too: measured, a writer on the other vCPU slowed the pinned one far more than its work.
 
 use anyhow::{Context, Result, anyhow, bail};
 

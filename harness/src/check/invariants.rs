@@ -1,0 +1,491 @@
+//! Every invariant, each a value behind [`Invariant`], listed once in [`ALL`]. An invariant
+//! reads the facts of one step ([`StepFacts`]: what ran, what the server replied, what the
+//! model predicted and noticed, what the observer and the contender saw) and says what it
+//! finds wrong. `pg.*` must always hold; `app.*` say whether an application's assumptions
+//! survive the topology.
+
+use super::model::{Effect, Model, Note, ProbeReason};
+use crate::history::Observation;
+use crate::vocab::{BackendId, InvariantInfo, Key, Op, Reply, Tier};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
+
+/// One invariant: what it is called and means, and how it judges a step.
+pub trait Invariant: Sync {
+    fn info(&self) -> InvariantInfo;
+    /// Push one line of evidence per violation found in this step.
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>);
+}
+
+/// A contender probe after a step, with what the model expects of it.
+#[derive(Clone, Debug)]
+pub struct JudgedProbe {
+    pub key: Key,
+    pub available: bool,
+    pub expected_available: bool,
+    /// Why the model wanted this key probed (none: the runner probed it on its own rule, and a
+    /// disagreement is a plain lock mismatch).
+    pub reasons: Vec<ProbeReason>,
+}
+
+/// Everything about one executed step that the invariants read.
+pub struct StepFacts<'a> {
+    pub step: usize,
+    pub client: usize,
+    pub op: Op,
+    pub reply: &'a Reply,
+    pub effect: &'a Effect,
+    /// The observation after the step settled.
+    pub obs: &'a Observation,
+    pub probes: &'a [JudgedProbe],
+    /// The model after the step.
+    pub model: &'a Model,
+    /// After a successful ROLLBACK: the client's backend and the keys first taken in the
+    /// transaction it rolled back.
+    pub rolled_back: Option<(BackendId, BTreeSet<Key>)>,
+}
+
+impl StepFacts<'_> {
+    fn who(&self) -> String {
+        format!("C{}", self.client + 1)
+    }
+
+    /// Probes that disagree with the model, for one reason (`None`: no reason given).
+    fn wrong_probes(&self, reason: Option<ProbeReason>) -> impl Iterator<Item = &JudgedProbe> {
+        self.probes.iter().filter(move |p| {
+            p.available != p.expected_available
+                && match reason {
+                    Some(r) => p.reasons.contains(&r),
+                    None => p.reasons.is_empty() || p.reasons.contains(&ProbeReason::ServerClosed),
+                }
+        })
+    }
+
+    fn probe_line(&self, p: &JudgedProbe) -> String {
+        format!(
+            "after {} {}: a fresh contender {} key {} (expected {})",
+            self.who(),
+            self.op,
+            if p.available {
+                "could take"
+            } else {
+                "could not take"
+            },
+            p.key,
+            if p.expected_available {
+                "available"
+            } else {
+                "held"
+            }
+        )
+    }
+}
+
+fn pids(bs: &[BackendId]) -> String {
+    bs.iter()
+        .map(|b| format!("pid {} (backend_start {})", b.pid, b.start_us))
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+macro_rules! invariant {
+    ($ty:ident, $name:literal, $tier:ident, $meaning:literal) => {
+        pub struct $ty;
+        impl $ty {
+            pub const INFO: InvariantInfo = InvariantInfo {
+                name: $name,
+                tier: Tier::$tier,
+                meaning: $meaning,
+            };
+        }
+    };
+}
+
+invariant!(
+    Exclusion,
+    "pg.exclusion",
+    Pg,
+    "no advisory key is ever held by two backends at once"
+);
+impl Invariant for Exclusion {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        let mut by_key: BTreeMap<Key, Vec<BackendId>> = BTreeMap::new();
+        for (b, k) in f.obs.held() {
+            by_key.entry(k).or_default().push(b);
+        }
+        for (k, holders) in by_key {
+            if holders.len() > 1 {
+                out.push(format!(
+                    "key {k} granted to {} backends at once: {}",
+                    holders.len(),
+                    pids(&holders)
+                ));
+            }
+        }
+    }
+}
+
+invariant!(
+    RepliesMatchModel,
+    "pg.replies_match_model",
+    Pg,
+    "every lock, try-lock and unlock reply equals what the per-backend model of PostgreSQL predicts"
+);
+impl Invariant for RepliesMatchModel {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        if let Some(expected) = &f.effect.expected_reply
+            && !expected.same_as(f.reply)
+        {
+            out.push(format!(
+                "{} {}: PostgreSQL/pooler replied {}, the model predicted {expected}",
+                f.who(),
+                f.op,
+                f.reply
+            ));
+        }
+        for n in &f.effect.notes {
+            match n {
+                Note::PinnedElsewhere {
+                    client,
+                    pinned,
+                    ran,
+                } => out.push(format!(
+                    "C{} is pinned to {pinned} but its statement ran on {ran}",
+                    client + 1
+                )),
+                Note::RanOnTerminated { ran, .. } => {
+                    out.push(format!("statement ran on {ran}, which was terminated"))
+                }
+                Note::GivenPinned { client, ran, owner } => out.push(format!(
+                    "C{} was given {ran}, which is pinned to C{}",
+                    client + 1,
+                    owner + 1
+                )),
+                Note::UnlockMissedOwner { .. } => {}
+            }
+        }
+    }
+}
+
+invariant!(
+    LocksMatchModel,
+    "pg.locks_match_model",
+    Pg,
+    "after every step the advisory rows of pg_locks equal the model's locks, backend by backend"
+);
+impl Invariant for LocksMatchModel {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        let observed = f.obs.held();
+        let expected = f.model.held();
+        if expected != observed {
+            let missing: Vec<_> = expected.difference(&observed).collect();
+            let extra: Vec<_> = observed.difference(&expected).collect();
+            out.push(format!(
+                "after {} {}: model holds but pg_locks lacks {missing:?}; pg_locks has but model lacks {extra:?}",
+                f.who(),
+                f.op
+            ));
+        }
+        if f.op != Op::Terminate {
+            for gone in &f.effect.gone {
+                if f.obs.alive(*gone) {
+                    out.push(format!(
+                        "backend {gone} is still in pg_stat_activity after {}",
+                        f.op
+                    ));
+                }
+            }
+        }
+        for p in f.wrong_probes(None) {
+            out.push(f.probe_line(p));
+        }
+    }
+}
+
+macro_rules! probe_invariant {
+    ($ty:ident, $reason:ident) => {
+        impl Invariant for $ty {
+            fn info(&self) -> InvariantInfo {
+                Self::INFO
+            }
+            fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+                for p in f.wrong_probes(Some(ProbeReason::$reason)) {
+                    out.push(f.probe_line(p));
+                }
+            }
+        }
+    };
+}
+
+invariant!(
+    XactReleasedAtEnd,
+    "pg.xact_released_at_end",
+    Pg,
+    "transaction-level locks are released when their transaction commits or rolls back, not before"
+);
+probe_invariant!(XactReleasedAtEnd, XactReleasedAtEnd);
+
+invariant!(
+    SessionSurvivesRollback,
+    "pg.session_survives_rollback",
+    Pg,
+    "a session-level lock taken inside a transaction survives that transaction's rollback"
+);
+probe_invariant!(SessionSurvivesRollback, SessionSurvivesRollback);
+
+invariant!(
+    Stacking,
+    "pg.stacking",
+    Pg,
+    "a key locked n times by one backend needs n unlocks; unlocking a key not held returns false"
+);
+probe_invariant!(Stacking, Stacking);
+
+invariant!(
+    TerminateReleases,
+    "pg.terminate_releases",
+    Pg,
+    "pg_terminate_backend releases every lock the terminated backend held"
+);
+impl Invariant for TerminateReleases {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        if f.op == Op::Terminate {
+            for gone in &f.effect.gone {
+                if f.obs.alive(*gone) {
+                    out.push(format!(
+                        "backend {gone} is still in pg_stat_activity after terminate"
+                    ));
+                }
+            }
+        }
+        for p in f.wrong_probes(Some(ProbeReason::TerminateReleases)) {
+            out.push(f.probe_line(p));
+        }
+    }
+}
+
+invariant!(
+    CancelKeepsSessionLocks,
+    "pg.cancel_keeps_session_locks",
+    Pg,
+    "pg_cancel_backend aborts the running statement but the backend keeps its session locks"
+);
+probe_invariant!(CancelKeepsSessionLocks, CancelKeepsSessionLocks);
+
+invariant!(
+    MutualExclusion,
+    "app.mutual_exclusion",
+    App,
+    "no two clients believe they hold the same key at the same time"
+);
+impl Invariant for MutualExclusion {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        let mut believers: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
+        for (i, c) in f.model.clients.iter().enumerate() {
+            for (k, bl) in &c.beliefs {
+                // A belief still granted by a live backend counts for exclusion.
+                if bl.session + bl.xact > 0 && bl.backends.iter().any(|b| !f.model.dead.contains(b))
+                {
+                    believers.entry(*k).or_default().push(i);
+                }
+            }
+        }
+        for (k, cs) in believers {
+            if cs.len() > 1 {
+                let names: Vec<String> = cs.iter().map(|c| format!("C{}", c + 1)).collect();
+                let all = if names.len() == 2 { "both" } else { "all" };
+                out.push(format!(
+                    "{} {all} believe they hold key {k}",
+                    names.join(" and ")
+                ));
+            }
+        }
+    }
+}
+
+invariant!(
+    NoOrphans,
+    "app.no_orphans",
+    App,
+    "once a client has disconnected, no backend still holds a lock that client took"
+);
+impl Invariant for NoOrphans {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        for (b, k) in f.obs.held() {
+            let believed = f
+                .model
+                .clients
+                .iter()
+                .any(|c| c.beliefs.get(&k).is_some_and(|bl| bl.backends.contains(&b)));
+            if !believed {
+                out.push(format!(
+                    "backend pid {} (backend_start {}) holds key {k}, but no client believes it holds it",
+                    b.pid, b.start_us
+                ));
+            }
+        }
+    }
+}
+
+invariant!(
+    UnlockReachesOwner,
+    "app.unlock_reaches_owner",
+    App,
+    "a client's unlock runs on the backend that holds the client's lock and releases it"
+);
+impl Invariant for UnlockReachesOwner {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        for n in &f.effect.notes {
+            if let Note::UnlockMissedOwner {
+                client,
+                key,
+                granted_on,
+                ran,
+            } = n
+            {
+                out.push(format!(
+                    "C{} unlocked {key}, which it took on {}, but the unlock ran on pid {} (backend_start {})",
+                    client + 1,
+                    pids(granted_on),
+                    ran.pid,
+                    ran.start_us
+                ));
+            }
+        }
+    }
+}
+
+invariant!(
+    RollbackReleases,
+    "app.rollback_releases",
+    App,
+    "every lock a client took inside a transaction is gone once that transaction rolls back"
+);
+impl Invariant for RollbackReleases {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        if let Some((b, keys)) = &f.rolled_back {
+            let held = f.obs.held();
+            for k in keys {
+                if held.contains(&(*b, *k)) {
+                    out.push(format!(
+                        "{} rolled back, but key {k}, taken in that transaction, is still held by its backend pid {} (backend_start {})",
+                        f.who(),
+                        b.pid,
+                        b.start_us
+                    ));
+                }
+            }
+        }
+    }
+}
+
+invariant!(
+    NoStaleHolder,
+    "app.no_stale_holder",
+    App,
+    "no client still believes it holds a key on a backend that was terminated (a fencing hazard, reported apart from pooled inheritance)"
+);
+impl Invariant for NoStaleHolder {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        for (i, c) in f.model.clients.iter().enumerate() {
+            for (k, bl) in &c.beliefs {
+                if bl.stale {
+                    let dead: Vec<BackendId> = bl
+                        .backends
+                        .iter()
+                        .filter(|b| f.model.dead.contains(b))
+                        .copied()
+                        .collect();
+                    out.push(format!(
+                        "C{} believes it holds {k}, but the backend that granted it ({}) was terminated",
+                        i + 1,
+                        pids(&dead)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Every invariant, in report order: `pg.*` first, then `app.*`.
+pub static ALL: &[&dyn Invariant] = &[
+    &Exclusion,
+    &RepliesMatchModel,
+    &LocksMatchModel,
+    &XactReleasedAtEnd,
+    &SessionSurvivesRollback,
+    &Stacking,
+    &TerminateReleases,
+    &CancelKeepsSessionLocks,
+    &MutualExclusion,
+    &NoOrphans,
+    &UnlockReachesOwner,
+    &RollbackReleases,
+    &NoStaleHolder,
+];
+
+static CATALOG: LazyLock<Vec<InvariantInfo>> =
+    LazyLock::new(|| ALL.iter().map(|i| i.info()).collect());
+
+/// What the rest of the harness may know of the invariants: name, tier, meaning.
+pub fn catalog() -> &'static [InvariantInfo] {
+    &CATALOG
+}
+
+/// The invariant of this name.
+pub fn by_name(name: &str) -> Option<&'static dyn Invariant> {
+    ALL.iter().copied().find(|i| i.info().name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catalog_is_well_formed() {
+        let names: BTreeSet<&str> = catalog().iter().map(|i| i.name).collect();
+        assert_eq!(names.len(), ALL.len(), "names are unique");
+        assert_eq!(ALL.len(), 13);
+        let mut seen_app = false;
+        for i in catalog() {
+            assert!(i.name.starts_with(&format!("{}.", i.tier)), "{}", i.name);
+            assert!(!i.meaning.is_empty() && !i.meaning.ends_with('.'));
+            // pg.* first, then app.*.
+            seen_app |= i.tier == Tier::App;
+            assert!(
+                !(seen_app && i.tier == Tier::Pg),
+                "{} after an app.*",
+                i.name
+            );
+        }
+        assert_eq!(by_name("app.no_orphans").unwrap().info().tier, Tier::App);
+        assert!(by_name("nope").is_none());
+    }
+}

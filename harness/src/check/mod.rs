@@ -1,0 +1,362 @@
+//! The checker: verdicts from a history alone. [`check_case`] replays one case's events
+//! through the pure [`model`] and asks every invariant in [`invariants::ALL`] about every
+//! step; [`Tally`] adds cases up into a run's verdicts the same way whether the cases arrive
+//! live from the engine or are read back from `history.jsonl.gz` by `pgchaos analyze`. No
+//! I/O, no live cluster.
+//!
+//! May import `vocab`, `pooler` (the rules), `topology` (expectations) and `history`.
+
+pub mod invariants;
+pub mod model;
+
+pub use invariants::{ALL, Invariant, JudgedProbe, StepFacts, by_name, catalog};
+
+use crate::history::{Body, CaseView, Event, Phase, RunEnd, RunHeader};
+use crate::pooler::PoolRules;
+use crate::topology::Topology;
+use crate::vocab::{Op, Reply, Tier, Verdict};
+use crate::workload::Step;
+use anyhow::{Result, bail};
+use model::{Model, ProbeReason};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One violation: which invariant, at which step, with the evidence in words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub invariant: String,
+    /// 0-based step index in the case.
+    pub step: usize,
+    pub detail: String,
+}
+
+/// The checker's verdict on one case.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaseCheck {
+    pub violations: Vec<Violation>,
+    /// The model's prediction for each executed step: `(step, reply)`.
+    pub expected: Vec<(usize, Reply)>,
+}
+
+impl CaseCheck {
+    pub fn violates(&self, invariant: &str) -> bool {
+        self.violations.iter().any(|v| v.invariant == invariant)
+    }
+
+    /// Violated invariant names, in first-seen order, without repeats.
+    pub fn violated(&self) -> Vec<String> {
+        let mut out: Vec<String> = vec![];
+        for v in &self.violations {
+            if !out.contains(&v.invariant) {
+                out.push(v.invariant.clone());
+            }
+        }
+        out
+    }
+
+    pub fn at_step(&self, step: usize) -> impl Iterator<Item = &Violation> {
+        self.violations.iter().filter(move |v| v.step == step)
+    }
+
+    /// The model's prediction for a step.
+    pub fn expected_at(&self, step: usize) -> Option<&Reply> {
+        self.expected
+            .iter()
+            .find(|(s, _)| *s == step)
+            .map(|(_, r)| r)
+    }
+}
+
+/// Check one sequential case from its events (a `case` event to its `case_end`).
+pub fn check_case(rules: &PoolRules, events: &[Event]) -> Result<CaseCheck> {
+    let view = CaseView::build(events)?;
+    Ok(check_view(rules, &view))
+}
+
+/// Check an already folded case.
+pub fn check_view(rules: &PoolRules, view: &CaseView) -> CaseCheck {
+    let mut model = Model::new(rules.clone(), view.start.clients);
+    for c in &view.opened {
+        model.connected(*c);
+    }
+    let mut out = CaseCheck::default();
+    let mut details = vec![];
+    for s in &view.steps {
+        let (Some(op), Some(done)) = (s.op, s.done.as_ref()) else {
+            continue; // skipped, or cut short
+        };
+        let c = s.client;
+        if s.opened {
+            model.connected(c);
+        }
+        let reply = &done.value;
+        let effect = match op {
+            Op::Disconnect => model.disconnect(c),
+            Op::Reconnect => {
+                let e = model.disconnect(c);
+                if !reply.is_error() {
+                    model.connected(c);
+                }
+                e
+            }
+            Op::Terminate => match s.target() {
+                Some(t) => model.terminate(t),
+                None => continue,
+            },
+            Op::Cancel => match s.target() {
+                Some(t) => model.cancel(t),
+                None => continue,
+            },
+            _ => model.apply(c, op, s.key, done.backend, reply),
+        };
+        if let Some(e) = &effect.expected_reply {
+            out.expected.push((s.index, e.clone()));
+        }
+        let rolled_back = if matches!(op, Op::Commit | Op::Rollback) && !reply.is_error() {
+            let (backend, taken) = model.take_rolled_back(c);
+            backend.filter(|_| op == Op::Rollback).map(|b| (b, taken))
+        } else {
+            None
+        };
+        let probes: Vec<JudgedProbe> = s
+            .probes
+            .iter()
+            .map(|(key, available)| JudgedProbe {
+                key: *key,
+                available: *available,
+                expected_available: !model.key_held(*key),
+                reasons: effect
+                    .probes
+                    .iter()
+                    .filter(|(_, k)| k == key)
+                    .map(|(r, _)| *r)
+                    .collect::<Vec<ProbeReason>>(),
+            })
+            .collect();
+        let empty = crate::history::Observation::default();
+        let facts = StepFacts {
+            step: s.index,
+            client: c,
+            op,
+            reply,
+            effect: &effect,
+            obs: s.obs_after.unwrap_or(&empty),
+            probes: &probes,
+            model: &model,
+            rolled_back,
+        };
+        for inv in ALL {
+            details.clear();
+            inv.check(&facts, &mut details);
+            for d in details.drain(..) {
+                out.violations.push(Violation {
+                    invariant: inv.info().name.to_string(),
+                    step: s.index,
+                    detail: d,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The first violating case of an invariant, and what shrinking made of it.
+#[derive(Clone, Debug)]
+pub struct FirstFailure {
+    pub invariant: String,
+    pub case_index: u32,
+    pub case_seed: Option<u64>,
+    pub original: Vec<Step>,
+    /// Shrink candidates run for this invariant.
+    pub shrink_runs: u32,
+    /// Time from the first shrink candidate to the end of the evidence replay (ns).
+    pub shrink_ns: u64,
+    shrink_started: Option<u64>,
+    /// The minimal case replayed with full evidence, and the checker's verdict on it.
+    pub evidence: Option<(Vec<Event>, CaseCheck)>,
+}
+
+impl FirstFailure {
+    pub fn minimal(&self) -> Option<Vec<Step>> {
+        let (events, _) = self.evidence.as_ref()?;
+        CaseView::build(events).ok().map(|v| v.steps())
+    }
+}
+
+/// A run's cases added up: violating cases per invariant, the first failure of each with
+/// its shrinking and evidence, step counts and time. Only what the verdict table needs is
+/// kept, so memory stays flat however long the run.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    /// Generated cases.
+    pub cases: u32,
+    /// Executed (not skipped) steps of generated cases.
+    pub steps: u64,
+    pub skipped_steps: u64,
+    /// Executed steps of every case, shrinking and evidence included.
+    pub all_steps: u64,
+    pub steps_us: u64,
+    pub reset_us: u64,
+    pub violating_cases: BTreeMap<String, u32>,
+    pub failures: Vec<FirstFailure>,
+    /// Nanoseconds from the run's start to the first violating case's end.
+    pub first_violation_ns: Option<u64>,
+    /// ... and to the end of the first evidence replay (the first minimal case).
+    pub first_minimal_ns: Option<u64>,
+}
+
+impl Tally {
+    /// Add one case. Returns the invariants this case violates for the first time in the run
+    /// (generated cases only: those are the ones to shrink).
+    pub fn add(&mut self, view: &CaseView, events: &[Event], check: &CaseCheck) -> Vec<String> {
+        let executed = view.steps.iter().filter(|s| s.ran()).count() as u64;
+        let skipped = view.steps.iter().filter(|s| s.skip.is_some()).count() as u64;
+        let end_t = events.last().map(|e| e.t).unwrap_or(0);
+        let start_t = events.first().map(|e| e.t).unwrap_or(0);
+        self.all_steps += executed;
+        let mut fresh = vec![];
+        match view.start.phase {
+            Phase::Run => {
+                self.cases += 1;
+                self.steps += executed;
+                self.skipped_steps += skipped;
+                if let Some(end) = &view.end {
+                    self.steps_us += end.steps_us;
+                    self.reset_us += end.reset_us;
+                }
+                for inv in check.violated() {
+                    self.first_violation_ns.get_or_insert(end_t);
+                    *self.violating_cases.entry(inv.clone()).or_default() += 1;
+                    if !self.failures.iter().any(|f| f.invariant == inv) {
+                        self.failures.push(FirstFailure {
+                            invariant: inv.clone(),
+                            case_index: view.start.case,
+                            case_seed: view.start.seed,
+                            original: view.steps(),
+                            shrink_runs: 0,
+                            shrink_ns: 0,
+                            shrink_started: None,
+                            evidence: None,
+                        });
+                        fresh.push(inv);
+                    }
+                }
+            }
+            Phase::Shrink => {
+                if let Some(f) = self.failure_mut(view) {
+                    f.shrink_runs += 1;
+                    f.shrink_started.get_or_insert(start_t);
+                }
+            }
+            Phase::Evidence => {
+                let first_minimal = &mut self.first_minimal_ns;
+                if let Some(f) = self
+                    .failures
+                    .iter_mut()
+                    .find(|f| Some(&f.invariant) == view.start.invariant.as_ref())
+                {
+                    f.shrink_ns = end_t.saturating_sub(f.shrink_started.unwrap_or(start_t));
+                    f.evidence = Some((events.to_vec(), check.clone()));
+                    first_minimal.get_or_insert(end_t);
+                }
+            }
+            Phase::Replay => {}
+        }
+        fresh
+    }
+
+    fn failure_mut(&mut self, view: &CaseView) -> Option<&mut FirstFailure> {
+        let inv = view.start.invariant.as_ref()?;
+        self.failures.iter_mut().find(|f| &f.invariant == inv)
+    }
+
+    /// One row per invariant, in catalog order.
+    pub fn verdicts(&self, topology: &Topology) -> Vec<InvariantVerdict> {
+        catalog()
+            .iter()
+            .map(|i| {
+                let n = self.violating_cases.get(i.name).copied().unwrap_or(0);
+                InvariantVerdict {
+                    name: i.name.to_string(),
+                    tier: i.tier,
+                    verdict: if n > 0 {
+                        Verdict::Violated
+                    } else {
+                        Verdict::Holds
+                    },
+                    expected: topology.expected(i.name),
+                    violating_cases: n,
+                }
+            })
+            .collect()
+    }
+
+    pub fn failure(&self, invariant: &str) -> Option<&FirstFailure> {
+        self.failures.iter().find(|f| f.invariant == invariant)
+    }
+}
+
+/// One row of the verdict table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvariantVerdict {
+    pub name: String,
+    pub tier: Tier,
+    pub verdict: Verdict,
+    pub expected: Verdict,
+    pub violating_cases: u32,
+}
+
+/// A whole history checked: what `pgchaos analyze` computes.
+pub struct RunCheck {
+    pub header: RunHeader,
+    pub tally: Tally,
+    /// The `run_end` event (absent: the run was cut short).
+    pub run_end: Option<RunEnd>,
+    /// Nanoseconds from the run's start to its last event.
+    pub run_ns: u64,
+    pub events: u64,
+}
+
+/// Check every case of a history, in order. `events` is the history as read back.
+pub fn check_history(events: impl Iterator<Item = Result<Event>>) -> Result<RunCheck> {
+    let mut header: Option<RunHeader> = None;
+    let mut tally = Tally::default();
+    let mut case: Vec<Event> = vec![];
+    let mut run_end = None;
+    let mut last_t = 0;
+    let mut count = 0;
+    for ev in events {
+        let ev = ev?;
+        last_t = ev.t;
+        count += 1;
+        match &ev.body {
+            Body::Run(h) => header = Some((**h).clone()),
+            Body::RunEnd(e) => run_end = Some(e.clone()),
+            Body::Case(_) => {
+                case.clear();
+                case.push(ev);
+            }
+            Body::CaseEnd(_) => {
+                case.push(ev);
+                let Some(h) = &header else {
+                    bail!("the history has a case before its `run` event");
+                };
+                let view = CaseView::build(&case)?;
+                let check = check_view(&h.rules, &view);
+                tally.add(&view, &case, &check);
+                case.clear();
+            }
+            _ => case.push(ev),
+        }
+    }
+    let Some(header) = header else {
+        bail!("the history has no `run` event (empty or cut short)");
+    };
+    Ok(RunCheck {
+        header,
+        tally,
+        run_end,
+        run_ns: last_t,
+        events: count,
+    })
+}

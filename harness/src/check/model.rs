@@ -1,0 +1,869 @@
+//! What should happen: a pure reference model of PostgreSQL advisory locks, of the pooler's
+//! server assignment and reset rules ([`PoolRules`]), and of what each logical client
+//! believes it holds. Keyed by backend identity `(pid, backend_start)`, learned from what
+//! each op reports; the model never guesses which backend a pooler hands out, it only checks
+//! that the one reported is possible (linked when it must be, alive, not someone else's).
+//! Driven by the checker from a history; it performs no I/O.
+
+use crate::pooler::{PoolRules, ServerFate};
+use crate::vocab::reply::code;
+use crate::vocab::{BackendId, Key, Op, Reply};
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Tx {
+    #[default]
+    Idle,
+    Open,
+    Aborted,
+}
+
+/// One PostgreSQL backend's advisory locks (with their stacking counts) and transaction state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendModel {
+    pub session: BTreeMap<Key, u32>,
+    pub xact: BTreeMap<Key, u32>,
+    pub tx: Tx,
+}
+
+impl BackendModel {
+    pub fn holds(&self, k: Key) -> bool {
+        self.session.get(&k).copied().unwrap_or(0) > 0
+            || self.xact.get(&k).copied().unwrap_or(0) > 0
+    }
+    pub fn keys(&self) -> BTreeSet<Key> {
+        self.session
+            .keys()
+            .chain(self.xact.keys())
+            .copied()
+            .collect()
+    }
+}
+
+/// What a client believes it holds on one key, by the lock API's own rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Belief {
+    pub session: u32,
+    pub xact: u32,
+    /// The backends that granted it (in transaction mode one key can be granted to a
+    /// client on several backends in turn).
+    pub backends: BTreeSet<BackendId>,
+    /// That backend has been terminated and the client has not yet heard of it.
+    pub stale: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ClientModel {
+    pub connected: bool,
+    /// Its server was closed under it; its next statement fails with `closed`.
+    pub broken: bool,
+    /// The backend this client is pinned to (direct and session mode: for the connection;
+    /// transaction mode: for the open transaction).
+    pub linked: Option<BackendId>,
+    /// The backend that served it last (target of its terminate/cancel steps).
+    pub last: Option<BackendId>,
+    pub beliefs: BTreeMap<Key, Belief>,
+    /// The application's view: inside BEGIN .. COMMIT/ROLLBACK.
+    pub in_tx: bool,
+    pub tx_backend: Option<BackendId>,
+    /// Keys first locked inside the current transaction.
+    pub tx_taken: BTreeSet<Key>,
+}
+
+/// Why a key must be probed by the fresh contender after a step, and so which invariant a
+/// wrong answer breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeReason {
+    /// The transaction ended (commit, rollback, an error that aborted it).
+    XactReleasedAtEnd,
+    /// A ROLLBACK: session locks stay.
+    SessionSurvivesRollback,
+    /// An unlock that left a count.
+    Stacking,
+    /// The backend was terminated.
+    TerminateReleases,
+    /// The backend's query was cancelled.
+    CancelKeepsSessionLocks,
+    /// A server was closed (a client left it mid-transaction, or a direct session ended).
+    ServerClosed,
+}
+
+/// A fact the model noticed while applying a step that some invariant judges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// A client pinned to one backend had its statement run on another.
+    PinnedElsewhere {
+        client: usize,
+        pinned: BackendId,
+        ran: BackendId,
+    },
+    /// A statement ran on a backend that had been terminated.
+    RanOnTerminated { client: usize, ran: BackendId },
+    /// A client was given a backend pinned to another client.
+    GivenPinned {
+        client: usize,
+        ran: BackendId,
+        owner: usize,
+    },
+    /// A client's unlock ran on a backend that never granted it that key.
+    UnlockMissedOwner {
+        client: usize,
+        key: Key,
+        granted_on: Vec<BackendId>,
+        ran: BackendId,
+    },
+}
+
+/// The model's verdict on one executed step.
+#[derive(Clone, Debug, Default)]
+pub struct Effect {
+    pub expected_reply: Option<Reply>,
+    pub notes: Vec<Note>,
+    /// Keys a fresh contender should probe after the step, and why.
+    pub probes: Vec<(ProbeReason, Key)>,
+    /// Identities that left (the observation after the step must not show them).
+    pub gone: Vec<BackendId>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub rules: PoolRules,
+    pub backends: BTreeMap<BackendId, BackendModel>,
+    pub dead: BTreeSet<BackendId>,
+    pub clients: Vec<ClientModel>,
+}
+
+impl Model {
+    pub fn new(rules: PoolRules, clients: usize) -> Model {
+        Model {
+            rules,
+            backends: BTreeMap::new(),
+            dead: BTreeSet::new(),
+            clients: vec![ClientModel::default(); clients],
+        }
+    }
+
+    /// Every `(backend, key)` the model says is granted.
+    pub fn held(&self) -> BTreeSet<(BackendId, Key)> {
+        self.backends
+            .iter()
+            .flat_map(|(b, m)| {
+                m.keys()
+                    .into_iter()
+                    .filter(|k| m.holds(*k))
+                    .map(move |k| (*b, k))
+            })
+            .collect()
+    }
+
+    pub fn key_held(&self, k: Key) -> bool {
+        self.backends.values().any(|m| m.holds(k))
+    }
+
+    fn held_by_other(&self, b: BackendId, k: Key) -> bool {
+        self.backends.iter().any(|(id, m)| *id != b && m.holds(k))
+    }
+
+    fn client(&mut self, c: usize) -> &mut ClientModel {
+        if self.clients.len() <= c {
+            self.clients.resize(c + 1, ClientModel::default());
+        }
+        &mut self.clients[c]
+    }
+
+    /// The client (re)connected.
+    pub fn connected(&mut self, client: usize) {
+        let c = self.client(client);
+        c.connected = true;
+        c.broken = false;
+    }
+
+    /// Run a statement-level op on backend `b` by PostgreSQL's rules.
+    fn exec(&mut self, b: BackendId, op: Op, key: Option<Key>) -> Reply {
+        let other = key.is_some_and(|k| self.held_by_other(b, k));
+        let m = self.backends.entry(b).or_default();
+        if m.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
+            return Reply::error(code::IN_FAILED_TRANSACTION);
+        }
+        let bump = |map: &mut BTreeMap<Key, u32>, k: Key| *map.entry(k).or_insert(0) += 1;
+        let reply = match (op, key) {
+            (Op::TryLock, Some(k)) => {
+                if !other {
+                    bump(&mut m.session, k);
+                }
+                Reply::Bool { value: !other }
+            }
+            (Op::Lock, Some(k)) => {
+                if other {
+                    Reply::error(code::LOCK_NOT_AVAILABLE)
+                } else {
+                    bump(&mut m.session, k);
+                    Reply::Ok
+                }
+            }
+            (Op::Unlock, Some(k)) => match m.session.get_mut(&k) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    if *n == 0 {
+                        m.session.remove(&k);
+                    }
+                    Reply::Bool { value: true }
+                }
+                _ => Reply::Bool { value: false },
+            },
+            (Op::UnlockAll, _) => {
+                m.session.clear();
+                Reply::Ok
+            }
+            (Op::XactLock, Some(k)) => {
+                if other {
+                    Reply::error(code::LOCK_NOT_AVAILABLE)
+                } else {
+                    if m.tx == Tx::Open {
+                        bump(&mut m.xact, k);
+                    }
+                    Reply::Ok
+                }
+            }
+            (Op::TryXactLock, Some(k)) => {
+                if !other && m.tx == Tx::Open {
+                    bump(&mut m.xact, k);
+                }
+                Reply::Bool { value: !other }
+            }
+            (Op::Begin, _) => {
+                m.tx = Tx::Open;
+                Reply::Ok
+            }
+            (Op::Commit | Op::Rollback, _) => {
+                m.xact.clear();
+                m.tx = Tx::Idle;
+                Reply::Ok
+            }
+            (Op::DiscardAll, _) => {
+                if m.tx == Tx::Open {
+                    Reply::error(code::ACTIVE_TRANSACTION)
+                } else {
+                    m.session.clear();
+                    Reply::Ok
+                }
+            }
+            (Op::FailStatement, _) => Reply::error(code::DIVISION_BY_ZERO),
+            (op, key) => unreachable!("exec({op}, {key:?})"),
+        };
+        if reply.is_error() && m.tx == Tx::Open {
+            // The error aborts the transaction at once: AbortTransaction releases its
+            // transaction-scoped locks now, not at the later ROLLBACK (observed on 18.6).
+            m.tx = Tx::Aborted;
+            m.xact.clear();
+        }
+        reply
+    }
+
+    /// The backend exits: all its locks are released; clients pinned to it are broken;
+    /// beliefs granted by it become stale.
+    fn backend_gone(&mut self, b: BackendId) {
+        self.backends.remove(&b);
+        self.dead.insert(b);
+        for c in &mut self.clients {
+            if c.linked == Some(b) {
+                c.linked = None;
+                c.broken = true;
+            }
+            for belief in c.beliefs.values_mut() {
+                if belief.backends.contains(&b) {
+                    belief.stale = true;
+                }
+            }
+        }
+    }
+
+    /// The pooler releases the client's server back to the pool, running the reset query
+    /// first when the rules say so.
+    fn release(&mut self, client: usize, b: BackendId) {
+        self.clients[client].linked = None;
+        if self.rules.resets_on_release()
+            && self.rules.reset_releases_locks
+            && let Some(m) = self.backends.get_mut(&b)
+        {
+            m.session.clear();
+        }
+    }
+
+    fn forget_beliefs(&mut self, client: usize) {
+        let c = &mut self.clients[client];
+        c.beliefs.clear();
+        c.in_tx = false;
+        c.tx_backend = None;
+        c.tx_taken.clear();
+    }
+
+    /// The client closes its connection.
+    pub fn disconnect(&mut self, client: usize) -> Effect {
+        self.client(client);
+        let mut effect = Effect {
+            expected_reply: Some(Reply::Ok),
+            ..Default::default()
+        };
+        if let Some(b) = self.clients[client].linked {
+            let in_tx = self.backends.get(&b).is_some_and(|m| m.tx != Tx::Idle);
+            match self.rules.on_disconnect(true, in_tx) {
+                ServerFate::Closed => self.close_backend(b, &mut effect),
+                ServerFate::Released { .. } => {
+                    if self.rules.reset_releases_locks
+                        && let Some(m) = self.backends.get_mut(&b)
+                    {
+                        m.session.clear();
+                    }
+                }
+                ServerFate::Untouched => {}
+            }
+        }
+        let c = &mut self.clients[client];
+        c.linked = None;
+        c.connected = false;
+        c.broken = false;
+        self.forget_beliefs(client);
+        effect
+    }
+
+    fn close_backend(&mut self, b: BackendId, effect: &mut Effect) {
+        let keys: Vec<Key> = self
+            .backends
+            .get(&b)
+            .map(|m| m.keys().into_iter().collect())
+            .unwrap_or_default();
+        self.backend_gone(b);
+        effect.gone.push(b);
+        for k in keys {
+            effect.probes.push((ProbeReason::ServerClosed, k));
+        }
+    }
+
+    /// `pg_terminate_backend` of `target` from the admin side.
+    pub fn terminate(&mut self, target: BackendId) -> Effect {
+        let alive = self.backends.contains_key(&target);
+        let mut effect = Effect {
+            expected_reply: Some(Reply::Bool { value: alive }),
+            ..Default::default()
+        };
+        if alive {
+            let keys: Vec<Key> = self.backends[&target].keys().into_iter().collect();
+            self.backend_gone(target);
+            effect.gone.push(target);
+            for k in keys {
+                effect.probes.push((ProbeReason::TerminateReleases, k));
+            }
+        }
+        effect
+    }
+
+    /// `pg_cancel_backend` of `target`: an idle backend ignores it; nothing is released.
+    pub fn cancel(&mut self, target: BackendId) -> Effect {
+        let alive = self.backends.contains_key(&target);
+        let mut effect = Effect {
+            expected_reply: Some(Reply::Bool { value: alive }),
+            ..Default::default()
+        };
+        if let Some(m) = self.backends.get(&target) {
+            for k in m.session.keys() {
+                effect
+                    .probes
+                    .push((ProbeReason::CancelKeepsSessionLocks, *k));
+            }
+        }
+        effect
+    }
+
+    /// Apply a SQL op the client ran. `served` is the backend that reported itself (in-band,
+    /// or from the observer's tag); `reply` is what the client got.
+    pub fn apply(
+        &mut self,
+        client: usize,
+        op: Op,
+        key: Option<Key>,
+        served: Option<BackendId>,
+        reply: &Reply,
+    ) -> Effect {
+        self.client(client);
+        let mut effect = Effect::default();
+        // A client whose server was closed under it hears of it now.
+        if self.clients[client].broken {
+            effect.expected_reply = Some(Reply::error(code::CLOSED));
+            let c = &mut self.clients[client];
+            c.broken = false;
+            c.connected = false;
+            self.forget_beliefs(client);
+            return effect;
+        }
+        let pinned = self.clients[client].linked;
+        let backend = match (pinned, served) {
+            (Some(p), Some(s)) if p != s => {
+                effect.notes.push(Note::PinnedElsewhere {
+                    client,
+                    pinned: p,
+                    ran: s,
+                });
+                Some(s)
+            }
+            (Some(p), _) => Some(p),
+            (None, Some(s)) => {
+                if self.dead.contains(&s) {
+                    effect.notes.push(Note::RanOnTerminated { client, ran: s });
+                }
+                if let Some(owner) = self.clients.iter().position(|c| c.linked == Some(s)) {
+                    effect.notes.push(Note::GivenPinned {
+                        client,
+                        ran: s,
+                        owner,
+                    });
+                }
+                Some(s)
+            }
+            (None, None) => None,
+        };
+        let Some(b) = backend else {
+            // No backend known (the reset query overwrote the tag, or the connection failed).
+            if reply.is_closed() {
+                self.clients[client].connected = false;
+                self.forget_beliefs(client);
+            }
+            return effect;
+        };
+        let before = self.backends.get(&b).cloned().unwrap_or_default();
+        let expected = self.exec(b, op, key);
+        let after = self.backends.get(&b).cloned().unwrap_or_default();
+        effect.expected_reply = Some(expected);
+        self.clients[client].last = Some(b);
+
+        // Boundary probes: what a fresh contender must see for the keys this step touched.
+        if before.tx == Tx::Open && after.tx == Tx::Aborted {
+            for k in before.xact.keys() {
+                effect.probes.push((ProbeReason::XactReleasedAtEnd, *k));
+            }
+        }
+        match op {
+            Op::Commit | Op::Rollback => {
+                for k in before.xact.keys() {
+                    effect.probes.push((ProbeReason::XactReleasedAtEnd, *k));
+                }
+                if op == Op::Rollback {
+                    for k in after.session.keys() {
+                        effect
+                            .probes
+                            .push((ProbeReason::SessionSurvivesRollback, *k));
+                    }
+                }
+            }
+            Op::Unlock => {
+                if let Some(k) = key
+                    && before.session.get(&k).copied().unwrap_or(0) > 1
+                {
+                    effect.probes.push((ProbeReason::Stacking, k));
+                }
+            }
+            _ => {}
+        }
+
+        // The pooler: pin or release the server.
+        if self.rules.stays_linked(after.tx != Tx::Idle) {
+            self.clients[client].linked = Some(b);
+        } else {
+            self.release(client, b);
+        }
+
+        self.believe(client, op, key, b, reply, &mut effect);
+        effect
+    }
+
+    /// The application's view, updated from the reply it actually got.
+    fn believe(
+        &mut self,
+        client: usize,
+        op: Op,
+        key: Option<Key>,
+        b: BackendId,
+        reply: &Reply,
+        effect: &mut Effect,
+    ) {
+        let granted = matches!(reply, Reply::Bool { value: true })
+            || (matches!(op, Op::Lock | Op::XactLock) && matches!(reply, Reply::Ok));
+        let c = &mut self.clients[client];
+        if let Reply::Error { code, .. } = reply {
+            if code == code::CLOSED {
+                c.connected = false;
+                self.forget_beliefs(client);
+                return;
+            }
+            // An error inside a transaction ends it for the application: nothing more can
+            // run in it, and its transaction locks are gone (it knows from the error).
+            if c.in_tx {
+                c.beliefs.retain(|_, bl| {
+                    bl.xact = 0;
+                    bl.session > 0
+                });
+            }
+        }
+        match op {
+            Op::TryLock | Op::Lock if granted => grant(c, key, b, true),
+            Op::TryXactLock | Op::XactLock if granted && c.in_tx => grant(c, key, b, false),
+            Op::Unlock if !reply.is_error() => {
+                let k = key.expect("unlock has a key");
+                if let Some(belief) = c.beliefs.get_mut(&k)
+                    && belief.session > 0
+                {
+                    // A stale belief (its backend was terminated) cannot reach its owner: that
+                    // hazard is app.no_stale_holder's, kept apart from pooled routing.
+                    if !belief.stale && !belief.backends.contains(&b) {
+                        effect.notes.push(Note::UnlockMissedOwner {
+                            client,
+                            key: k,
+                            granted_on: belief.backends.iter().copied().collect(),
+                            ran: b,
+                        });
+                    }
+                    belief.session -= 1;
+                    if belief.session == 0 && belief.xact == 0 {
+                        c.beliefs.remove(&k);
+                    }
+                }
+            }
+            Op::UnlockAll | Op::DiscardAll if !reply.is_error() => {
+                c.beliefs.retain(|_, bl| {
+                    bl.session = 0;
+                    bl.xact > 0
+                });
+            }
+            Op::Begin if !reply.is_error() && !c.in_tx => {
+                c.in_tx = true;
+                c.tx_backend = Some(b);
+                c.tx_taken.clear();
+            }
+            Op::Commit | Op::Rollback if !reply.is_error() => {
+                c.in_tx = false;
+                c.beliefs.retain(|_, bl| {
+                    bl.xact = 0;
+                    bl.session > 0
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// After a commit or rollback by `client`: the keys first taken in that transaction, on
+    /// its backend (then forgotten).
+    pub fn take_rolled_back(&mut self, client: usize) -> (Option<BackendId>, BTreeSet<Key>) {
+        let c = self.client(client);
+        (c.tx_backend.take(), std::mem::take(&mut c.tx_taken))
+    }
+}
+
+/// The client was granted `key` on backend `b` (session or transaction scope).
+fn grant(c: &mut ClientModel, key: Option<Key>, b: BackendId, session: bool) {
+    let k = key.expect("lock op has a key");
+    let fresh = !c.beliefs.contains_key(&k);
+    let belief = c.beliefs.entry(k).or_insert(Belief {
+        session: 0,
+        xact: 0,
+        backends: BTreeSet::new(),
+        stale: false,
+    });
+    belief.backends.insert(b);
+    if session {
+        belief.session += 1;
+    } else {
+        belief.xact += 1;
+    }
+    if c.in_tx && fresh {
+        c.tx_taken.insert(k);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The model against facts known independently of it: the replies PostgreSQL 18.6 and
+    //! PgBouncer gave in the ground-truth transcripts (`shared/NOTES.md`, the seed articles,
+    //! `tests/ground_truth.rs`). Each step feeds the *real* reply and asserts the model
+    //! predicted exactly that; a model that drifts from PostgreSQL fails here.
+    use super::*;
+    use crate::topology::PoolMode;
+
+    const K: Key = Key::Big(4242424242);
+    fn b(n: i32) -> BackendId {
+        BackendId {
+            pid: n,
+            start_us: 1000 + n as i64,
+        }
+    }
+    fn rules(mode: Option<PoolMode>, always: bool) -> PoolRules {
+        PoolRules {
+            mode,
+            pool_size: 2,
+            reset_releases_locks: true,
+            reset_always: always,
+        }
+    }
+    fn model(mode: Option<PoolMode>) -> Model {
+        Model::new(rules(mode, false), 3)
+    }
+    const T: Reply = Reply::Bool { value: true };
+    const F: Reply = Reply::Bool { value: false };
+
+    /// Apply a step with the reply the real server gave; assert the model predicted it.
+    #[track_caller]
+    fn real(
+        m: &mut Model,
+        c: usize,
+        op: Op,
+        key: Option<Key>,
+        on: BackendId,
+        got: Reply,
+    ) -> Effect {
+        let e = m.apply(c, op, key, Some(on), &got);
+        let predicted = e.expected_reply.clone().expect("a prediction");
+        assert!(
+            predicted.same_as(&got),
+            "C{} {op} on {on}: PostgreSQL replied {got}, the model predicted {predicted}",
+            c + 1
+        );
+        e
+    }
+
+    #[test]
+    fn session_locks_stack_and_survive_rollback() {
+        // Seed 000 experiment 4 and seed 002's rollback protocol.
+        let mut m = model(Some(PoolMode::Session));
+        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        let rb = real(&mut m, 0, Op::Rollback, None, b(1), Reply::Ok);
+        assert!(
+            rb.probes
+                .contains(&(ProbeReason::SessionSurvivesRollback, K))
+        );
+        assert_eq!(m.backends[&b(1)].session[&K], 2);
+        let un = real(&mut m, 0, Op::Unlock, Some(K), b(1), T);
+        assert!(un.probes.contains(&(ProbeReason::Stacking, K)));
+        assert!(m.key_held(K), "one unlock of two leaves it held");
+        real(&mut m, 0, Op::Unlock, Some(K), b(1), T);
+        assert!(!m.key_held(K));
+        real(&mut m, 0, Op::Unlock, Some(K), b(1), F);
+    }
+
+    #[test]
+    fn a_reply_the_model_did_not_predict_is_reported() {
+        let mut m = model(None);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        // Had PostgreSQL granted B2 the key B1 holds, the prediction says false.
+        let e = m.apply(1, Op::TryLock, Some(K), Some(b(2)), &T);
+        assert!(!e.expected_reply.unwrap().same_as(&T));
+    }
+
+    #[test]
+    fn xact_locks_end_with_the_transaction_and_are_released_at_once_outside_one() {
+        let mut m = model(Some(PoolMode::Session));
+        // Autocommit: pg_try_advisory_xact_lock returns true and holds nothing afterwards.
+        real(&mut m, 0, Op::TryXactLock, Some(K), b(1), T);
+        assert!(!m.key_held(K));
+        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
+        real(&mut m, 0, Op::XactLock, Some(K), b(1), Reply::Ok);
+        assert!(m.key_held(K) && m.clients[0].beliefs.contains_key(&K));
+        // Seed 000 experiment 3: a second caller while the transaction is open.
+        real(&mut m, 1, Op::TryXactLock, Some(K), b(2), F);
+        real(
+            &mut m,
+            1,
+            Op::XactLock,
+            Some(K),
+            b(2),
+            Reply::error(code::LOCK_NOT_AVAILABLE),
+        );
+        let c = real(&mut m, 0, Op::Commit, None, b(1), Reply::Ok);
+        assert!(c.probes.contains(&(ProbeReason::XactReleasedAtEnd, K)));
+        assert!(!m.key_held(K) && m.clients[0].beliefs.is_empty());
+        real(&mut m, 1, Op::TryXactLock, Some(K), b(2), T);
+    }
+
+    #[test]
+    fn errors_abort_open_transactions_until_rollback() {
+        let mut m = model(Some(PoolMode::Session));
+        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
+        // DISCARD ALL cannot run inside a transaction block (25001), which aborts it.
+        real(
+            &mut m,
+            0,
+            Op::DiscardAll,
+            None,
+            b(1),
+            Reply::error(code::ACTIVE_TRANSACTION),
+        );
+        real(
+            &mut m,
+            0,
+            Op::TryLock,
+            Some(K),
+            b(1),
+            Reply::error(code::IN_FAILED_TRANSACTION),
+        );
+        real(
+            &mut m,
+            0,
+            Op::Begin,
+            None,
+            b(1),
+            Reply::error(code::IN_FAILED_TRANSACTION),
+        );
+        real(&mut m, 0, Op::Rollback, None, b(1), Reply::Ok);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        // The abort releases transaction locks at once (observed on 18.6), not at ROLLBACK.
+        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
+        real(&mut m, 0, Op::TryXactLock, Some(Key::Big(9)), b(1), T);
+        let e = real(
+            &mut m,
+            0,
+            Op::FailStatement,
+            None,
+            b(1),
+            Reply::error(code::DIVISION_BY_ZERO),
+        );
+        assert!(
+            e.probes
+                .contains(&(ProbeReason::XactReleasedAtEnd, Key::Big(9)))
+        );
+        assert!(!m.key_held(Key::Big(9)) && m.key_held(K));
+        assert!(!m.clients[0].beliefs.contains_key(&Key::Big(9)));
+        real(&mut m, 0, Op::Rollback, None, b(1), Reply::Ok);
+        real(
+            &mut m,
+            0,
+            Op::FailStatement,
+            None,
+            b(1),
+            Reply::error(code::DIVISION_BY_ZERO),
+        );
+        assert_eq!(m.backends[&b(1)].tx, Tx::Idle, "autocommit aborts nothing");
+    }
+
+    #[test]
+    fn transaction_mode_hands_the_lock_to_the_next_client_on_the_same_backend() {
+        // NOTES.md's transcript: C1 on 7139 -> t; C2 handed 7139 -> t (re-entry); C2's
+        // unlock -> t and 7139 still holds it (count 2).
+        let mut m = model(Some(PoolMode::Transaction));
+        real(&mut m, 0, Op::TryLock, Some(K), b(7139), T);
+        assert_eq!(
+            m.clients[0].linked, None,
+            "released after the autocommit statement"
+        );
+        real(&mut m, 1, Op::TryLock, Some(K), b(7139), T);
+        assert!(m.clients[0].beliefs[&K].backends.contains(&b(7139)));
+        assert!(m.clients[1].beliefs[&K].backends.contains(&b(7139)));
+        real(&mut m, 1, Op::Unlock, Some(K), b(7139), T);
+        assert!(m.key_held(K), "7139 still holds it");
+        // C1's unlock lands on another backend: false, and it did not reach the owner.
+        let un = real(&mut m, 0, Op::Unlock, Some(K), b(2), F);
+        assert!(matches!(
+            un.notes[..],
+            [Note::UnlockMissedOwner { client: 0, .. }]
+        ));
+    }
+
+    #[test]
+    fn a_transaction_pins_its_backend_and_a_move_is_noted() {
+        let mut m = model(Some(PoolMode::Transaction));
+        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
+        assert_eq!(m.clients[0].linked, Some(b(1)));
+        let e = m.apply(0, Op::TryLock, Some(K), Some(b(2)), &T);
+        assert!(matches!(e.notes[..], [Note::PinnedElsewhere { .. }]));
+        // Another client handed the backend pinned to C1's transaction.
+        let mut m = model(Some(PoolMode::Transaction));
+        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
+        let e = m.apply(1, Op::TryLock, Some(K), Some(b(1)), &T);
+        assert!(
+            e.notes
+                .iter()
+                .any(|n| matches!(n, Note::GivenPinned { owner: 0, .. })),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn session_mode_resets_on_disconnect_and_transaction_mode_does_not() {
+        // NOTES.md: session mode runs DISCARD ALL when the client leaves; transaction mode
+        // leaves the lock on the pooled server.
+        let mut s = model(Some(PoolMode::Session));
+        real(&mut s, 0, Op::TryLock, Some(K), b(1), T);
+        s.disconnect(0);
+        assert!(!s.key_held(K));
+        let mut t = model(Some(PoolMode::Transaction));
+        real(&mut t, 0, Op::TryLock, Some(K), b(1), T);
+        t.disconnect(0);
+        assert!(t.key_held(K), "orphaned on the pooled server");
+        // Leaving mid-transaction closes the server.
+        real(&mut t, 1, Op::Begin, None, b(2), Reply::Ok);
+        real(&mut t, 1, Op::TryXactLock, Some(Key::Big(7)), b(2), T);
+        let d = t.disconnect(1);
+        assert_eq!(d.gone, vec![b(2)]);
+        assert!(!t.key_held(Key::Big(7)));
+        // Session mode without a releasing reset query keeps the lock (an orphan).
+        let mut n = Model::new(
+            PoolRules {
+                reset_releases_locks: false,
+                ..rules(Some(PoolMode::Session), false)
+            },
+            2,
+        );
+        real(&mut n, 0, Op::TryLock, Some(K), b(1), T);
+        n.disconnect(0);
+        assert!(n.key_held(K));
+    }
+
+    #[test]
+    fn terminate_releases_everything_and_leaves_stale_beliefs() {
+        let mut m = model(Some(PoolMode::Transaction));
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        let e = m.terminate(b(1));
+        assert!(e.expected_reply.unwrap().same_as(&T));
+        assert!(e.probes.contains(&(ProbeReason::TerminateReleases, K)));
+        assert!(!m.key_held(K));
+        assert!(m.clients[0].beliefs[&K].stale, "C1 has not heard of it");
+        assert!(m.terminate(b(1)).expected_reply.unwrap().same_as(&F));
+        // Session mode: the pinned client is broken and hears of it at its next statement.
+        let mut s = model(Some(PoolMode::Session));
+        real(&mut s, 0, Op::TryLock, Some(K), b(1), T);
+        s.terminate(b(1));
+        real(
+            &mut s,
+            0,
+            Op::TryLock,
+            Some(K),
+            b(1),
+            Reply::error(code::CLOSED),
+        );
+        assert!(s.clients[0].beliefs.is_empty());
+    }
+
+    #[test]
+    fn cancel_keeps_session_locks() {
+        let mut m = model(Some(PoolMode::Session));
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        let c = m.cancel(b(1));
+        assert!(
+            c.probes
+                .contains(&(ProbeReason::CancelKeepsSessionLocks, K))
+        );
+        assert!(m.key_held(K));
+    }
+
+    #[test]
+    fn reset_always_clears_session_locks_at_every_release() {
+        // NOTES.md: with server_reset_query_always the lock is gone before the next statement.
+        let mut m = Model::new(rules(Some(PoolMode::Transaction), true), 2);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        assert!(!m.key_held(K));
+        assert!(
+            m.clients[0].beliefs.contains_key(&K),
+            "the app still believes it"
+        );
+        real(&mut m, 1, Op::TryLock, Some(K), b(1), T);
+    }
+}

@@ -1,0 +1,95 @@
+//! `pgchaos analyze RUN_DIR`: re-check a stored history with the current checker, against
+//! the topology the run recorded (`topology.yaml` in the run directory), and print and write
+//! the verdict table (into `RUN_DIR/analysis/`, or `--out`). Exit codes as `chaos`.
+
+use super::Exit;
+use crate::check;
+use crate::history::HistoryReader;
+use crate::report::terminal::verdict_table;
+use crate::report::{self, Results};
+use crate::topology::Topology;
+use anyhow::{Context, Result, anyhow};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A run directory (with history.jsonl.gz and topology.yaml), or a topology name meaning
+    /// its latest run.
+    run: String,
+    /// Where to write the analysis (default: RUN_DIR/analysis).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[arg(long, default_value = "reports")]
+    reports: PathBuf,
+}
+
+pub fn analyze(a: Args) -> Result<Exit> {
+    let dir = run_dir(&a.run, &a.reports)?;
+    let topo_path = dir.join("topology.yaml");
+    let text = std::fs::read_to_string(&topo_path)
+        .with_context(|| format!("{}: cannot read the run's topology", topo_path.display()))?;
+    let topo = Topology::parse(&text, &topo_path, check::catalog()).map_err(|e| anyhow!("{e}"))?;
+    let checked = check::check_history(HistoryReader::open(&dir)?)?;
+    let run_ms = checked
+        .run_end
+        .as_ref()
+        .map(|e| e.run_ms)
+        .unwrap_or(checked.run_ns / 1_000_000);
+    let stopped = checked
+        .run_end
+        .as_ref()
+        .is_some_and(|e| e.stopped_by_time_limit);
+    let results = Results::build(&topo, &checked.header, &checked.tally, stopped, run_ms);
+    let out = a.out.unwrap_or_else(|| dir.join("analysis"));
+    let tmp = out.with_extension(format!("tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).with_context(|| format!("{}: creating", tmp.display()))?;
+    let written =
+        report::write_report(&tmp, &dir, &topo, &checked.header, &results, &checked.tally);
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::rename(&tmp, &out)
+        .with_context(|| format!("moving {} to {}", tmp.display(), out.display()))?;
+    println!("{}", verdict_table(&results));
+    if checked.run_end.is_none() {
+        println!("note: the history ends without a `run_end` event: the run was cut short");
+    }
+    println!(
+        "analysed {} cases ({} events of phase run, shrink and evidence) from {}; written to {}",
+        results.cases,
+        checked.events,
+        dir.display(),
+        out.display()
+    );
+    if results.pg_violated() {
+        println!(
+            "!!! a pg.* invariant was violated: read {}/report.md",
+            out.display()
+        );
+    }
+    Ok(if results.passed() {
+        Exit::Ok
+    } else {
+        Exit::Mismatch
+    })
+}
+
+/// A run directory, or a topology name meaning `reports/<name>/latest`.
+pub fn run_dir(arg: &str, reports: &Path) -> Result<PathBuf> {
+    let p = PathBuf::from(arg);
+    if p.join(crate::history::store::FILE).is_file() {
+        return Ok(p);
+    }
+    let latest = reports.join(arg).join("latest");
+    if latest.join(crate::history::store::FILE).is_file() {
+        return Ok(latest);
+    }
+    Err(anyhow!(
+        "{arg}: not a run directory with a history ({} missing), nor a topology with a run under {}",
+        p.join(crate::history::store::FILE).display(),
+        reports.display()
+    ))
+}

@@ -1,0 +1,222 @@
+//! The command line: parses arguments, hands each subcommand to its own file, and maps
+//! outcomes to exit codes: 0 verdicts as expected, 1 verdicts differ from `expect` (or a
+//! replay differed), 2 usage, configuration or environment error, 128 + the signal when
+//! interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; servers stopped either way).
+//!
+//! May import everything; nothing imports it.
+
+mod analyze;
+mod chaos;
+mod compare;
+mod history;
+mod reproduce;
+mod up;
+
+use crate::check;
+use crate::provision;
+use crate::topology::{self, Topology};
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "pgchaos",
+    version,
+    about = "Chaos and property testing of PostgreSQL advisory locks through connection poolers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Obtain the binaries a topology needs (default: every topology in topologies/).
+    Provision {
+        topology: Vec<String>,
+        /// Refuse a version other than the declared one.
+        #[arg(long)]
+        strict_versions: bool,
+    },
+    /// Validate topology files; exit 0, or 2 with the error.
+    Check { topology: Vec<String> },
+    /// Start a topology, print versions and endpoints, stay up until Ctrl-C.
+    Up(up::Args),
+    /// Run random cases, check invariants, shrink failures, write a report.
+    Chaos(chaos::Args),
+    /// Replay a case file on a fresh topology, or regenerate a case from its seed.
+    Reproduce(reproduce::Args),
+    /// Re-check a stored run's history with the current checker.
+    Analyze(analyze::Args),
+    /// Print a stored run's history, or one case of it.
+    History(history::Args),
+    /// Compare runs: run directories, or topology names meaning their latest run.
+    Compare(compare::Args),
+}
+
+/// Exit code for an outcome.
+pub enum Exit {
+    Ok,
+    Mismatch,
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    // One thread: servers are spawned with a parent-death signal tied to the spawning
+    // thread, so the thread that spawns them must live as long as they do.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pgchaos: error: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    let result = rt.block_on(async {
+        let stop = match stop_signal() {
+            Ok(s) => s,
+            Err(e) => return Err(e),
+        };
+        tokio::select! {
+            r = run(cli) => r.map(Ok),
+            sig = stop => Ok(Err(sig)),
+        }
+    });
+    match result {
+        Ok(Ok(Exit::Ok)) => 0,
+        Ok(Ok(Exit::Mismatch)) => 1,
+        Ok(Err((name, signo))) => {
+            eprintln!("pgchaos: interrupted by {name}; servers stopped");
+            128 + signo
+        }
+        Err(e) => {
+            eprintln!("pgchaos: error: {e:#}");
+            2
+        }
+    }
+}
+
+/// Resolves at the first of Ctrl-C (SIGINT), SIGTERM (what `timeout`, CI runners and
+/// container runtimes send) and SIGHUP (a closed terminal), with its name and number. The
+/// run future is then dropped, which stops the servers and removes unfinished reports.
+fn stop_signal() -> Result<impl std::future::Future<Output = (&'static str, i32)>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => ("SIGINT", libc::SIGINT),
+            _ = term.recv() => ("SIGTERM", libc::SIGTERM),
+            _ = hup.recv() => ("SIGHUP", libc::SIGHUP),
+        }
+    })
+}
+
+/// A topology by name or path, validated against the checker's invariants.
+pub fn load(arg: &str) -> Result<Topology> {
+    let path = topology::resolve(arg);
+    Topology::load(&path, check::catalog()).map_err(|e| anyhow!("{e}"))
+}
+
+/// `--time-limit`: the same forms as the YAML (`500ms`, `60s`, `2m`, `1h`).
+fn parse_duration(s: &str) -> Result<Duration> {
+    topology::parse_duration(s.trim())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow!("invalid duration {s:?}: expected e.g. 500ms, 60s, 2m, 1h"))
+}
+
+async fn run(cli: Cli) -> Result<Exit> {
+    match cli.cmd {
+        Cmd::Check { topology } => {
+            if topology.is_empty() {
+                bail!("usage: pgchaos check TOPOLOGY...");
+            }
+            for t in &topology {
+                let topo = load(t)?;
+                println!("{}: ok ({})", topo.source.display(), topo.name);
+            }
+            Ok(Exit::Ok)
+        }
+        Cmd::Provision {
+            topology,
+            strict_versions,
+        } => {
+            let list = if topology.is_empty() {
+                all_topologies()?
+            } else {
+                topology
+            };
+            for t in &list {
+                let topo = load(t)?;
+                let t0 = Instant::now();
+                let (pg, b) = provision::binaries(&topo, strict_versions)?;
+                println!(
+                    "{}: postgres {} from {} ({}){}  [{:.1}s]",
+                    topo.name,
+                    pg.version,
+                    pg.source,
+                    pg.bin_dir.display(),
+                    b.map(|b| format!(
+                        "; pgbouncer {} from {} ({}){}",
+                        b.version,
+                        b.source,
+                        b.path.display(),
+                        b.drift.map(|d| format!(" DRIFT: {d}")).unwrap_or_default()
+                    ))
+                    .unwrap_or_default(),
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            Ok(Exit::Ok)
+        }
+        Cmd::Up(a) => up::up(a).await,
+        Cmd::Chaos(a) => chaos::chaos(a).await,
+        Cmd::Reproduce(a) => reproduce::reproduce(a).await,
+        Cmd::Analyze(a) => analyze::analyze(a),
+        Cmd::History(a) => history::history(a),
+        Cmd::Compare(a) => compare::compare(a),
+    }
+}
+
+fn all_topologies() -> Result<Vec<String>> {
+    let dir = topology::resolve("direct")
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("topologies"));
+    let mut out = vec![];
+    for e in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "yaml") {
+            out.push(p.display().to_string());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("60s").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("2 weeks").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,210 @@
+//! `pgchaos reproduce`: replay a case file on a fresh topology `--times N`, comparing every
+//! step with the recorded one (reply, and serving backend symbolically), or regenerate a
+//! case from its seed (`--seed`), shrink it as a chaos run would, and replay the result.
+
+use super::{Exit, load};
+use crate::engine::{self, Sink, run_one};
+use crate::history::{CaseView, Phase, symbol};
+use crate::launch::cpu::CpuChoice;
+use crate::launch::{self, LaunchOptions};
+use crate::report::casefile::{CaseFile, CaseStep, observed};
+use crate::report::topo_label;
+use crate::run::{CaseMeta, Runner};
+use crate::workload;
+use anyhow::{Context, Result, bail};
+use std::path::Path;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A case.yaml, or with --seed a topology.
+    target: String,
+    /// Regenerate the case with this case seed from the topology's workload, and shrink it.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// With --seed: shrink for this invariant (default: the first one the case violates).
+    #[arg(long)]
+    invariant: Option<String>,
+    /// Replay this many times.
+    #[arg(long, default_value_t = 1)]
+    times: u32,
+    #[arg(long)]
+    strict_versions: bool,
+    /// Pin the harness and its servers to one CPU: `auto` (the one it runs on), `off`,
+    /// or a CPU number. Default: PGCHAOS_CPU, else auto.
+    #[arg(long)]
+    cpu: Option<String>,
+}
+
+fn meta(phase: Phase, seed: Option<u64>) -> CaseMeta {
+    CaseMeta {
+        case: 0,
+        seed,
+        phase,
+        invariant: None,
+    }
+}
+
+pub async fn reproduce(a: Args) -> Result<Exit> {
+    let cpu = CpuChoice::from_flag_or_env(a.cpu.as_deref())?;
+    let (topo, case) = match a.seed {
+        Some(seed) => {
+            let topo = load(&a.target)?;
+            let steps = workload::case_tree(&topo.workload, seed).current();
+            let case = CaseFile {
+                topology: topo_label(&topo),
+                description: Some(format!("regenerated from case seed {seed}")),
+                invariant: None,
+                expect_violated: vec![],
+                case_seed: Some(seed),
+                versions: None,
+                steps: steps
+                    .into_iter()
+                    .map(|s| CaseStep {
+                        step: s,
+                        expected: None,
+                        observed: None,
+                        backend: None,
+                        backend_pid: None,
+                        backend_start: None,
+                        violations: vec![],
+                    })
+                    .collect(),
+            };
+            (topo, case)
+        }
+        None => {
+            let case = CaseFile::load(Path::new(&a.target))?;
+            // Recorded relative to the workspace root: also try the name under topologies/.
+            let topo = if Path::new(&case.topology).exists() {
+                load(&case.topology)?
+            } else {
+                let stem = Path::new(&case.topology)
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default();
+                load(stem).with_context(|| format!("{}: topology {}", a.target, case.topology))?
+            };
+            (topo, case)
+        }
+    };
+    let cluster = launch::launch(
+        &topo,
+        LaunchOptions {
+            strict_versions: a.strict_versions,
+            cpu,
+        },
+    )
+    .await?;
+    let runner = Runner::new(&cluster).await?;
+    let mut sink = Sink::new(Instant::now(), runner.rules.clone(), None);
+    let mut steps = case.steps();
+    let mut chosen: Option<String> = None;
+    if let Some(seed) = a.seed {
+        // Regenerated: find what it violates and shrink it, as the chaos run would.
+        let (first, _, _) = run_one(
+            &runner,
+            &mut sink,
+            meta(Phase::Replay, Some(seed)),
+            &steps,
+            false,
+        )
+        .await?;
+        let violated = first.violated();
+        let list = if violated.is_empty() {
+            "nothing".to_string()
+        } else {
+            violated.join(", ")
+        };
+        println!("case seed {seed}: {} steps, violates: {list}", steps.len());
+        chosen = match &a.invariant {
+            Some(i) if !violated.contains(i) => {
+                bail!("case seed {seed}: does not violate {i} (it violates: {list})")
+            }
+            Some(i) => Some(i.clone()),
+            None => violated.first().cloned(),
+        };
+        if let Some(inv) = &chosen {
+            let (min, runs) =
+                engine::shrink(&runner, &mut sink, 0, seed, inv, topo.run.max_shrink_runs).await?;
+            println!("shrunk for {inv} to {} steps in {runs} runs", min.len());
+            steps = min;
+        }
+    }
+    let times = a.times.max(1);
+    let mut same_all = 0;
+    for attempt in 1..=times {
+        let (verdict, _, events) = run_one(
+            &runner,
+            &mut sink,
+            meta(Phase::Replay, a.seed),
+            &steps,
+            true,
+        )
+        .await?;
+        let view = CaseView::build(&events)?;
+        let order = view.backend_order();
+        let mut same = true;
+        println!("replay {attempt}/{times}:");
+        for (s, rec) in view.steps.iter().zip(&case.steps) {
+            let backend = s.backend().map(|b| symbol(&order, b));
+            let got = observed(s).unwrap_or_default();
+            let step_same = rec.observed.as_ref().is_none_or(|o| *o == got)
+                && (rec.backend.is_none() || rec.backend == backend);
+            same &= step_same || a.seed.is_some();
+            let flagged: Vec<&str> = verdict
+                .at_step(s.index)
+                .map(|v| v.invariant.as_str())
+                .collect();
+            println!(
+                "  {:>2}. {:<28} {:<22} {:<4} {}{}",
+                s.index + 1,
+                s.label(),
+                got,
+                backend.clone().unwrap_or_default(),
+                if rec.observed.is_some() {
+                    if step_same { "same" } else { "DIFFERENT" }
+                } else {
+                    ""
+                },
+                if flagged.is_empty() {
+                    String::new()
+                } else {
+                    format!("  [{}]", flagged.join(", "))
+                }
+            );
+            if let (false, Some(o)) = (step_same, &rec.observed) {
+                println!(
+                    "      recorded: {o} on {}",
+                    rec.backend.clone().unwrap_or_default()
+                );
+            }
+        }
+        let violated = verdict.violated();
+        let mut want: Vec<String> = case.expect_violated.clone();
+        want.extend(case.invariant.iter().cloned());
+        want.extend(chosen.iter().cloned());
+        let missing: Vec<&String> = want.iter().filter(|w| !violated.contains(w)).collect();
+        if !missing.is_empty() {
+            same = false;
+            println!("  did NOT violate {missing:?}");
+        }
+        println!(
+            "  violated: {}",
+            if violated.is_empty() {
+                "nothing".to_string()
+            } else {
+                violated.join(", ")
+            }
+        );
+        if same {
+            same_all += 1;
+        }
+    }
+    println!("reproduced {same_all}/{times} times");
+    Ok(if same_all == times {
+        Exit::Ok
+    } else {
+        Exit::Mismatch
+    })
+}

@@ -1,0 +1,97 @@
+//! `pgchaos up TOPOLOGY`: start a topology, print versions and endpoints (with this run's
+//! passwords), stay up until Ctrl-C / SIGTERM / SIGHUP (or check health and stop, `--once`).
+
+use super::{Exit, load};
+use crate::launch::{self, LaunchOptions};
+use crate::run::Runner;
+use anyhow::Result;
+use serde_json::json;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    topology: String,
+    /// Check health and tear down at once.
+    #[arg(long)]
+    once: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    #[arg(long)]
+    strict_versions: bool,
+}
+
+pub async fn up(a: Args) -> Result<Exit> {
+    let topo = load(&a.topology)?;
+    // Never pinned: `up`'s servers serve other programs.
+    let mut cluster = launch::launch(
+        &topo,
+        LaunchOptions {
+            strict_versions: a.strict_versions,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let runner = Runner::new(&cluster).await?; // health: observer, contender, nemesis, console
+    runner.observer.reset().await?;
+    drop(runner);
+    let v = &cluster.versions;
+    let (pg_pid, pooler_pid) = cluster.pids();
+    let credentials = cluster.run_dir.join("credentials.txt");
+    let doc = json!({
+        "topology": cluster.topology.name,
+        "launcher": cluster.launcher,
+        "postgres": {"version": v.postgres, "declared_version": v.postgres_declared, "full_version": v.postgres_full, "dsn": cluster.direct_dsn(), "pid": pg_pid},
+        "pgbouncer": cluster.topology.pgbouncer.as_ref().map(|_| json!({
+            "version": v.pgbouncer, "declared_version": v.pgbouncer_declared,
+            "pool_mode": cluster.pool_mode().map(|m| m.as_str()),
+            "dsn": cluster.client_dsn(), "admin_dsn": cluster.admin_dsn(), "pid": pooler_pid,
+        })),
+        "client_dsn": cluster.client_dsn(),
+        "credentials_file": credentials,
+        "run_dir": cluster.run_dir,
+        "version_drift": v.version_drift,
+        "ready_ms": cluster.ready_ms,
+    });
+    if a.json {
+        println!("{}", serde_json::to_string(&doc)?);
+    } else {
+        println!("topology   {}", cluster.topology.name);
+        println!(
+            "postgres   {} (declared {})  {}",
+            v.postgres,
+            v.postgres_declared,
+            cluster.direct_dsn()
+        );
+        if let Some(b) = &v.pgbouncer {
+            println!(
+                "pgbouncer  {} (declared {})  pool_mode={}  {}",
+                b,
+                v.pgbouncer_declared.clone().unwrap_or_default(),
+                cluster.pool_mode().map(|m| m.as_str()).unwrap_or(""),
+                cluster.client_dsn()
+            );
+            println!("admin      {}", cluster.admin_dsn().unwrap_or_default());
+        }
+        for d in &v.version_drift {
+            println!("DRIFT      {d}");
+        }
+        println!(
+            "logins     {} (mode 0600; TCP needs the password, the Unix sockets in {} do not)",
+            credentials.display(),
+            cluster.run_dir.display()
+        );
+        println!("ready in   {} ms", cluster.ready_ms);
+    }
+    if !a.once {
+        if !a.json {
+            println!("up; Ctrl-C to stop");
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            cluster.check_alive()?;
+        }
+    }
+    cluster.shutdown();
+    Ok(Exit::Ok)
+}

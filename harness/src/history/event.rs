@@ -1,0 +1,338 @@
+//! The events of a history. One JSON object per line; `t` is nanoseconds since the run
+//! started (monotonic), `type` says what happened.
+//!
+//! | type | what |
+//! |---|---|
+//! | `run` | the first line: format, topology, pooler rules, versions, seed, the contender |
+//! | `case` | a case begins (its index, seed, phase: `run`, `shrink`, `evidence`, `replay`) |
+//! | `invoke` | a process (`C1`, ..., or `nemesis`) starts an op |
+//! | `ok` / `fail` / `info` | it completed: a result; a definite error; outcome unknown |
+//! | `skip` | a generated step the schedule did not run, with the reason |
+//! | `obs` | what the servers said after a step settled (or before it, in evidence replays) |
+//! | `probe` | the fresh contender tried a key |
+//! | `case_end` | the case is over (its time in steps and in the reset) |
+//! | `run_end` | the run is over |
+
+use super::observation::Observation;
+use crate::pooler::PoolRules;
+use crate::vocab::{BackendId, Key, Op, Reply};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// The format written in the `run` event; readers refuse other formats.
+pub const FORMAT: &str = "pgchaos-history/1";
+
+/// One thing that happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Nanoseconds since the run started.
+    pub t: u64,
+    #[serde(flatten)]
+    pub body: Body,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Body {
+    Run(Box<RunHeader>),
+    Case(CaseStart),
+    Invoke(Invoke),
+    Ok(Completion),
+    Fail(Completion),
+    Info(Completion),
+    Skip(Skip),
+    Obs(ObsEvent),
+    Probe(ProbeEvent),
+    CaseEnd(CaseEnd),
+    RunEnd(RunEnd),
+}
+
+/// Who did something: a logical client, or the nemesis (faults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Process {
+    /// 0-based; written `C1`, `C2`, ...
+    Client(usize),
+    Nemesis,
+}
+
+impl fmt::Display for Process {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Process::Client(c) => write!(f, "C{}", c + 1),
+            Process::Nemesis => f.write_str("nemesis"),
+        }
+    }
+}
+
+impl Serialize for Process {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Process {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "nemesis" {
+            return Ok(Process::Nemesis);
+        }
+        s.strip_prefix('C')
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|n| *n >= 1)
+            .map(|n| Process::Client(n - 1))
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown process {s:?}")))
+    }
+}
+
+/// Which part of a chaos run a case belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// A generated case.
+    Run,
+    /// A shrinking candidate.
+    Shrink,
+    /// The minimal case replayed once with full evidence.
+    Evidence,
+    /// `reproduce`: a case file replayed.
+    Replay,
+}
+
+/// The first event of every history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunHeader {
+    pub format: String,
+    /// The pgchaos version that wrote it.
+    pub pgchaos: String,
+    pub topology: String,
+    /// The topology file as given (its text is kept beside the history as `topology.yaml`).
+    pub topology_file: String,
+    /// The pooler (`none`, `pgbouncer`) and its rules, as the run used them.
+    pub pooler: String,
+    pub rules: PoolRules,
+    pub seed: u64,
+    /// The launcher that started the servers (`native`).
+    pub launcher: String,
+    pub versions: crate::vocab::Versions,
+    /// Milliseconds from launch to ready.
+    pub ready_ms: u64,
+    /// The CPU the run was pinned to, and the CPUs online.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_pinned: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_online: Option<usize>,
+    /// The fresh contender: a direct backend that never serves a client.
+    pub contender: BackendId,
+    pub contender_start: String,
+    /// The advisory keys of the workload (evidence replays probe each).
+    pub keys: Vec<Key>,
+    /// UTC start, `YYYYMMDDTHHMMSSZ`.
+    pub started: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaseStart {
+    /// The generated case's index (shrink and evidence cases carry the index they shrink).
+    pub case: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    pub phase: Phase,
+    /// Shrink and evidence cases: the invariant being shrunk for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invariant: Option<String>,
+    pub clients: usize,
+    pub steps: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Invoke {
+    pub p: Process,
+    /// The case step this op runs (sequential schedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    pub f: Op,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Key>,
+    /// Faults: the backend acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<BackendId>,
+    /// Faults generated as a client's step (terminate, cancel): that client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub p: Process,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    pub f: Op,
+    pub value: Reply,
+    /// The backend that ran it, as it reported itself (in-band, or found by its tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendId>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skip {
+    pub p: Process,
+    pub step: usize,
+    pub f: Op,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Key>,
+    pub reason: String,
+}
+
+/// When an observation or probe was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum At {
+    /// Before the step ran (evidence replays).
+    Before,
+    /// After the step settled.
+    After,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ObsEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    pub at: At,
+    /// On disk only: equal to the previous observation, which is not repeated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub same: bool,
+    /// On disk only: what changed since the previous observation (see `history::delta`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<super::delta::ObsDelta>,
+    #[serde(flatten)]
+    pub obs: Observation,
+}
+
+/// Why the contender probed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeWhy {
+    /// At a boundary the step crossed (commit, rollback, an abort, an unlock that leaves a
+    /// count, a terminate, a cancel, a closed server): the checker judges these.
+    Boundary,
+    /// Every key before the step (evidence replays).
+    Before,
+    /// Every key after the step (evidence replays).
+    After,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    pub why: ProbeWhy,
+    pub key: Key,
+    /// The contender could take the key (and released it at once).
+    pub available: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaseEnd {
+    pub case: u32,
+    /// Time in steps: ops, observation, probes, settling.
+    pub steps_us: u64,
+    /// Time in the reset before the case and the clients' connects.
+    pub reset_us: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunEnd {
+    pub cases: u32,
+    pub stopped_by_time_limit: bool,
+    /// Milliseconds from the first case to the last.
+    pub run_ms: u64,
+}
+
+impl Event {
+    pub fn case_start(&self) -> Option<&CaseStart> {
+        match &self.body {
+            Body::Case(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// A completion (`ok`, `fail` or `info`).
+    pub fn completion(&self) -> Option<&Completion> {
+        match &self.body {
+            Body::Ok(c) | Body::Fail(c) | Body::Info(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl Body {
+    /// The completion event for a reply: `ok`, `fail` or `info` by its outcome.
+    pub fn completion(c: Completion) -> Body {
+        match c.value.outcome() {
+            crate::vocab::Outcome::Ok => Body::Ok(c),
+            crate::vocab::Outcome::Fail => Body::Fail(c),
+            crate::vocab::Outcome::Info => Body::Info(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_one_flat_object_each() {
+        let e = Event {
+            t: 1500,
+            body: Body::Invoke(Invoke {
+                p: Process::Client(0),
+                step: Some(3),
+                f: Op::TryLock,
+                key: Some(Key::Big(4242424242)),
+                target: None,
+                client: None,
+            }),
+        };
+        let j = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            j,
+            r#"{"t":1500,"type":"invoke","p":"C1","step":3,"f":"try_lock","key":4242424242}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&j).unwrap(), e);
+        let done = Event {
+            t: 2000,
+            body: Body::completion(Completion {
+                p: Process::Nemesis,
+                step: Some(3),
+                f: Op::Terminate,
+                value: Reply::error("closed"),
+                backend: None,
+            }),
+        };
+        let j = serde_json::to_string(&done).unwrap();
+        assert!(j.contains(r#""type":"info""#), "{j}");
+        assert!(j.contains(r#""p":"nemesis""#), "{j}");
+        assert_eq!(serde_json::from_str::<Event>(&j).unwrap(), done);
+        assert!(serde_json::from_str::<Process>("\"C0\"").is_err());
+    }
+
+    #[test]
+    fn an_unchanged_observation_is_one_short_line() {
+        let e = Event {
+            t: 7,
+            body: Body::Obs(ObsEvent {
+                step: Some(1),
+                at: At::After,
+                same: true,
+                delta: None,
+                obs: Observation::default(),
+            }),
+        };
+        let j = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            j,
+            r#"{"t":7,"type":"obs","step":1,"at":"after","same":true}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&j).unwrap(), e);
+    }
+}

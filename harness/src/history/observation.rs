@@ -1,0 +1,179 @@
+//! What the servers said at one moment, as recorded: `pg_locks JOIN pg_stat_activity` rows
+//! of the client role, and the pooler's `SHOW SERVERS` / `SHOW CLIENTS` / `SHOW POOLS` rows.
+
+use crate::vocab::{BackendId, Key};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One advisory lock row of `pg_locks`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRow {
+    pub key: Key,
+    pub mode: String,
+    pub granted: bool,
+}
+
+/// One backend of the client role, from `pg_stat_activity`, with its advisory locks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendRow {
+    pub id: BackendId,
+    /// `backend_start` as PostgreSQL prints it (for people; `id` carries it in microseconds).
+    pub backend_start: String,
+    pub state: String,
+    /// The first 32 characters of its last query (carries the step tag).
+    pub query: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xact_start: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locks: Vec<LockRow>,
+}
+
+impl BackendRow {
+    /// Inside a transaction block (open or aborted).
+    pub fn in_transaction(&self) -> bool {
+        self.state.starts_with("idle in transaction")
+    }
+
+    /// Inside an open (not aborted) transaction block.
+    pub fn in_open_transaction(&self) -> bool {
+        self.state == "idle in transaction"
+    }
+}
+
+/// A row of a pooler admin view, selected columns.
+pub type PoolerRow = BTreeMap<String, String>;
+
+/// A snapshot of the servers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<BackendRow>,
+    /// `SHOW SERVERS` rows of the harness database.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<PoolerRow>,
+    /// `SHOW CLIENTS` rows of the harness database.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<PoolerRow>,
+    /// `SHOW POOLS` rows of the harness database.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolerRow>,
+}
+
+impl Observation {
+    /// Granted advisory locks as `(backend, key)`.
+    pub fn held(&self) -> BTreeSet<(BackendId, Key)> {
+        self.backends
+            .iter()
+            .flat_map(|b| {
+                b.locks
+                    .iter()
+                    .filter(|l| l.granted)
+                    .map(move |l| (b.id, l.key))
+            })
+            .collect()
+    }
+
+    /// Keys this backend holds (granted).
+    pub fn keys_of(&self, id: BackendId) -> Vec<Key> {
+        self.backend(id)
+            .map(|b| {
+                b.locks
+                    .iter()
+                    .filter(|l| l.granted)
+                    .map(|l| l.key)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn backend(&self, id: BackendId) -> Option<&BackendRow> {
+        self.backends.iter().find(|b| b.id == id)
+    }
+
+    pub fn alive(&self, id: BackendId) -> bool {
+        self.backend(id).is_some()
+    }
+
+    /// The backend whose last query starts with `tag`.
+    pub fn ran(&self, tag: &str) -> Option<BackendId> {
+        self.backends
+            .iter()
+            .find(|b| b.query.starts_with(tag))
+            .map(|b| b.id)
+    }
+
+    /// The pooler's server row for a backend pid (`remote_pid`).
+    pub fn server_of(&self, pid: i32) -> Option<&PoolerRow> {
+        let pid = pid.to_string();
+        self.servers
+            .iter()
+            .find(|s| s.get("remote_pid") == Some(&pid))
+    }
+
+    /// The pooler's state of a server (`active`, `idle`, `used`, `tested`, ...).
+    pub fn server_state(&self, pid: i32) -> Option<&str> {
+        self.server_of(pid)
+            .and_then(|s| s.get("state"))
+            .map(String::as_str)
+    }
+
+    /// Servers linked to a client (`active` in `SHOW SERVERS`).
+    pub fn linked_servers(&self) -> usize {
+        self.servers
+            .iter()
+            .filter(|s| s.get("state").map(String::as_str) == Some("active"))
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pid: i32, state: &str, keys: &[i64]) -> BackendRow {
+        BackendRow {
+            id: BackendId {
+                pid,
+                start_us: pid as i64 * 10,
+            },
+            backend_start: String::new(),
+            state: state.into(),
+            query: format!("/*pgchaos s{pid}*/ SELECT"),
+            xact_start: None,
+            locks: keys
+                .iter()
+                .map(|k| LockRow {
+                    key: Key::Big(*k),
+                    mode: "ExclusiveLock".into(),
+                    granted: true,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn held_keys_and_lookups() {
+        let mut o = Observation {
+            backends: vec![row(1, "idle", &[7, 8]), row(2, "idle in transaction", &[])],
+            ..Default::default()
+        };
+        o.backends[0].locks.push(LockRow {
+            key: Key::Big(9),
+            mode: "ExclusiveLock".into(),
+            granted: false,
+        });
+        let b1 = o.backends[0].id;
+        assert_eq!(o.held().len(), 2, "a waiting row is not held");
+        assert_eq!(o.keys_of(b1), vec![Key::Big(7), Key::Big(8)]);
+        assert_eq!(o.ran("/*pgchaos s2*/"), Some(o.backends[1].id));
+        assert!(o.backends[1].in_open_transaction() && o.backends[1].in_transaction());
+        assert!(!o.backends[0].in_transaction());
+        o.servers.push(BTreeMap::from([
+            ("remote_pid".to_string(), "2".to_string()),
+            ("state".to_string(), "active".to_string()),
+        ]));
+        assert_eq!(o.server_state(2), Some("active"));
+        assert_eq!(o.server_state(1), None);
+        assert_eq!(o.linked_servers(), 1);
+    }
+}

@@ -1,0 +1,270 @@
+//! How it runs: the launcher seam and the cluster handle. A [`Launcher`] turns a topology
+//! into a running [`Cluster`]: endpoints (Unix sockets in a private run directory, loopback
+//! TCP behind a per-run password), the versions that actually ran, and process control for
+//! the nemesis and for teardown. `native` is the only launcher today (servers as local
+//! processes); Docker and external endpoints fit the same trait later. Nothing outside this
+//! module and the CLI starts processes.
+//!
+//! Files: `native.rs` (local processes, the initdb template, teardown), `runtime.rs` (the
+//! per-user runtime directory and what dead runs left there), `reaper.rs` (the watcher that
+//! cleans up after a harness killed with SIGKILL), `cpu.rs` (pinning a sequential run).
+//! May import `vocab`, `topology`, `provision`, `pooler`, `sql`.
+
+pub mod cpu;
+pub mod native;
+pub mod reaper;
+pub mod runtime;
+
+use crate::pooler::Pooler;
+use crate::provision;
+use crate::topology::{PoolMode, Topology};
+pub use crate::vocab::Versions;
+use anyhow::{Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
+use tokio_postgres::{Client, Config, NoTls};
+
+/// The database and role the harness's logical clients use (through the pooler).
+pub const DB: &str = "chaos";
+pub const CLIENT_ROLE: &str = "chaos";
+/// The superuser of the cluster: observer, contender, nemesis, admin console.
+pub const SUPERUSER: &str = "postgres";
+/// Every connect and query the harness makes is bounded by this.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A boxed future (the launcher traits are object-safe).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Which server a control acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Which {
+    Postgres,
+    Pooler,
+}
+
+/// Process-level controls (faults the nemesis can schedule, and teardown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Orderly stop.
+    Stop,
+    /// SIGKILL to the server's process group.
+    Kill,
+    /// SIGSTOP: the process hangs without closing its sockets.
+    Pause,
+    /// SIGCONT.
+    Resume,
+}
+
+/// Process control of a running cluster, as its launcher provides it.
+pub trait Servers: Send {
+    /// OS process ids (postmaster, pooler), where the launcher has them.
+    fn pids(&self) -> (Option<i32>, Option<i32>);
+    /// The servers are processes on this host (their pids can be watched in /proc).
+    fn local(&self) -> bool;
+    fn control(&mut self, which: Which, what: Control) -> Result<()>;
+    /// Stop and start one server again on the same port.
+    fn restart(&mut self, which: Which) -> BoxFuture<'_, Result<()>>;
+    /// Err, with the server's log tail, when a server has died.
+    fn check_alive(&mut self) -> Result<()>;
+    /// Copy the servers' logs into `dir`.
+    fn save_logs(&self, dir: &Path) -> Result<()>;
+    /// Stop everything and remove what the run created. Idempotent.
+    fn shutdown(&mut self);
+}
+
+/// Turns a topology into a running cluster.
+pub trait Launcher {
+    /// `native`, ...
+    fn name(&self) -> &'static str;
+    fn launch<'a>(&'a self, topology: &'a Topology) -> BoxFuture<'a, Result<Cluster>>;
+}
+
+/// A running topology: the handle the runner, the observer and the nemesis use.
+pub struct Cluster {
+    pub topology: Topology,
+    pub pooler: Box<dyn Pooler>,
+    /// The launcher that started it.
+    pub launcher: &'static str,
+    /// The private run directory: Unix sockets, data, logs, credentials.
+    pub run_dir: PathBuf,
+    pub pg_port: u16,
+    pub pooler_port: Option<u16>,
+    pub versions: Versions,
+    pub ready_ms: u128,
+    /// The CPU the harness and these servers were pinned to (see [`cpu`]), if any.
+    pub pinned_cpu: Option<usize>,
+    /// `(role, password)`: the run's random passwords for TCP logins.
+    pub passwords: Vec<(String, String)>,
+    pub servers: Box<dyn Servers>,
+}
+
+impl Cluster {
+    /// A logical client's connection: through the pooler, or direct for a pooler-less
+    /// topology, over the Unix socket in the private run directory (the TCP listener, on
+    /// loopback, is for people and tools; a socket costs less per connect and round trip).
+    pub fn client_config(&self) -> Config {
+        let port = self.pooler_port.unwrap_or(self.pg_port);
+        self.config(true, port, CLIENT_ROLE, DB, "pgchaos")
+    }
+
+    /// A direct PostgreSQL connection over TCP on loopback (what `up` prints) as `user`,
+    /// with the run's password.
+    pub fn direct_config(&self, user: &str) -> Config {
+        self.config(false, self.pg_port, user, DB, "pgchaos")
+    }
+
+    /// A direct connection over PostgreSQL's Unix socket in the private run directory (the
+    /// observer's, contender's and nemesis's path).
+    pub fn socket_config(&self, user: &str) -> Config {
+        self.config(true, self.pg_port, user, DB, "pgchaos-observer")
+    }
+
+    /// The pooler's admin console (simple query protocol only), over its Unix socket.
+    pub fn admin_config(&self) -> Option<Config> {
+        let db = self.pooler.admin_database()?;
+        Some(self.config(true, self.pooler_port?, SUPERUSER, db, "pgchaos"))
+    }
+
+    fn config(&self, unix: bool, port: u16, user: &str, db: &str, app: &str) -> Config {
+        let mut c = Config::new();
+        if unix {
+            c.host_path(&self.run_dir);
+        } else {
+            c.host("127.0.0.1");
+            if let Some(pw) = self.password(user) {
+                c.password(pw);
+            }
+        }
+        c.port(port)
+            .user(user)
+            .dbname(db)
+            .connect_timeout(IO_TIMEOUT)
+            .application_name(app);
+        c
+    }
+
+    /// The run's password for a role (TCP logins need it).
+    pub fn password(&self, role: &str) -> Option<&str> {
+        self.passwords
+            .iter()
+            .find(|(r, _)| r == role)
+            .map(|(_, p)| p.as_str())
+    }
+
+    fn dsn(&self, port: u16, user: &str, db: &str) -> String {
+        format!(
+            "postgresql://{user}:{}@127.0.0.1:{port}/{db}?sslmode=disable",
+            self.password(user).unwrap_or_default()
+        )
+    }
+
+    /// The clients' DSN over TCP (through the pooler when there is one).
+    pub fn client_dsn(&self) -> String {
+        self.dsn(self.pooler_port.unwrap_or(self.pg_port), CLIENT_ROLE, DB)
+    }
+    pub fn direct_dsn(&self) -> String {
+        self.dsn(self.pg_port, SUPERUSER, DB)
+    }
+    pub fn admin_dsn(&self) -> Option<String> {
+        let db = self.pooler.admin_database()?;
+        Some(self.dsn(self.pooler_port?, SUPERUSER, db))
+    }
+
+    pub fn pool_mode(&self) -> Option<PoolMode> {
+        self.topology.pgbouncer.as_ref().map(|b| b.pool_mode)
+    }
+
+    pub fn pids(&self) -> (Option<i32>, Option<i32>) {
+        self.servers.pids()
+    }
+
+    pub fn control(&mut self, which: Which, what: Control) -> Result<()> {
+        self.servers.control(which, what)
+    }
+
+    pub async fn restart(&mut self, which: Which) -> Result<()> {
+        self.servers.restart(which).await
+    }
+
+    pub fn check_alive(&mut self) -> Result<()> {
+        self.servers.check_alive()
+    }
+
+    pub fn save_logs(&self, dir: &Path) -> Result<()> {
+        self.servers.save_logs(dir)
+    }
+
+    pub fn shutdown(&mut self) {
+        self.servers.shutdown();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.servers.shutdown();
+    }
+}
+
+/// How to launch.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchOptions {
+    /// Refuse a server whose version differs from the declared one.
+    pub strict_versions: bool,
+    /// Where a sequential run executes (see [`cpu`]).
+    pub cpu: cpu::CpuChoice,
+}
+
+impl Default for LaunchOptions {
+    fn default() -> Self {
+        LaunchOptions {
+            strict_versions: false,
+            cpu: cpu::CpuChoice::Off,
+        }
+    }
+}
+
+/// Obtain the binaries a topology needs (provisioning what is missing), place the harness
+/// thread per `opts.cpu` (after provisioning: a build uses every CPU; before the servers
+/// start, so they inherit it), and launch natively.
+pub async fn launch(topology: &Topology, opts: LaunchOptions) -> Result<Cluster> {
+    let (pg, bouncer) = provision::binaries(topology, opts.strict_versions)?;
+    let pinned = cpu::pin(opts.cpu)?;
+    let launcher = native::NativeLauncher::new(pg, bouncer);
+    let mut cluster = launcher.launch(topology).await?;
+    cluster.pinned_cpu = pinned;
+    Ok(cluster)
+}
+
+/// Connect with a timeout around the whole startup (TCP connect timeout alone does not
+/// cover a hung server).
+pub async fn connect(config: &Config) -> Result<Client> {
+    let (client, conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(NoTls))
+        .await
+        .map_err(|_| anyhow!("connect timed out after {IO_TIMEOUT:?}"))??;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+/// Bound any future by [`IO_TIMEOUT`].
+pub async fn timed<T, E: Into<anyhow::Error>>(
+    f: impl std::future::Future<Output = std::result::Result<T, E>>,
+) -> Result<T> {
+    match tokio::time::timeout(IO_TIMEOUT, f).await {
+        Ok(r) => r.map_err(Into::into),
+        Err(_) => bail!("query timed out after {IO_TIMEOUT:?}"),
+    }
+}
+
+/// First column of the first row of a simple query.
+pub async fn simple_first(client: &Client, sql: &str) -> Result<String> {
+    for msg in timed(client.simple_query(sql)).await? {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = msg {
+            return Ok(row.get(0).unwrap_or_default().to_string());
+        }
+    }
+    bail!("{sql:?} returned no row")
+}

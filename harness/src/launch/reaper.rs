@@ -1,0 +1,114 @@
+//! The reaper: a small `sh` process started beside every run that outlives the harness by a
+//! moment, so that nothing of the run survives it however it ends, SIGKILL included.
+//!
+//! It reads server process ids from a pipe the harness holds (`-<pid>` withdraws one the
+//! harness stopped and reaped itself); when the pipe closes (the
+//! harness exited, crashed or was killed) it kills those process groups, waits for them to
+//! go, removes the System V segment the postmaster registered in `postmaster.pid`, and
+//! deletes the run directory. After a normal teardown there is nothing left for it to do.
+//! It ignores SIGINT, SIGTERM and SIGHUP and runs in a session of its own, so a signal meant
+//! for the harness (or its process group) does not stop it before it has cleaned up.
+
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+const SCRIPT: &str = r#"
+trap '' INT TERM HUP
+dir=$1
+keep=$2
+pids=
+while read -r pid; do
+    case $pid in
+        -*) pids=$(echo " $pids " | sed "s/ ${pid#-} / /g") ;;
+        *) pids="$pids $pid" ;;
+    esac
+done
+for p in $pids; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+running() {
+    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+for p in $pids; do
+    n=0
+    while running "$p" && [ $n -lt 1000 ]; do sleep 0.01; n=$((n + 1)); done
+done
+if [ -f "$dir/data/postmaster.pid" ]; then
+    shmid=$(sed -n 7p "$dir/data/postmaster.pid" | awk '{print $2}')
+    [ -n "$shmid" ] && ipcrm -m "$shmid" 2>/dev/null
+fi
+if [ "$keep" != 1 ]; then
+    rm -rf "$dir" 2>/dev/null || { sleep 0.2; rm -rf "$dir" 2>/dev/null; }
+fi
+exit 0
+"#;
+
+/// The watcher of one run directory.
+pub struct Reaper {
+    stdin: Option<ChildStdin>,
+    child: Child,
+}
+
+impl Reaper {
+    /// Start the reaper for `run_dir` (`keep`: leave the directory, as `PGCHAOS_KEEP_RUN_DIR`
+    /// asks).
+    pub fn spawn(run_dir: &Path, keep: bool) -> Result<Reaper> {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(SCRIPT)
+            .arg("pgchaos-reaper")
+            .arg(run_dir)
+            .arg(if keep { "1" } else { "0" })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: setsid is async-signal-safe; a session of its own keeps group signals
+        // aimed at the harness from reaching it.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().context("starting the reaper (sh)")?;
+        let stdin = child.stdin.take();
+        Ok(Reaper { stdin, child })
+    }
+
+    /// Watch a server: its process group is killed if the harness dies first.
+    pub fn watch(&mut self, pid: i32) {
+        self.say(&pid.to_string());
+    }
+
+    /// The server has been stopped and reaped by the harness: forget it (its pid may be
+    /// reused by someone else).
+    pub fn forget(&mut self, pid: i32) {
+        self.say(&format!("-{pid}"));
+    }
+
+    fn say(&mut self, line: &str) {
+        if let Some(s) = self.stdin.as_mut() {
+            let _ = writeln!(s, "{line}");
+            let _ = s.flush();
+        }
+    }
+
+    /// The reaper's own pid (tests wait for it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The harness has cleaned up itself: let the reaper check and exit, and reap it.
+    pub fn finish(&mut self) {
+        self.stdin = None;
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

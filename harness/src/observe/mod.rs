@@ -1,0 +1,486 @@
+//! What the servers say, from outside every logical client: `pg_locks JOIN pg_stat_activity`
+//! on a direct superuser connection, the pooler's admin views (`SHOW SERVERS` / `SHOW CLIENTS`
+//! / `SHOW POOLS`), the fresh contender's availability probe, the wait until the servers
+//! have settled after a step ([`Waits`]: what to wait for is the runner's call, made from the
+//! op), and the reset to the empty state between cases, verified.
+//!
+//! May import `vocab`, `sql`, `launch` (connections), `pooler` (its views) and `history`
+//! (the observation types it fills in).
+
+use crate::client::{Raw, run_raw};
+use crate::history::{BackendRow, LockRow, Observation, PoolerRow};
+use crate::launch::{CLIENT_ROLE, Cluster, DB, SUPERUSER, connect, timed};
+use crate::pooler::pgbouncer::{CONNECTION_COLUMNS, POOL_COLUMNS};
+use crate::sql;
+use crate::vocab::backend::parse_timestamptz;
+use crate::vocab::{BackendId, Key};
+use anyhow::{Context, Result, anyhow, bail};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, SimpleQueryMessage, Statement};
+
+/// What to wait for after a step before the observation counts (chosen by the runner from
+/// the op; see `run::plan`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waits {
+    /// Backends that must have finished their statement (a client gets an ErrorResponse
+    /// before the backend aborts the transaction and releases its locks).
+    pub quiet: Vec<BackendId>,
+    /// Servers the pooler releases once their backend is idle: they must be back in the pool
+    /// (not linked). A client can have its reply (an ErrorResponse) before the pooler has
+    /// read the ReadyForQuery that releases the server.
+    pub released: Vec<BackendId>,
+    /// Servers released through the reset query: back in the pool with the reset done (read
+    /// in order: the pooler first, PostgreSQL after it).
+    pub reset: Vec<BackendId>,
+    /// Identities that must have left both `pg_stat_activity` and the pooler's servers.
+    pub gone: Vec<BackendId>,
+}
+
+impl Waits {
+    /// Whether a reset query or an exit must be awaited: then the pooler is read first and
+    /// PostgreSQL after it (pg_locks must be read after PgBouncer says the reset is done).
+    fn ordered(&self) -> bool {
+        !self.reset.is_empty() || !self.gone.is_empty()
+    }
+}
+
+/// The observer's connections: direct to PostgreSQL (snapshot), a separate direct contender,
+/// and the pooler's console when there is a pooler.
+pub struct Observer {
+    pg: Client,
+    /// The snapshot and probes as prepared statements (direct connections, so named
+    /// statements are safe; planning once saves ~40% of a snapshot).
+    snap: Statement,
+    probe_big: Statement,
+    probe_pair: Statement,
+    contender: Client,
+    pub contender_id: BackendId,
+    pub contender_start: String,
+    admin: Option<Client>,
+    /// Read `SHOW POOLS` too (evidence replays): it costs ~25 us a look on this kind of
+    /// machine, and a sequential step's `SHOW SERVERS`/`SHOW CLIENTS` rows determine every
+    /// count it gives (nothing waits in a sequential schedule).
+    pools: std::cell::Cell<bool>,
+    reset_commands: Vec<String>,
+    /// The servers run on this host: their pids can be watched in /proc.
+    local_processes: bool,
+}
+
+impl Observer {
+    pub async fn connect(cluster: &Cluster) -> Result<Observer> {
+        let pg = connect(&cluster.socket_config(SUPERUSER))
+            .await
+            .context("observer: connecting to PostgreSQL")?;
+        let contender = connect(&cluster.socket_config(SUPERUSER))
+            .await
+            .context("contender: connecting to PostgreSQL")?;
+        let raw = run_raw(&contender, sql::IDENTITY).await;
+        let row = raw
+            .rows
+            .first()
+            .ok_or_else(|| anyhow!("contender identity query failed: {:?}", raw.error))?;
+        let contender_start = row[1].clone().unwrap_or_default();
+        let contender_id = BackendId {
+            pid: row[0].as_deref().unwrap_or_default().parse()?,
+            start_us: parse_timestamptz(&contender_start)
+                .ok_or_else(|| anyhow!("contender backend_start {contender_start:?} is not ISO"))?,
+        };
+        let admin = match cluster.admin_config() {
+            Some(c) => Some(
+                connect(&c)
+                    .await
+                    .context("observer: connecting to the pooler's admin console")?,
+            ),
+            None => None,
+        };
+        let snap = timed(pg.prepare(&sql::snapshot(CLIENT_ROLE))).await?;
+        let probe_big = timed(contender.prepare(sql::CONTENDER_PROBE_BIG)).await?;
+        let probe_pair = timed(contender.prepare(sql::CONTENDER_PROBE_PAIR)).await?;
+        Ok(Observer {
+            snap,
+            probe_big,
+            probe_pair,
+            pg,
+            contender,
+            contender_id,
+            contender_start,
+            admin,
+            pools: std::cell::Cell::new(false),
+            reset_commands: cluster.pooler.reset_commands(DB),
+            local_processes: cluster.servers.local(),
+        })
+    }
+
+    /// Whether looks read `SHOW POOLS` as well.
+    pub fn set_pools(&self, on: bool) {
+        self.pools.set(on);
+    }
+
+    async fn raw_ok(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
+        let Raw { rows, error } = run_raw(client, sql).await;
+        match error {
+            None => Ok(rows),
+            Some((code, msg)) => bail!("observer query failed ({code}: {msg}): {sql}"),
+        }
+    }
+
+    /// `pg_locks JOIN pg_stat_activity`, plus the pooler's views when there is a pooler.
+    pub async fn snapshot(&self) -> Result<Observation> {
+        self.look(false).await
+    }
+
+    /// `ordered`: read the pooler's views first and PostgreSQL's after them; otherwise both
+    /// at once.
+    async fn look(&self, ordered: bool) -> Result<Observation> {
+        let pool = async {
+            match &self.admin {
+                // Pipelined on the console connection: one round trip's wait for all views.
+                Some(a) if self.pools.get() => {
+                    let (s, c, p) = tokio::join!(
+                        show(a, sql::SHOW_SERVERS),
+                        show(a, sql::SHOW_CLIENTS),
+                        show(a, sql::SHOW_POOLS)
+                    );
+                    Ok::<_, anyhow::Error>((s?, c?, p?))
+                }
+                Some(a) => {
+                    let (s, c) =
+                        tokio::join!(show(a, sql::SHOW_SERVERS), show(a, sql::SHOW_CLIENTS));
+                    Ok((s?, c?, vec![]))
+                }
+                None => Ok((vec![], vec![], vec![])),
+            }
+        };
+        let pg = async {
+            timed(self.pg.query(&self.snap, &[]))
+                .await
+                .context("observer snapshot")
+        };
+        let ((servers, clients, pools), rows) = if ordered {
+            let pool = pool.await?;
+            (pool, pg.await?)
+        } else {
+            let (pool, rows) = tokio::join!(pool, pg);
+            (pool?, rows?)
+        };
+        let mut obs = Observation {
+            backends: vec![],
+            servers,
+            clients,
+            pools,
+        };
+        for r in rows {
+            let id = BackendId {
+                pid: r.try_get(0)?,
+                start_us: r.try_get(1)?,
+            };
+            if obs.backends.last().map(|b| b.id) != Some(id) {
+                obs.backends.push(BackendRow {
+                    id,
+                    backend_start: r.try_get::<_, Option<String>>(2)?.unwrap_or_default(),
+                    state: r.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
+                    query: r.try_get::<_, Option<String>>(4)?.unwrap_or_default(),
+                    xact_start: r.try_get(10)?,
+                    locks: vec![],
+                });
+            }
+            let (c, o, sub): (Option<u32>, Option<u32>, Option<i16>) =
+                (r.try_get(5)?, r.try_get(6)?, r.try_get(7)?);
+            if let (Some(c), Some(o), Some(sub)) = (c, o, sub) {
+                let key = Key::from_lock_row(c, o, sub)
+                    .ok_or_else(|| anyhow!("unexpected objsubid {sub}"))?;
+                obs.backends
+                    .last_mut()
+                    .expect("pushed")
+                    .locks
+                    .push(LockRow {
+                        key,
+                        mode: r.try_get::<_, Option<String>>(8)?.unwrap_or_default(),
+                        granted: r.try_get::<_, Option<bool>>(9)?.unwrap_or(false),
+                    });
+            }
+        }
+        Ok(obs)
+    }
+
+    /// Can a fresh backend (the contender, never a pooled one) take `key` right now?
+    pub async fn probe(&self, key: Key) -> Result<bool> {
+        let row = match key {
+            Key::Big(k) => timed(self.contender.query_one(&self.probe_big, &[&k])).await,
+            Key::Pair(a, b) => timed(self.contender.query_one(&self.probe_pair, &[&a, &b])).await,
+        }
+        .context("contender probe")?;
+        Ok(row.try_get(0)?)
+    }
+
+    /// Wait, bounded, until what happens after a reply has happened (see [`Waits`]) and no
+    /// server is mid-login or mid-reset. `first`: a snapshot already taken after the reply,
+    /// used if it is settled. Returns the settled snapshot.
+    pub async fn settle(&self, first: Option<Observation>, waits: &Waits) -> Result<Observation> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let ordered = waits.ordered();
+        // A snapshot taken without reading in order cannot vouch for a reset or an exit.
+        let mut next = first.filter(|_| !ordered);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let obs = match next.take() {
+                Some(obs) => obs,
+                None => self.look(ordered).await?,
+            };
+            if settled(&obs, waits) {
+                return Ok(obs);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the servers did not settle within 5 s (waiting for {:?} to finish, {:?} to be back in the pool, {:?} to be reset and {:?} to be gone); last snapshot: {}",
+                    waits.quiet,
+                    waits.released,
+                    waits.reset,
+                    waits.gone,
+                    serde_json::to_string(&obs).unwrap_or_default()
+                );
+            }
+            backoff(attempt).await;
+        }
+    }
+
+    /// Bring the topology to the known empty state between cases: no client-role backends,
+    /// no pooled connections, no advisory locks. Verified, not assumed. With local servers
+    /// the reset also waits for the terminated backends' processes to finish exiting (a
+    /// backend leaves `pg_stat_activity` before it has released its memory), so no dying
+    /// process competes with the next case's steps for the CPU.
+    pub async fn reset(&self) -> Result<()> {
+        let mut pids: BTreeSet<i32> = BTreeSet::new();
+        if let Some(admin) = &self.admin {
+            pids.extend(
+                show(admin, sql::SHOW_SERVERS)
+                    .await?
+                    .iter()
+                    .filter_map(|s| s.get("remote_pid")?.parse::<i32>().ok())
+                    .filter(|p| *p > 0),
+            );
+            for cmd in &self.reset_commands {
+                timed(admin.simple_query(cmd))
+                    .await
+                    .with_context(|| format!("pooler admin command {cmd}"))?;
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let terminated = Self::raw_ok(&self.pg, &sql::terminate_role(CLIENT_ROLE)).await?;
+            pids.extend(
+                terminated
+                    .iter()
+                    .filter_map(|r| r[0].as_deref()?.parse::<i32>().ok()),
+            );
+            let backends = Self::raw_ok(&self.pg, &sql::role_backends(CLIENT_ROLE)).await?;
+            let locks = Self::raw_ok(&self.pg, sql::ALL_ADVISORY_LOCKS).await?;
+            let n = |rows: &Vec<Vec<Option<String>>>| {
+                rows.first().and_then(|r| r[0].clone()).unwrap_or_default()
+            };
+            let pool_empty = match &self.admin {
+                Some(a) => show(a, sql::SHOW_SERVERS).await?.is_empty(),
+                None => true,
+            };
+            let exiting: Vec<i32> = if self.local_processes {
+                pids.iter()
+                    .copied()
+                    .filter(|p| process_running(*p))
+                    .collect()
+            } else {
+                vec![]
+            };
+            if n(&backends) == "0" && n(&locks) == "0" && pool_empty && exiting.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "reset did not reach the empty state within 5 s: {} client backends, {} advisory locks, pool empty: {pool_empty}, backend processes still exiting: {exiting:?}",
+                    n(&backends),
+                    n(&locks)
+                );
+            }
+            backoff(attempt).await;
+        }
+    }
+}
+
+/// Whether a local process is still running (a zombie has already released everything and
+/// only waits for its parent to reap it).
+pub fn process_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself contain ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// The pause before a bounded wait's next look: none after the first (a look is itself a
+/// round trip, ~0.1 ms), then 50 us doubling up to 1 ms. Sub-millisecond pauses sleep the
+/// thread: tokio's timer rounds every sleep up to a whole millisecond, which was most of the
+/// cost of waiting for a backend to finish an error or exit. Nothing else runs meanwhile
+/// (the schedule is sequential), so the short block is harmless.
+pub async fn backoff(attempt: u32) {
+    match attempt {
+        0 | 1 => tokio::task::yield_now().await,
+        n if n < 6 => std::thread::sleep(Duration::from_micros(50 << (n - 2))),
+        _ => tokio::time::sleep(Duration::from_millis(1)).await,
+    }
+}
+
+/// Whether a snapshot shows the state [`Observer::settle`] waits for.
+pub fn settled(obs: &Observation, waits: &Waits) -> bool {
+    let gone_ok = waits
+        .gone
+        .iter()
+        .all(|g| !obs.alive(*g) && obs.server_of(g.pid).is_none());
+    // A released server is out of the `active` (linked) state and not mid-reset once its
+    // backend is idle; a backend still in a transaction stays linked.
+    let released_ok = waits.released.iter().chain(&waits.reset).all(|b| {
+        obs.backend(*b).is_none_or(|row| row.in_transaction())
+            || obs
+                .server_state(b.pid)
+                .is_none_or(|s| matches!(s, "idle" | "used"))
+    });
+    let transient = obs.servers.iter().any(|s| {
+        matches!(
+            s.get("state").map(String::as_str),
+            Some("tested" | "login" | "new")
+        )
+    });
+    let quiet_ok = waits
+        .quiet
+        .iter()
+        .all(|q| obs.backend(*q).is_none_or(|b| b.state != "active"));
+    gone_ok && released_ok && quiet_ok && !transient
+}
+
+/// A `SHOW` command on the admin console: rows of the harness database only, selected
+/// columns.
+async fn show(admin: &Client, cmd: &str) -> Result<Vec<PoolerRow>> {
+    let msgs = timed(admin.simple_query(cmd))
+        .await
+        .with_context(|| format!("pooler admin {cmd}"))?;
+    let keep: &[&str] = if cmd == sql::SHOW_POOLS {
+        POOL_COLUMNS
+    } else {
+        CONNECTION_COLUMNS
+    };
+    let mut out = vec![];
+    for m in msgs {
+        if let SimpleQueryMessage::Row(row) = m {
+            let mut map = PoolerRow::new();
+            let mut database = None;
+            for (i, col) in row.columns().iter().enumerate() {
+                let value = row.get(i).unwrap_or("");
+                if col.name() == "database" {
+                    database = Some(value.to_string());
+                }
+                if keep.contains(&col.name()) {
+                    map.insert(col.name().to_string(), value.to_string());
+                }
+            }
+            if database.as_deref() == Some(DB) {
+                out.push(map);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn id(pid: i32) -> BackendId {
+        BackendId {
+            pid,
+            start_us: pid as i64,
+        }
+    }
+
+    fn row(pid: i32, state: &str) -> BackendRow {
+        BackendRow {
+            id: id(pid),
+            backend_start: String::new(),
+            state: state.into(),
+            query: String::new(),
+            xact_start: None,
+            locks: vec![],
+        }
+    }
+
+    fn server(pid: i32, state: &str) -> PoolerRow {
+        BTreeMap::from([
+            ("remote_pid".to_string(), pid.to_string()),
+            ("state".to_string(), state.to_string()),
+        ])
+    }
+
+    #[test]
+    fn settling_waits_for_statements_resets_and_exits() {
+        let none = Waits::default();
+        let mut o = Observation {
+            backends: vec![row(1, "active")],
+            ..Default::default()
+        };
+        assert!(settled(&o, &none), "nothing to wait for");
+        let quiet = Waits {
+            quiet: vec![id(1)],
+            ..Default::default()
+        };
+        assert!(!settled(&o, &quiet), "still running its statement");
+        o.backends[0].state = "idle".into();
+        assert!(settled(&o, &quiet));
+
+        // Released: idle backend whose server is still linked, then mid-reset, then idle.
+        let released = Waits {
+            reset: vec![id(1)],
+            ..Default::default()
+        };
+        o.servers = vec![server(1, "active")];
+        assert!(!settled(&o, &released));
+        o.servers = vec![server(1, "tested")];
+        assert!(!settled(&o, &released), "the reset query is still running");
+        o.servers = vec![server(1, "idle")];
+        assert!(settled(&o, &released));
+        // A backend still inside a transaction stays linked: nothing to wait for.
+        o.backends[0].state = "idle in transaction".into();
+        o.servers = vec![server(1, "active")];
+        assert!(settled(&o, &released));
+
+        // Gone: out of pg_stat_activity and out of SHOW SERVERS.
+        let gone = Waits {
+            gone: vec![id(1)],
+            ..Default::default()
+        };
+        assert!(!settled(&o, &gone));
+        o.backends.clear();
+        assert!(!settled(&o, &gone), "the pooler still lists it");
+        o.servers.clear();
+        assert!(settled(&o, &gone));
+        assert!(gone.ordered() && released.ordered() && !quiet.ordered());
+        let plain = Waits {
+            released: vec![id(1)],
+            ..Default::default()
+        };
+        assert!(
+            !plain.ordered(),
+            "a release without a reset needs no ordered read"
+        );
+    }
+
+    #[test]
+    fn a_missing_process_is_not_running() {
+        assert!(process_running(std::process::id() as i32));
+        assert!(!process_running(i32::MAX));
+    }
+}

@@ -1,0 +1,211 @@
+//! The pooler between the logical clients and PostgreSQL, one unit per kind: PgBouncer, and
+//! "none" (clients connect straight to PostgreSQL); pgpool-II later. Each owns its config
+//! files, its admin view, and the pooling rules the model and the runner need (when a server
+//! is linked to a client, when it is released, what the reset does, what a client's
+//! disconnect does to its server), in one place.
+//!
+//! May import `vocab` and `topology`; the launcher asks it for config files, the observer for
+//! its admin commands, the runner and the model for its [`PoolRules`].
+
+pub mod pgbouncer;
+
+use crate::topology::{PoolMode, Topology};
+use serde::{Deserialize, Serialize};
+
+/// What one kind of pooler provides to the rest of the harness.
+pub trait Pooler: Send + Sync {
+    /// `none`, `pgbouncer`.
+    fn name(&self) -> &'static str;
+    /// The rules the model and the runner use.
+    fn rules(&self) -> PoolRules;
+    /// Files the launcher writes into the run directory before starting the pooler
+    /// (`None` when there is no pooler process).
+    fn config_files(&self, cx: &ConfigContext) -> Option<Vec<ConfigFile>>;
+    /// The admin console's database, when the pooler has one.
+    fn admin_database(&self) -> Option<&'static str>;
+    /// Admin commands that drop every client and server of `db` and accept new ones again
+    /// (the reset between cases).
+    fn reset_commands(&self, db: &str) -> Vec<String>;
+}
+
+/// Where the launcher puts things, for config rendering.
+pub struct ConfigContext<'a> {
+    pub topology_name: &'a str,
+    /// The private run directory (Unix sockets live here).
+    pub run_dir: &'a std::path::Path,
+    pub pg_port: u16,
+    pub listen_port: u16,
+    pub database: &'a str,
+    pub superuser: &'a str,
+    /// `(role, password)` for every role that may log in over TCP.
+    pub passwords: &'a [(String, String)],
+}
+
+/// One file the pooler needs.
+pub struct ConfigFile {
+    pub name: &'static str,
+    pub text: String,
+    /// The launcher starts the pooler with this file as its argument.
+    pub is_main: bool,
+}
+
+/// The pooler for a topology.
+pub fn for_topology(t: &Topology) -> Box<dyn Pooler> {
+    match &t.pgbouncer {
+        Some(b) => Box::new(pgbouncer::PgBouncer::new(&t.name, b.clone())),
+        None => Box::new(NoPooler),
+    }
+}
+
+/// Clients straight to PostgreSQL: a connection is a backend.
+pub struct NoPooler;
+
+impl Pooler for NoPooler {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn rules(&self) -> PoolRules {
+        PoolRules::direct()
+    }
+    fn config_files(&self, _: &ConfigContext) -> Option<Vec<ConfigFile>> {
+        None
+    }
+    fn admin_database(&self) -> Option<&'static str> {
+        None
+    }
+    fn reset_commands(&self, _: &str) -> Vec<String> {
+        vec![]
+    }
+}
+
+/// How a pooler (or its absence) assigns, releases and resets servers: the pure facts the
+/// model predicts with and the runner plans its waits with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRules {
+    /// `None`: clients connect straight to PostgreSQL.
+    pub mode: Option<PoolMode>,
+    /// Servers per (user, database) pair (`usize::MAX` without a pooler).
+    pub pool_size: usize,
+    /// The reset query releases session advisory locks (`DISCARD ALL` or
+    /// `pg_advisory_unlock_all()`); an empty or other reset query releases nothing.
+    pub reset_releases_locks: bool,
+    /// `server_reset_query_always`: the reset also runs at every release in transaction and
+    /// statement mode.
+    pub reset_always: bool,
+}
+
+/// What a client's disconnect does to the server linked to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerFate {
+    /// The backend exits (direct: the session ends; any pooler: a server left in a
+    /// transaction is closed).
+    Closed,
+    /// The server goes back to the pool; `resets`: after the reset query.
+    Released { resets: bool },
+    /// Nothing changes on the server (none was linked).
+    Untouched,
+}
+
+impl PoolRules {
+    pub fn direct() -> PoolRules {
+        PoolRules {
+            mode: None,
+            pool_size: usize::MAX,
+            reset_releases_locks: false,
+            reset_always: false,
+        }
+    }
+
+    pub fn is_pooled(&self) -> bool {
+        self.mode.is_some()
+    }
+
+    /// A server stays linked to its client after a statement that leaves the transaction
+    /// idle (`in_tx == false`) or open. Direct and session mode: always; transaction mode:
+    /// only inside a transaction; statement mode: never.
+    pub fn stays_linked(&self, in_tx: bool) -> bool {
+        match self.mode {
+            None | Some(PoolMode::Session) => true,
+            Some(PoolMode::Transaction) => in_tx,
+            Some(PoolMode::Statement) => false,
+        }
+    }
+
+    /// The reset query runs when a server is released after a statement (transaction and
+    /// statement mode with `server_reset_query_always`).
+    pub fn resets_on_release(&self) -> bool {
+        matches!(self.mode, Some(PoolMode::Transaction | PoolMode::Statement)) && self.reset_always
+    }
+
+    /// What a client's disconnect does to its linked server, given whether that server's
+    /// backend is inside a transaction.
+    pub fn on_disconnect(&self, linked: bool, in_tx: bool) -> ServerFate {
+        if !linked {
+            return ServerFate::Untouched;
+        }
+        match self.mode {
+            None => ServerFate::Closed,
+            Some(_) if in_tx => ServerFate::Closed,
+            Some(PoolMode::Session) => ServerFate::Released { resets: true },
+            Some(_) => ServerFate::Untouched,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(mode: PoolMode, always: bool) -> PoolRules {
+        PoolRules {
+            mode: Some(mode),
+            pool_size: 2,
+            reset_releases_locks: true,
+            reset_always: always,
+        }
+    }
+
+    #[test]
+    fn linking_follows_the_pool_mode() {
+        let d = PoolRules::direct();
+        assert!(d.stays_linked(false) && d.stays_linked(true));
+        let s = rules(PoolMode::Session, false);
+        assert!(s.stays_linked(false));
+        let t = rules(PoolMode::Transaction, false);
+        assert!(!t.stays_linked(false) && t.stays_linked(true));
+        assert!(!rules(PoolMode::Statement, false).stays_linked(true));
+    }
+
+    #[test]
+    fn resets_run_on_release_only_when_always_or_in_session_mode() {
+        assert!(!rules(PoolMode::Transaction, false).resets_on_release());
+        assert!(rules(PoolMode::Transaction, true).resets_on_release());
+        assert!(!rules(PoolMode::Session, true).resets_on_release());
+        assert_eq!(
+            rules(PoolMode::Session, false).on_disconnect(true, false),
+            ServerFate::Released { resets: true }
+        );
+    }
+
+    #[test]
+    fn a_disconnect_mid_transaction_closes_the_server() {
+        for mode in PoolMode::ALL {
+            assert_eq!(
+                rules(mode, false).on_disconnect(true, true),
+                ServerFate::Closed
+            );
+        }
+        assert_eq!(
+            PoolRules::direct().on_disconnect(true, false),
+            ServerFate::Closed
+        );
+        assert_eq!(
+            rules(PoolMode::Transaction, false).on_disconnect(true, false),
+            ServerFate::Untouched
+        );
+        assert_eq!(
+            PoolRules::direct().on_disconnect(false, false),
+            ServerFate::Untouched
+        );
+    }
+}

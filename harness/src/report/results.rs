@@ -1,0 +1,211 @@
+//! `results.json` as a type: what a run (or `analyze`) found, serialised once and read back
+//! by `compare` and the tests. Built from the checker's [`Tally`], the run's header and the
+//! topology's expectations only, so `chaos` and `analyze` produce the same table.
+
+use crate::check::{InvariantVerdict, Tally};
+use crate::history::RunHeader;
+use crate::topology::Topology;
+use crate::vocab::{Tier, Verdict};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    pub topology: String,
+    pub topology_file: String,
+    /// `none` or `pgbouncer`.
+    #[serde(default)]
+    pub pooler: String,
+    pub pool_mode: Option<String>,
+    pub versions: VersionsOut,
+    pub version_drift: Vec<String>,
+    pub cpu: CpuOut,
+    pub seed: u64,
+    pub cases: u32,
+    /// Executed steps of generated cases (skipped ones are not counted).
+    pub steps: u64,
+    pub skipped_steps: u64,
+    pub stopped_by_time_limit: bool,
+    pub passed: bool,
+    pub invariants: Vec<InvariantResult>,
+    pub timing: Timing,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryOut>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionsOut {
+    pub postgres: String,
+    pub postgres_declared: String,
+    pub postgres_full: String,
+    pub pgbouncer: Option<String>,
+    pub pgbouncer_declared: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuOut {
+    pub pinned: Option<usize>,
+    pub online: Option<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvariantResult {
+    pub name: String,
+    pub tier: Tier,
+    pub verdict: Verdict,
+    pub expected: Verdict,
+    pub violating_cases: u32,
+    pub first_failure: Option<FailureOut>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureOut {
+    pub case_file: String,
+    pub case_seed: Option<u64>,
+    pub case_index: u32,
+    pub minimal_steps: usize,
+    pub original_steps: usize,
+    pub shrink_runs: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub topology_ready_ms: u64,
+    pub run_ms: u64,
+    pub steps_ms: u64,
+    pub reset_ms: u64,
+    /// Executed steps per second of step time (ops, observation, probes, settling).
+    pub steps_per_sec: f64,
+    /// Executed steps per second of the whole run (resets and shrinking included).
+    pub overall_steps_per_sec: f64,
+    pub time_to_first_violation_ms: Option<u64>,
+    pub time_to_first_minimal_ms: Option<u64>,
+    pub shrink_ms: u64,
+}
+
+/// The history file's size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryOut {
+    pub file: String,
+    pub events: u64,
+    pub bytes: u64,
+    /// Executed steps of every case (generated, shrinking, evidence).
+    pub steps: u64,
+    pub bytes_per_step: f64,
+}
+
+fn per_sec(n: u64, ms: u64) -> f64 {
+    if ms == 0 {
+        return 0.0;
+    }
+    (n as f64 * 1000.0 / ms as f64 * 10.0).round() / 10.0
+}
+
+impl Results {
+    /// A run's results, from its header, the checker's tally and the topology's `expect`.
+    pub fn build(
+        topology: &Topology,
+        header: &RunHeader,
+        tally: &Tally,
+        stopped_by_time_limit: bool,
+        run_ms: u64,
+    ) -> Results {
+        let v = &header.versions;
+        let verdicts: Vec<InvariantVerdict> = tally.verdicts(topology);
+        let invariants: Vec<InvariantResult> = verdicts
+            .into_iter()
+            .map(|i| {
+                let first_failure = tally.failure(&i.name).map(|f| FailureOut {
+                    case_file: format!("failures/{}/case.yaml", f.invariant),
+                    case_seed: f.case_seed,
+                    case_index: f.case_index,
+                    minimal_steps: f.minimal().map(|m| m.len()).unwrap_or(0),
+                    original_steps: f.original.len(),
+                    shrink_runs: f.shrink_runs,
+                });
+                InvariantResult {
+                    name: i.name,
+                    tier: i.tier,
+                    verdict: i.verdict,
+                    expected: i.expected,
+                    violating_cases: i.violating_cases,
+                    first_failure,
+                }
+            })
+            .collect();
+        let steps_ms = tally.steps_us / 1000;
+        Results {
+            topology: topology.name.clone(),
+            topology_file: header.topology_file.clone(),
+            pooler: header.pooler.clone(),
+            pool_mode: header.rules.mode.map(|m| m.as_str().to_string()),
+            versions: VersionsOut {
+                postgres: v.postgres.clone(),
+                postgres_declared: v.postgres_declared.clone(),
+                postgres_full: v.postgres_full.clone(),
+                pgbouncer: v.pgbouncer.clone(),
+                pgbouncer_declared: v.pgbouncer_declared.clone(),
+            },
+            version_drift: v.version_drift.clone(),
+            cpu: CpuOut {
+                pinned: header.cpu_pinned,
+                online: header.cpu_online,
+            },
+            seed: header.seed,
+            cases: tally.cases,
+            steps: tally.steps,
+            skipped_steps: tally.skipped_steps,
+            stopped_by_time_limit,
+            passed: invariants.iter().all(|i| i.verdict == i.expected),
+            invariants,
+            timing: Timing {
+                topology_ready_ms: header.ready_ms,
+                run_ms,
+                steps_ms,
+                reset_ms: tally.reset_us / 1000,
+                steps_per_sec: per_sec(tally.steps, steps_ms),
+                overall_steps_per_sec: per_sec(tally.steps, run_ms),
+                time_to_first_violation_ms: tally.first_violation_ns.map(|n| n / 1_000_000),
+                time_to_first_minimal_ms: tally.first_minimal_ns.map(|n| n / 1_000_000),
+                shrink_ms: tally.failures.iter().map(|f| f.shrink_ns / 1_000_000).sum(),
+            },
+            history: None,
+        }
+    }
+
+    pub fn passed(&self) -> bool {
+        self.passed
+    }
+
+    /// Any `pg.*` invariant violated: PostgreSQL, the pooler or pgchaos is wrong.
+    pub fn pg_violated(&self) -> bool {
+        self.invariants
+            .iter()
+            .any(|i| i.tier == Tier::Pg && i.violating_cases > 0)
+    }
+
+    /// `results.json` of a run directory.
+    pub fn load(dir: &Path) -> Result<Results> {
+        let path = dir.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a results file", path.display()))
+    }
+
+    /// The verdict columns only (what `analyze` must reproduce).
+    pub fn verdicts(&self) -> Vec<(String, Verdict, u32, Option<usize>)> {
+        self.invariants
+            .iter()
+            .map(|i| {
+                (
+                    i.name.clone(),
+                    i.verdict,
+                    i.violating_cases,
+                    i.first_failure.as_ref().map(|f| f.minimal_steps),
+                )
+            })
+            .collect()
+    }
+}

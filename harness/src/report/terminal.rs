@@ -1,0 +1,120 @@
+//! The terminal: the verdict table, a progress bar while a run goes, and a line for each
+//! minimal case as soon as it is shrunk (with the command that reproduces it).
+
+use super::Results;
+use crate::check::FirstFailure;
+use crate::engine::RunEvent;
+use std::time::Duration;
+use tabled::Tabled;
+
+#[derive(Tabled)]
+struct VerdictRow {
+    invariant: String,
+    tier: String,
+    verdict: String,
+    expected: String,
+    cases: String,
+    minimal: String,
+}
+
+/// `"1 case"`, `"3 cases"`.
+pub fn cases(n: u32) -> String {
+    if n == 1 {
+        "1 case".into()
+    } else {
+        format!("{n} cases")
+    }
+}
+
+/// The verdict table.
+pub fn verdict_table(r: &Results) -> String {
+    let rows: Vec<VerdictRow> = r
+        .invariants
+        .iter()
+        .map(|i| {
+            let mark = if i.verdict == i.expected {
+                ""
+            } else {
+                "  <-- UNEXPECTED"
+            };
+            VerdictRow {
+                invariant: i.name.clone(),
+                tier: i.tier.to_string(),
+                verdict: format!("{}{mark}", i.verdict),
+                expected: i.expected.to_string(),
+                cases: format!("{}/{}", i.violating_cases, r.cases),
+                minimal: i
+                    .first_failure
+                    .as_ref()
+                    .map(|f| format!("{} steps ({} shrink runs)", f.minimal_steps, f.shrink_runs))
+                    .unwrap_or_default(),
+            }
+        })
+        .collect();
+    tabled::Table::new(rows)
+        .with(tabled::settings::Style::sharp())
+        .to_string()
+}
+
+/// One line for a minimal case, printed as soon as it is shrunk.
+pub fn finding_line(f: &FirstFailure, at: Duration, topology_file: &str) -> String {
+    let minimal = f.minimal().unwrap_or_default();
+    let steps: Vec<String> = minimal.iter().map(|s| s.to_string()).collect();
+    let seed = f.case_seed.unwrap_or(0);
+    format!(
+        "[{:.1}s] {} violated in case {} (seed {seed}): minimal {} steps after {} shrink runs: {}\n        reproduce: pgchaos reproduce --seed {seed} --invariant {} {topology_file}",
+        at.as_secs_f64(),
+        f.invariant,
+        f.case_index,
+        minimal.len(),
+        f.shrink_runs,
+        steps.join("; "),
+        f.invariant,
+    )
+}
+
+/// Progress and findings on the terminal (a bar, or plain lines with `--quiet`).
+pub struct Progress {
+    bar: indicatif::ProgressBar,
+    topology_file: String,
+}
+
+impl Progress {
+    pub fn new(cases: u32, quiet: bool, topology_file: &str) -> Progress {
+        let bar = if quiet {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(u64::from(cases))
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases  {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        Progress {
+            bar,
+            topology_file: topology_file.to_string(),
+        }
+    }
+
+    pub fn event(&self, e: RunEvent) {
+        match e {
+            RunEvent::CaseDone { done, violated, .. } => {
+                self.bar.set_position(u64::from(done));
+                self.bar
+                    .set_message(format!("{violated} invariants violated"));
+            }
+            RunEvent::Minimal { failure, at } => {
+                let line = finding_line(failure, at, &self.topology_file);
+                if self.bar.is_hidden() {
+                    println!("{line}");
+                } else {
+                    self.bar.println(line);
+                }
+            }
+        }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

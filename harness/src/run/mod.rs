@@ -1,0 +1,369 @@
+//! Running cases on a live topology and recording what happened. [`Runner::run_case`] runs
+//! one case in a sequential schedule: reset to the empty state, connect the clients, then
+//! each step through its logical client (or the nemesis, for faults), settle, observe, probe,
+//! and record it all into the history ([`Recorder`]). It judges nothing: the checker reads
+//! the history afterwards (the chaos loop that shrinks with it is `engine`). `plan` holds
+//! the schedule's decisions.
+//!
+//! May import everything below it: `vocab`, `pooler`, `launch`, `client`, `observe`,
+//! `nemesis`, `history`, `workload`, `sql`.
+
+pub mod plan;
+
+use crate::client::LogicalClient;
+use crate::history::{
+    At, Body, CaseEnd, CaseStart, Completion, Invoke, ObsEvent, Observation, Phase, ProbeEvent,
+    ProbeWhy, Process, Recorder, RunHeader, Skip,
+};
+use crate::launch::Cluster;
+use crate::nemesis::{Fault, Nemesis};
+use crate::observe::{Observer, Waits};
+use crate::pooler::{PoolRules, ServerFate};
+use crate::vocab::{BackendId, Key, Op, Reply};
+use crate::workload::Step;
+use anyhow::{Result, bail};
+use plan::{ProbeInput, Slot};
+use std::time::Instant;
+
+/// Which case this is, for the history.
+#[derive(Clone, Debug)]
+pub struct CaseMeta {
+    pub case: u32,
+    pub seed: Option<u64>,
+    pub phase: Phase,
+    pub invariant: Option<String>,
+}
+
+/// Drives cases on one cluster.
+pub struct Runner<'a> {
+    pub cluster: &'a Cluster,
+    pub observer: Observer,
+    nemesis: Nemesis,
+    pub rules: PoolRules,
+    trace: bool,
+}
+
+impl<'a> Runner<'a> {
+    pub async fn new(cluster: &'a Cluster) -> Result<Runner<'a>> {
+        Ok(Runner {
+            observer: Observer::connect(cluster).await?,
+            nemesis: Nemesis::connect(cluster).await?,
+            rules: cluster.pooler.rules(),
+            cluster,
+            trace: std::env::var_os("PGCHAOS_TRACE").is_some(),
+        })
+    }
+
+    /// The history's first event for a run of this cluster.
+    pub fn header(&self, seed: u64, topology_file: &str) -> RunHeader {
+        RunHeader {
+            format: crate::history::event::FORMAT.into(),
+            pgchaos: env!("CARGO_PKG_VERSION").into(),
+            topology: self.cluster.topology.name.clone(),
+            topology_file: topology_file.into(),
+            pooler: self.cluster.pooler.name().into(),
+            rules: self.rules.clone(),
+            seed,
+            launcher: self.cluster.launcher.into(),
+            versions: self.cluster.versions.clone(),
+            ready_ms: self.cluster.ready_ms as u64,
+            cpu_pinned: self.cluster.pinned_cpu,
+            cpu_online: crate::launch::cpu::online(),
+            contender: self.observer.contender_id,
+            contender_start: self.observer.contender_start.clone(),
+            keys: self.cluster.topology.workload.keys.clone(),
+            started: crate::report::utc_stamp(),
+        }
+    }
+
+    /// Run a case from the empty state, recording every event into `rec`. `evidence`: also
+    /// probe every key and observe before each step (minimal cases and replays).
+    pub async fn run_case(
+        &self,
+        rec: &mut Recorder,
+        meta: CaseMeta,
+        steps: &[Step],
+        evidence: bool,
+    ) -> Result<()> {
+        let t_reset = Instant::now();
+        self.observer.reset().await?;
+        let nclients = steps
+            .iter()
+            .map(|s| s.client + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.cluster.topology.workload.clients as usize);
+        rec.emit(Body::Case(CaseStart {
+            case: meta.case,
+            seed: meta.seed,
+            phase: meta.phase,
+            invariant: meta.invariant.clone(),
+            clients: nclients,
+            steps: steps.len(),
+        }));
+        let keys = &self.cluster.topology.workload.keys;
+        self.observer.set_pools(evidence);
+        let mut clients: Vec<LogicalClient> = (0..nclients).map(LogicalClient::new).collect();
+        let mut slots = vec![Slot::default(); nclients];
+        // Case setup: every logical client connects before the first step (through a pooler
+        // this creates no server connection: PgBouncer assigns servers at a client's first
+        // query). Counted with the reset, not in the steps.
+        let config = self.cluster.client_config();
+        for (i, c) in clients.iter_mut().enumerate() {
+            if steps.iter().any(|s| s.client == i) {
+                self.open(rec, c, None).await?;
+                slots[i].connected = true;
+            }
+        }
+        let reset_us = t_reset.elapsed().as_micros() as u64;
+        let t_steps = Instant::now();
+        // After the reset, the servers hold nothing.
+        let mut last_obs = Observation::default();
+        let mut seen: Vec<BackendId> = vec![];
+
+        for (i, step) in steps.iter().enumerate() {
+            let t_step = Instant::now();
+            let c = step.client;
+            let p = Process::Client(c);
+            if evidence {
+                for k in keys {
+                    self.probe(rec, i, ProbeWhy::Before, *k).await?;
+                }
+                let obs = self.observer.snapshot().await?;
+                rec.emit(Body::Obs(ObsEvent {
+                    step: Some(i),
+                    at: At::Before,
+                    same: false,
+                    delta: None,
+                    obs,
+                }));
+            }
+            // Decide: a fault needs a target; a statement must not wait forever.
+            let target = if step.op.is_fault() {
+                slots[c].last
+            } else {
+                None
+            };
+            let skip = if step.op.is_fault() && target.is_none() {
+                Some(format!("C{} has not been served by a backend yet", c + 1))
+            } else {
+                plan::would_wait(&self.rules, &slots, c, step.op, &last_obs)
+            };
+            if let Some(reason) = skip {
+                rec.emit(Body::Skip(Skip {
+                    p,
+                    step: i,
+                    f: step.op,
+                    key: step.key,
+                    reason,
+                }));
+                continue;
+            }
+
+            let t_exec = Instant::now();
+            let mut waits = Waits::default();
+            let mut closed = None;
+            let mut first_look = None;
+            let (reply, served) = match step.op {
+                Op::Disconnect | Op::Reconnect => {
+                    let (fate, b) = plan::disconnect_fate(&self.rules, &slots[c], &last_obs);
+                    if fate == ServerFate::Closed {
+                        closed = b;
+                    }
+                    waits = plan::disconnect_waits(fate, b);
+                    self.invoke(rec, p, i, step, None);
+                    clients[c].disconnect();
+                    slots[c].connected = false;
+                    slots[c].broken = false;
+                    if step.op == Op::Reconnect {
+                        self.observer.settle(None, &waits).await?;
+                        clients[c].connect(&config).await?;
+                        slots[c].connected = true;
+                    }
+                    (Reply::Ok, None)
+                }
+                Op::Terminate | Op::Cancel => {
+                    let t = target.expect("planned with a target");
+                    let fault = Fault::for_op(step.op, t).expect("a fault op");
+                    rec.emit(Body::Invoke(Invoke {
+                        p: Process::Nemesis,
+                        step: Some(i),
+                        f: step.op,
+                        key: None,
+                        target: Some(t),
+                        client: Some(c),
+                    }));
+                    let reply = self.nemesis.run(fault).await?;
+                    if matches!(fault, Fault::Terminate(_))
+                        && reply == (Reply::Bool { value: true })
+                    {
+                        // Clients linked to it hear of it at their next statement.
+                        for s in slots.iter_mut() {
+                            if s.last == Some(t) && plan::linked(&self.rules, s, &last_obs) {
+                                s.broken = true;
+                            }
+                        }
+                        waits.gone.push(t);
+                    }
+                    (reply, None)
+                }
+                _ => {
+                    if !slots[c].connected {
+                        self.open(rec, &mut clients[c], Some(i)).await?;
+                        slots[c].connected = true;
+                    }
+                    self.invoke(rec, p, i, step, None);
+                    let (reply, mut served) = clients[c].run(step.op, step.key, i).await;
+                    // No in-band identity (DISCARD ALL must run alone): find the step's tag.
+                    if served.is_none() && !reply.is_closed() {
+                        let obs = self.observer.snapshot().await?;
+                        served = obs.ran(&crate::sql::tag(i));
+                        first_look = Some(obs);
+                    }
+                    if reply.is_closed() {
+                        slots[c].connected = false;
+                    }
+                    slots[c].broken = false;
+                    if let Some(b) = served {
+                        plan::served(&mut slots, c, b);
+                    }
+                    waits = plan::statement_waits(&self.rules, served);
+                    (reply, served)
+                }
+            };
+            if served.is_some_and(|b| b == self.observer.contender_id)
+                || target == Some(self.observer.contender_id)
+            {
+                bail!(
+                    "the contender's backend {} served a client: probes are not fresh",
+                    self.observer.contender_id
+                );
+            }
+            let p_done = if step.op.is_fault() {
+                Process::Nemesis
+            } else {
+                p
+            };
+            rec.emit(Body::completion(Completion {
+                p: p_done,
+                step: Some(i),
+                f: step.op,
+                value: reply.clone(),
+                backend: served,
+            }));
+            let exec_us = t_exec.elapsed().as_micros() as u64;
+
+            let t_obs = Instant::now();
+            let obs = self.observer.settle(first_look, &waits).await?;
+            if reply.is_closed() {
+                clients[c].disconnect();
+            }
+            let obs_us = t_obs.elapsed().as_micros() as u64;
+
+            let t_probe = Instant::now();
+            let probes = plan::probe_keys(&ProbeInput {
+                op: step.op,
+                key: step.key,
+                reply: &reply,
+                backend: served.or(target),
+                closed,
+                before: &last_obs,
+                after: &obs,
+            });
+            rec.emit(Body::Obs(ObsEvent {
+                step: Some(i),
+                at: At::After,
+                same: false,
+                delta: None,
+                obs: obs.clone(),
+            }));
+            for k in probes {
+                self.probe(rec, i, ProbeWhy::Boundary, k).await?;
+            }
+            let probe_us = t_probe.elapsed().as_micros() as u64;
+            if evidence {
+                for k in keys {
+                    self.probe(rec, i, ProbeWhy::After, *k).await?;
+                }
+            }
+            if self.trace {
+                let new = match served {
+                    Some(b) if !seen.contains(&b) => {
+                        seen.push(b);
+                        1
+                    }
+                    _ => 0,
+                };
+                eprintln!(
+                    "trace {} exec {exec_us} obs {obs_us} probe {probe_us} new {new} step {}",
+                    step.op,
+                    t_step.elapsed().as_micros()
+                );
+            }
+            last_obs = obs;
+        }
+        drop(clients);
+        rec.emit(Body::CaseEnd(CaseEnd {
+            case: meta.case,
+            steps_us: t_steps.elapsed().as_micros() as u64,
+            reset_us,
+        }));
+        Ok(())
+    }
+
+    fn invoke(
+        &self,
+        rec: &mut Recorder,
+        p: Process,
+        i: usize,
+        step: &Step,
+        target: Option<BackendId>,
+    ) {
+        rec.emit(Body::Invoke(Invoke {
+            p,
+            step: Some(i),
+            f: step.op,
+            key: step.key,
+            target,
+            client: None,
+        }));
+    }
+
+    /// Open a client's connection, recorded as `open` (`step`: before that step's op).
+    async fn open(
+        &self,
+        rec: &mut Recorder,
+        c: &mut LogicalClient,
+        step: Option<usize>,
+    ) -> Result<()> {
+        let p = Process::Client(c.index);
+        rec.emit(Body::Invoke(Invoke {
+            p,
+            step,
+            f: Op::Open,
+            key: None,
+            target: None,
+            client: None,
+        }));
+        c.connect(&self.cluster.client_config()).await?;
+        rec.emit(Body::Ok(Completion {
+            p,
+            step,
+            f: Op::Open,
+            value: Reply::Ok,
+            backend: None,
+        }));
+        Ok(())
+    }
+
+    async fn probe(&self, rec: &mut Recorder, step: usize, why: ProbeWhy, key: Key) -> Result<()> {
+        let available = self.observer.probe(key).await?;
+        rec.emit(Body::Probe(ProbeEvent {
+            step: Some(step),
+            why,
+            key,
+            available,
+        }));
+        Ok(())
+    }
+}

@@ -1,0 +1,401 @@
+//! The sequential schedule's decisions, made from the op, the pooler's rules and the last
+//! observation (never from the model, which belongs to the checker): whether a step can run
+//! without waiting forever for a pooled server, what to wait for after it before observing,
+//! and which keys the fresh contender probes at the boundary it crossed. Pure functions,
+//! unit-tested on hand-made observations.
+
+use crate::history::Observation;
+use crate::observe::Waits;
+use crate::pooler::{PoolRules, ServerFate};
+use crate::vocab::{BackendId, Key, Op, Reply};
+
+/// What the runner knows of one logical client from its own replies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    /// Has a connection (through the pooler, or direct).
+    pub connected: bool,
+    /// The backend that served its last statement (the target of its terminate/cancel).
+    pub last: Option<BackendId>,
+    /// No other client's statement ran on `last` since (in a sequential schedule the server
+    /// linked to a backend is linked to the client that ran on it last).
+    pub latest_on_last: bool,
+    /// Its linked server was terminated under it: its next statement fails at once.
+    pub broken: bool,
+}
+
+/// Record that client `c` ran a statement on backend `b`.
+pub fn served(slots: &mut [Slot], c: usize, b: BackendId) {
+    for (i, s) in slots.iter_mut().enumerate() {
+        if i == c {
+            s.last = Some(b);
+            s.latest_on_last = true;
+        } else if s.last == Some(b) {
+            s.latest_on_last = false;
+        }
+    }
+}
+
+/// Whether a client is linked to a server: it ran on that backend last, the backend is alive
+/// and, behind a pooler, its server is `active` (linked) in `SHOW SERVERS`.
+pub fn linked(rules: &PoolRules, slot: &Slot, obs: &Observation) -> bool {
+    let Some(b) = slot.last.filter(|_| slot.connected && slot.latest_on_last) else {
+        return false;
+    };
+    if rules.is_pooled() {
+        obs.server_state(b.pid) == Some("active") && obs.alive(b)
+    } else {
+        obs.alive(b)
+    }
+}
+
+/// `Some(reason)` when running `op` for client `c` now would wait forever for a pooled
+/// server in a sequential schedule (every server linked to another client and the pool
+/// full), so the step is skipped.
+pub fn would_wait(
+    rules: &PoolRules,
+    slots: &[Slot],
+    c: usize,
+    op: Op,
+    obs: &Observation,
+) -> Option<String> {
+    if !rules.is_pooled() || matches!(op, Op::Disconnect | Op::Reconnect) || op.is_fault() {
+        return None;
+    }
+    let slot = &slots[c];
+    let needs_server = !slot.connected || !linked(rules, slot, obs);
+    if !needs_server || slot.broken {
+        return None;
+    }
+    let servers = obs.backends.len();
+    let idle = servers.saturating_sub(obs.linked_servers());
+    (idle == 0 && servers >= rules.pool_size).then(|| {
+        format!(
+            "pool exhausted: all {} servers are pinned by other clients, so C{} would wait for one forever in a sequential schedule",
+            rules.pool_size,
+            c + 1
+        )
+    })
+}
+
+/// What a client's disconnect does to its server, and the backend concerned.
+pub fn disconnect_fate(
+    rules: &PoolRules,
+    slot: &Slot,
+    obs: &Observation,
+) -> (ServerFate, Option<BackendId>) {
+    let is_linked = linked(rules, slot, obs);
+    let b = slot.last.filter(|_| is_linked);
+    let in_tx = b
+        .and_then(|b| obs.backend(b))
+        .is_some_and(|row| row.in_transaction());
+    (rules.on_disconnect(is_linked, in_tx), b)
+}
+
+/// What to wait for after a disconnect.
+pub fn disconnect_waits(fate: ServerFate, b: Option<BackendId>) -> Waits {
+    let mut w = Waits::default();
+    if let Some(b) = b {
+        match fate {
+            ServerFate::Closed => w.gone.push(b),
+            ServerFate::Released { resets: true } => w.reset.push(b),
+            ServerFate::Released { resets: false } => w.released.push(b),
+            ServerFate::Untouched => {}
+        }
+    }
+    w
+}
+
+/// What to wait for after a statement served by `served`: it has finished; where the pooler
+/// releases a server whose transaction is over, it is back in the pool (after the reset
+/// query, where one runs on release).
+pub fn statement_waits(rules: &PoolRules, served: Option<BackendId>) -> Waits {
+    let releases = rules.is_pooled() && !rules.stays_linked(false);
+    let back = served.filter(|_| releases).into_iter().collect();
+    let (released, reset) = if rules.resets_on_release() {
+        (vec![], back)
+    } else {
+        (back, vec![])
+    };
+    Waits {
+        quiet: served.into_iter().collect(),
+        released,
+        reset,
+        gone: vec![],
+    }
+}
+
+/// The keys the fresh contender probes after a step: those of the backend whose ownership
+/// changed at a boundary the step crossed, read from the observations before and after.
+pub struct ProbeInput<'a> {
+    pub op: Op,
+    pub key: Option<Key>,
+    pub reply: &'a Reply,
+    /// The backend that ran the statement, or the fault's target.
+    pub backend: Option<BackendId>,
+    /// A disconnect closed this backend.
+    pub closed: Option<BackendId>,
+    pub before: &'a Observation,
+    pub after: &'a Observation,
+}
+
+pub fn probe_keys(p: &ProbeInput) -> Vec<Key> {
+    let mut keys: Vec<Key> = vec![];
+    let mut add = |ks: Vec<Key>| {
+        for k in ks {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+    };
+    let before_in_open_tx = p
+        .backend
+        .and_then(|b| p.before.backend(b))
+        .is_some_and(|row| row.in_open_transaction());
+    let released = |b: BackendId| -> Vec<Key> {
+        let after = p.after.keys_of(b);
+        p.before
+            .keys_of(b)
+            .into_iter()
+            .filter(|k| !after.contains(k))
+            .collect()
+    };
+    match (p.op, p.backend) {
+        // The transaction's locks went; a ROLLBACK's session locks stayed.
+        (Op::Commit, Some(b)) => add(released(b)),
+        (Op::Rollback, Some(b)) => {
+            add(p.before.keys_of(b));
+            add(p.after.keys_of(b));
+        }
+        (Op::Unlock, Some(b)) => {
+            // Still held after an unlock: the unlock left a count (stacking).
+            if let Some(k) = p.key
+                && p.after.keys_of(b).contains(&k)
+            {
+                add(vec![k]);
+            }
+        }
+        (Op::Terminate | Op::Cancel, Some(t)) => add(p.before.keys_of(t)),
+        _ => {}
+    }
+    // An error inside an open transaction aborted it: its transaction locks went.
+    if p.reply.is_error()
+        && before_in_open_tx
+        && !matches!(p.op, Op::Commit | Op::Rollback)
+        && let Some(b) = p.backend
+    {
+        add(released(b));
+    }
+    if let Some(b) = p.closed {
+        add(p.before.keys_of(b));
+    }
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{BackendRow, LockRow, PoolerRow};
+    use crate::topology::PoolMode;
+    use std::collections::BTreeMap;
+
+    fn id(pid: i32) -> BackendId {
+        BackendId {
+            pid,
+            start_us: pid as i64,
+        }
+    }
+    fn row(pid: i32, state: &str, keys: &[i64]) -> BackendRow {
+        BackendRow {
+            id: id(pid),
+            backend_start: String::new(),
+            state: state.into(),
+            query: String::new(),
+            xact_start: None,
+            locks: keys
+                .iter()
+                .map(|k| LockRow {
+                    key: Key::Big(*k),
+                    mode: "ExclusiveLock".into(),
+                    granted: true,
+                })
+                .collect(),
+        }
+    }
+    fn server(pid: i32, state: &str) -> PoolerRow {
+        BTreeMap::from([
+            ("remote_pid".to_string(), pid.to_string()),
+            ("state".to_string(), state.to_string()),
+        ])
+    }
+    fn tx_rules(size: usize) -> PoolRules {
+        PoolRules {
+            mode: Some(PoolMode::Transaction),
+            pool_size: size,
+            reset_releases_locks: true,
+            reset_always: false,
+        }
+    }
+    fn slot(last: i32) -> Slot {
+        Slot {
+            connected: true,
+            last: Some(id(last)),
+            latest_on_last: true,
+            broken: false,
+        }
+    }
+
+    #[test]
+    fn a_step_that_would_wait_for_a_pooled_server_forever_is_skipped() {
+        let rules = tx_rules(2);
+        // C1 and C2 each hold a server inside a transaction; C3 needs one.
+        let obs = Observation {
+            backends: vec![
+                row(1, "idle in transaction", &[]),
+                row(2, "idle in transaction", &[]),
+            ],
+            servers: vec![server(1, "active"), server(2, "active")],
+            ..Default::default()
+        };
+        let slots = [slot(1), slot(2), Slot::default()];
+        assert!(would_wait(&rules, &slots, 2, Op::TryLock, &obs).is_some());
+        assert!(
+            would_wait(&rules, &slots, 0, Op::TryLock, &obs).is_none(),
+            "C1 goes on in its own transaction"
+        );
+        assert!(would_wait(&rules, &slots, 2, Op::Disconnect, &obs).is_none());
+        // A server back in the pool: C3 can have it.
+        let mut freed = obs.clone();
+        freed.servers[1] = server(2, "idle");
+        assert!(would_wait(&rules, &slots, 2, Op::TryLock, &freed).is_none());
+        // Direct: never.
+        assert!(would_wait(&PoolRules::direct(), &slots, 2, Op::TryLock, &obs).is_none());
+        // C3 ran on B2 before C2 took it into a transaction: B2's link is C2's, not C3's.
+        let mut s3 = slots;
+        served(&mut s3, 2, id(2));
+        served(&mut s3, 1, id(2));
+        assert!(!linked(&rules, &s3[2], &obs) && linked(&rules, &s3[1], &obs));
+        assert!(would_wait(&rules, &s3, 2, Op::TryLock, &obs).is_some());
+        // A broken client fails at once instead of waiting.
+        let mut broken = slots;
+        broken[2].broken = true;
+        assert!(would_wait(&rules, &broken, 2, Op::TryLock, &obs).is_none());
+    }
+
+    #[test]
+    fn a_disconnect_closes_a_server_left_in_a_transaction_and_releases_a_session_server() {
+        let rules = tx_rules(2);
+        let obs = Observation {
+            backends: vec![row(1, "idle in transaction", &[7])],
+            servers: vec![server(1, "active")],
+            ..Default::default()
+        };
+        let (fate, b) = disconnect_fate(&rules, &slot(1), &obs);
+        assert_eq!((fate, b), (ServerFate::Closed, Some(id(1))));
+        assert_eq!(disconnect_waits(fate, b).gone, vec![id(1)]);
+        let session = PoolRules {
+            mode: Some(PoolMode::Session),
+            ..tx_rules(4)
+        };
+        let idle = Observation {
+            backends: vec![row(1, "idle", &[7])],
+            servers: vec![server(1, "active")],
+            ..Default::default()
+        };
+        let (fate, b) = disconnect_fate(&session, &slot(1), &idle);
+        assert_eq!(fate, ServerFate::Released { resets: true });
+        assert_eq!(disconnect_waits(fate, b).reset, vec![id(1)]);
+        // Transaction mode outside a transaction: nothing is linked, nothing happens.
+        let mut released = idle.clone();
+        released.servers[0] = server(1, "idle");
+        assert_eq!(
+            disconnect_fate(&rules, &slot(1), &released).0,
+            ServerFate::Untouched
+        );
+        // Direct: the session ends.
+        let direct = Observation {
+            backends: vec![row(1, "idle", &[])],
+            ..Default::default()
+        };
+        assert_eq!(
+            disconnect_fate(&PoolRules::direct(), &slot(1), &direct).0,
+            ServerFate::Closed
+        );
+    }
+
+    #[test]
+    fn probes_follow_the_boundary_crossed() {
+        let before = Observation {
+            backends: vec![row(1, "idle in transaction", &[7, 8])],
+            ..Default::default()
+        };
+        let after_commit = Observation {
+            backends: vec![row(1, "idle", &[8])],
+            ..Default::default()
+        };
+        let base = ProbeInput {
+            op: Op::Commit,
+            key: None,
+            reply: &Reply::Ok,
+            backend: Some(id(1)),
+            closed: None,
+            before: &before,
+            after: &after_commit,
+        };
+        // A commit: the keys it released (7); 8 is a session lock that stays.
+        assert_eq!(probe_keys(&base), vec![Key::Big(7)]);
+        let rollback = ProbeInput {
+            op: Op::Rollback,
+            ..base
+        };
+        assert_eq!(probe_keys(&rollback), vec![Key::Big(7), Key::Big(8)]);
+        // An unlock that leaves the key held (a count), and one that releases it.
+        let unlock = ProbeInput {
+            op: Op::Unlock,
+            key: Some(Key::Big(8)),
+            reply: &Reply::Bool { value: true },
+            ..base
+        };
+        assert_eq!(probe_keys(&unlock), vec![Key::Big(8)]);
+        let released = ProbeInput {
+            key: Some(Key::Big(7)),
+            ..unlock
+        };
+        assert!(probe_keys(&released).is_empty());
+        // An error in an open transaction: the keys it released.
+        let err = Reply::error("22012");
+        let abort = ProbeInput {
+            op: Op::FailStatement,
+            key: None,
+            reply: &err,
+            ..base
+        };
+        assert_eq!(probe_keys(&abort), vec![Key::Big(7)]);
+        // Plain lock ops probe nothing.
+        let t = Reply::Bool { value: true };
+        let lock = ProbeInput {
+            op: Op::TryLock,
+            key: Some(Key::Big(9)),
+            reply: &t,
+            ..base
+        };
+        assert!(probe_keys(&lock).is_empty());
+        assert_eq!(
+            statement_waits(&tx_rules(2), Some(id(1))),
+            Waits {
+                quiet: vec![id(1)],
+                released: vec![id(1)],
+                ..Default::default()
+            }
+        );
+        let always = PoolRules {
+            reset_always: true,
+            ..tx_rules(2)
+        };
+        assert_eq!(statement_waits(&always, Some(id(1))).reset, vec![id(1)]);
+        let session = PoolRules {
+            mode: Some(PoolMode::Session),
+            ..tx_rules(2)
+        };
+        assert!(statement_waits(&session, Some(id(1))).released.is_empty());
+    }
+}

@@ -1,0 +1,1133 @@
+//! Conversion of the raw layer into the public model: defaults, validation, cross-section
+//! checks.
+
+use super::*;
+use crate::vocab::Tier;
+
+/// Whether the key was written in the file (null counts as written).
+pub(super) fn is_given(leaf: &Leaf) -> bool {
+    !matches!(leaf.value, Node::Absent)
+}
+
+/// Parses a topology duration: an integer and a unit, no space (`500ms`, `60s`, `2m`, `1h`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    }?;
+    Some(Duration::from_millis(ms))
+}
+
+pub(super) fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(3_600_000) {
+        format!("{}h", ms / 3_600_000)
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Parses `"MAJOR.MINOR"` (`parts == 2`) or `"MAJOR.MINOR.PATCH"` (`parts == 3`).
+pub(super) fn parse_version(s: &str, parts: usize) -> Option<Vec<u32>> {
+    let nums: Vec<&str> = s.split('.').collect();
+    if nums.len() != parts
+        || nums
+            .iter()
+            .any(|n| n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || n.len() > 6)
+    {
+        return None;
+    }
+    nums.iter().map(|n| n.parse().ok()).collect()
+}
+
+pub(super) struct Setting {
+    pub(super) name: Spanned<String>,
+    pub(super) value: Leaf,
+}
+
+impl Cx<'_> {
+    // -- typed leaf readers ---------------------------------------------------------------------
+
+    /// A string, or an error naming `what` (a dotted key path).
+    pub(super) fn string(&self, leaf: &Leaf, what: &str, hints: &[&str]) -> Res<String> {
+        match &leaf.value {
+            Node::Str(s) => Ok(s.clone()),
+            _ => Err(self.err(
+                &leaf.referenced,
+                format!("`{what}` must be a string, found {}", self.found(leaf)),
+                hints.iter().map(|h| h.to_string()).collect(),
+            )),
+        }
+    }
+
+    /// The text of a scalar as written (numbers keep their source spelling, e.g. `18.10`).
+    pub(super) fn scalar_as_written(&self, leaf: &Leaf) -> Option<String> {
+        match &leaf.value {
+            Node::Str(s) => Some(s.clone()),
+            Node::Int(_) | Node::Float(_) => self
+                .raw_text(&leaf.referenced)
+                .map(str::to_string)
+                .or_else(|| leaf.value.scalar_text()),
+            _ => None,
+        }
+    }
+
+    pub(super) fn int(&self, leaf: &Leaf, what: &str, min: i128, max: i128) -> Res<i128> {
+        let range = if max == i128::from(u32::MAX) || max == i128::from(u64::MAX) {
+            format!("an integer >= {min}")
+        } else {
+            format!("an integer from {min} to {max}")
+        };
+        match &leaf.value {
+            Node::Int(i) if (min..=max).contains(i) => Ok(*i),
+            Node::Int(i) => Err(self.err(
+                &leaf.referenced,
+                format!("`{what}` must be {range}, found {i}"),
+                Vec::new(),
+            )),
+            _ => Err(self.err(
+                &leaf.referenced,
+                format!("`{what}` must be {range}, found {}", self.found(leaf)),
+                Vec::new(),
+            )),
+        }
+    }
+
+    pub(super) fn u32_or(
+        &self,
+        leaf: &Leaf,
+        what: &str,
+        min: u32,
+        max: u32,
+        default: u32,
+    ) -> Res<u32> {
+        if !is_given(leaf) {
+            return Ok(default);
+        }
+        self.int(leaf, what, min.into(), max.into())
+            .map(|i| i as u32)
+    }
+
+    pub(super) fn bool_or(&self, leaf: &Leaf, what: &str, default: bool) -> Res<bool> {
+        match &leaf.value {
+            Node::Absent => Ok(default),
+            Node::Bool(b) => Ok(*b),
+            _ => Err(self.err(
+                &leaf.referenced,
+                format!(
+                    "`{what}` must be a boolean (true or false), found {}",
+                    self.found(leaf)
+                ),
+                Vec::new(),
+            )),
+        }
+    }
+
+    pub(super) fn duration_or(
+        &self,
+        leaf: &Leaf,
+        what: &str,
+        max: Option<Duration>,
+        default: Duration,
+    ) -> Res<Duration> {
+        const FORMS: &str = "a duration is an integer and a unit: `500ms`, `60s`, `2m`, `1h`";
+        let d = match &leaf.value {
+            Node::Absent => return Ok(default),
+            Node::Str(s) => parse_duration(s).ok_or_else(|| {
+                self.err(
+                    &leaf.referenced,
+                    format!("`{what}` is not a duration: `{s}`"),
+                    vec![FORMS.into()],
+                )
+            })?,
+            Node::Int(i) => {
+                return Err(self.err(
+                    &leaf.referenced,
+                    format!("`{what}` needs a unit: `{i}` alone is ambiguous"),
+                    vec![format!("write `{i}ms` or `{i}s`"), FORMS.into()],
+                ));
+            }
+            _ => {
+                return Err(self.err(
+                    &leaf.referenced,
+                    format!("`{what}` must be a duration, found {}", self.found(leaf)),
+                    vec![FORMS.into()],
+                ));
+            }
+        };
+        if d.is_zero() {
+            return Err(self.err(
+                &leaf.referenced,
+                format!("`{what}` must be greater than zero"),
+                vec![FORMS.into()],
+            ));
+        }
+        if let Some(max) = max
+            && d > max
+        {
+            return Err(self.err(
+                &leaf.referenced,
+                format!(
+                    "`{what}` must be at most {}, found {}",
+                    fmt_duration(max),
+                    fmt_duration(d)
+                ),
+                Vec::new(),
+            ));
+        }
+        Ok(d)
+    }
+
+    pub(super) fn optional_path(&self, leaf: &Leaf, what: &str) -> Res<Option<PathBuf>> {
+        if !is_given(leaf) {
+            return Ok(None);
+        }
+        let s = self.string(
+            leaf,
+            what,
+            &["give a path, or remove the key to search PATH"],
+        )?;
+        if s.is_empty() {
+            return Err(self.err(
+                &leaf.referenced,
+                format!("`{what}` must not be empty"),
+                vec!["give a path, or remove the key".into()],
+            ));
+        }
+        Ok(Some(PathBuf::from(s)))
+    }
+
+    /// The entries of a mapping leaf (absent or null -> none, e.g. `expect:` with every entry
+    /// commented out).
+    pub(super) fn entries<'l>(
+        &self,
+        leaf: &'l Leaf,
+        what: &str,
+    ) -> Res<&'l [(Spanned<String>, Leaf)]> {
+        match &leaf.value {
+            Node::Absent | Node::Null => Ok(&[]),
+            Node::Map(entries) => Ok(entries),
+            _ => Err(self.err(
+                &leaf.referenced,
+                format!("`{what}` must be a mapping, found {}", self.found(leaf)),
+                vec![format!(
+                    "write `{what}: {{ key: value, ... }}` or one `key: value` per indented line"
+                )],
+            )),
+        }
+    }
+
+    /// Renders a setting's scalar value; booleans become `on_off`.
+    pub(super) fn setting_value(
+        &self,
+        s: &Setting,
+        section: &str,
+        on_off: (&str, &str),
+    ) -> Res<String> {
+        let what = format!("{section}.{}", s.name.value);
+        let text = match &s.value.value {
+            Node::Bool(true) => on_off.0.to_string(),
+            Node::Bool(false) => on_off.1.to_string(),
+            Node::Int(i) => i.to_string(),
+            Node::Float(x) => x.to_string(),
+            Node::Str(v) => v.clone(),
+            _ => {
+                return Err(self.err(
+                    &s.value.referenced,
+                    format!(
+                        "`{what}` must be a string, number or boolean, found {}",
+                        self.found(&s.value)
+                    ),
+                    Vec::new(),
+                ));
+            }
+        };
+        if text.chars().any(|c| c.is_control()) {
+            return Err(self.err(
+                &s.value.referenced,
+                format!("`{what}` must be one line without control characters"),
+                Vec::new(),
+            ));
+        }
+        Ok(text)
+    }
+
+    pub(super) fn settings(&self, leaf: &Leaf, section: &str) -> Res<Vec<Setting>> {
+        let what = format!("{section}.settings");
+        let mut out = Vec::new();
+        for (name, value) in self.entries(leaf, &what)? {
+            if !is_setting_name(&name.value) {
+                return Err(self.err(
+                    &name.referenced,
+                    format!("`{}` is not a valid setting name", name.value),
+                    vec!["setting names are lower case: letters, digits, `_` and `.`".into()],
+                ));
+            }
+            out.push(Setting {
+                name: name.clone(),
+                value: value.clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// An integer-valued setting (int, or a string of digits), if present.
+    pub(super) fn int_setting(
+        &self,
+        settings: &[Setting],
+        name: &str,
+        section: &str,
+    ) -> Res<Option<(i64, Location)>> {
+        let Some(s) = settings.iter().find(|s| s.name.value == name) else {
+            return Ok(None);
+        };
+        let n = match &s.value.value {
+            Node::Int(i) => i64::try_from(*i).ok(),
+            Node::Str(t) => t.trim().parse::<i64>().ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if n >= 0 => Ok(Some((n, s.value.referenced))),
+            _ => Err(self.err(
+                &s.value.referenced,
+                format!(
+                    "`{section}.settings.{name}` must be a non-negative integer, found {}",
+                    self.found(&s.value)
+                ),
+                vec![format!(
+                    "the harness uses `{name}` to check that the connections fit"
+                )],
+            )),
+        }
+    }
+
+    // -- sections -------------------------------------------------------------------------------
+
+    /// "missing required key" at the start of the mapping that lacks it.
+    pub(super) fn missing(
+        &self,
+        at: &Location,
+        key: &str,
+        section: &str,
+        example: &str,
+    ) -> TopologyError {
+        let place = if section.is_empty() {
+            "at the top level".to_string()
+        } else {
+            format!("in `{section}`")
+        };
+        let mut e = self.err(
+            at,
+            format!("missing required key `{key}` {place}"),
+            vec![format!("add `{example}`")],
+        );
+        if let Some(a) = &mut e.inner.at {
+            a.width = 1;
+        }
+        e
+    }
+
+    /// A section given as null where a mapping is required.
+    pub(super) fn null_section(&self, at: &Location, key: &str, example: &str) -> TopologyError {
+        self.err(
+            at,
+            format!("`{key}` must be a mapping, found an empty value"),
+            vec![format!("e.g. `{example}`")],
+        )
+    }
+
+    pub(super) fn convert(&self, top: &Spanned<RawTopology>) -> Res<Topology> {
+        let raw = &top.value;
+        if !is_given(&raw.name) {
+            return Err(self.missing(&top.referenced, "name", "", "name: transaction-mode"));
+        }
+        let name = self.string(&raw.name, "name", &["e.g. `name: transaction-mode`"])?;
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(self.err(
+                &raw.name.referenced,
+                format!("invalid topology name `{name}`"),
+                vec![
+                    "a name is 1 to 64 characters of `a-z`, `0-9` and `-`, e.g. `transaction-mode`"
+                        .into(),
+                ],
+            ));
+        }
+        let description = if is_given(&raw.description) {
+            Some(self.string(&raw.description, "description", &[])?)
+        } else {
+            None
+        };
+
+        const PG_EXAMPLE: &str = "postgres: { version: \"18.6\" }";
+        let (postgres, pg_settings) = match &raw.postgres.value {
+            Some(pg) => self.postgres(pg, &raw.postgres.referenced)?,
+            None if section_given(&raw.postgres) => {
+                return Err(self.null_section(&raw.postgres.referenced, "postgres", PG_EXAMPLE));
+            }
+            None => return Err(self.missing(&top.referenced, "postgres", "", PG_EXAMPLE)),
+        };
+        let pgbouncer = match &raw.pgbouncer.value {
+            Some(b) => Some(self.pgbouncer(b, &raw.pgbouncer.referenced)?),
+            None => None,
+        };
+        let default_workload = RawWorkload::default();
+        let raw_workload = raw.workload.value.as_ref().unwrap_or(&default_workload);
+        let workload = self.workload(raw_workload)?;
+        let run = match &raw.run.value {
+            Some(r) => self.run(r)?,
+            None => self.run(&RawRun::default())?,
+        };
+        let expect = self.expect(&raw.expect)?;
+
+        // Cross-section checks.
+        let (max_connections, max_conn_loc) = self
+            .int_setting(&pg_settings, "max_connections", "postgres")?
+            .map_or((PG_DEFAULT_MAX_CONNECTIONS, None), |(n, l)| (n, Some(l)));
+        let superuser_reserved = self
+            .int_setting(&pg_settings, "superuser_reserved_connections", "postgres")?
+            .map_or(PG_DEFAULT_SUPERUSER_RESERVED, |(n, _)| n);
+        let reserved = self
+            .int_setting(&pg_settings, "reserved_connections", "postgres")?
+            .map_or(0, |(n, _)| n);
+        let available =
+            max_connections - superuser_reserved - reserved - HARNESS_DIRECT_CONNECTIONS;
+        let budget = format!(
+            "max_connections {max_connections} - {superuser_reserved} superuser_reserved_connections{} - {HARNESS_DIRECT_CONNECTIONS} harness connections = {available}",
+            if reserved > 0 {
+                format!(" - {reserved} reserved_connections")
+            } else {
+                String::new()
+            }
+        );
+
+        match (&pgbouncer, &raw.pgbouncer.value) {
+            (Some((spec, bouncer_settings)), Some(rb)) => {
+                if spec.max_client_conn < workload.clients {
+                    return Err(self.err(
+                        &rb.max_client_conn.referenced,
+                        format!(
+                            "`pgbouncer.max_client_conn` ({}) is below `workload.clients` ({})",
+                            spec.max_client_conn, workload.clients
+                        ),
+                        vec![format!(
+                            "raise max_client_conn to at least {}, or lower workload.clients",
+                            workload.clients
+                        )],
+                    ));
+                }
+                let reserve =
+                    self.int_setting(bouncer_settings, "reserve_pool_size", "pgbouncer")?;
+                let min_pool = self.int_setting(bouncer_settings, "min_pool_size", "pgbouncer")?;
+                let pool = i64::from(spec.default_pool_size)
+                    + reserve.map_or(0, |(n, _)| n)
+                    + min_pool.map_or(0, |(n, _)| n);
+                if pool > available {
+                    let loc = if is_given(&rb.default_pool_size) {
+                        rb.default_pool_size.referenced
+                    } else if let Some(l) = max_conn_loc {
+                        l
+                    } else if let Some((_, l)) = reserve.or(min_pool) {
+                        l
+                    } else {
+                        raw.pgbouncer.referenced
+                    };
+                    return Err(self.err(
+                        &loc,
+                        format!(
+                            "the pool needs {pool} server connections but PostgreSQL has room for {available}"
+                        ),
+                        vec![
+                            format!(
+                                "pool = default_pool_size {}{}{}",
+                                spec.default_pool_size,
+                                reserve.map_or(String::new(), |(n, _)| format!(" + reserve_pool_size {n}")),
+                                min_pool.map_or(String::new(), |(n, _)| format!(" + min_pool_size {n}")),
+                            ),
+                            format!("room = {budget}"),
+                            "lower the pool, or raise `postgres.settings.max_connections`".into(),
+                        ],
+                    ));
+                }
+            }
+            _ => {
+                let needed = i64::from(workload.clients);
+                if needed > available {
+                    let loc = match max_conn_loc {
+                        Some(l) => l,
+                        None => raw_workload.clients.referenced,
+                    };
+                    return Err(self.err(
+                        &loc,
+                        format!(
+                            "{needed} direct clients do not fit: PostgreSQL has room for {available}"
+                        ),
+                        vec![
+                            format!("room = {budget}"),
+                            "lower `workload.clients`, or raise `postgres.settings.max_connections`".into(),
+                        ],
+                    ));
+                }
+            }
+        }
+
+        Ok(Topology {
+            name,
+            description,
+            postgres,
+            pgbouncer: pgbouncer.map(|(spec, _)| spec),
+            workload,
+            run,
+            expect,
+            source: self.path.to_path_buf(),
+            text: self.src.to_string(),
+        })
+    }
+
+    pub(super) fn postgres(
+        &self,
+        raw: &RawPostgres,
+        at: &Location,
+    ) -> Res<(PostgresSpec, Vec<Setting>)> {
+        if !is_given(&raw.version) {
+            return Err(self.missing(at, "version", "postgres", "version: \"18.6\""));
+        }
+        let version = match self.scalar_as_written(&raw.version) {
+            Some(v) => v,
+            None => {
+                return Err(self.err(
+                    &raw.version.referenced,
+                    format!(
+                        "`postgres.version` must be a version such as \"18.6\", found {}",
+                        self.found(&raw.version)
+                    ),
+                    Vec::new(),
+                ));
+            }
+        };
+        if parse_version(&version, 2).is_none() {
+            let hint = if parse_version(&version, 1).is_some() {
+                format!(
+                    "give the minor release too, e.g. \"{version}.6\"; the harness pins exact binaries"
+                )
+            } else if parse_version(&version, 3).is_some() {
+                "PostgreSQL releases since 10 have two numbers, MAJOR.MINOR, e.g. \"18.6\"".into()
+            } else {
+                "write MAJOR.MINOR, e.g. \"18.6\"".into()
+            };
+            return Err(self.err(
+                &raw.version.referenced,
+                format!("invalid postgres version `{version}`: expected MAJOR.MINOR"),
+                vec![hint],
+            ));
+        }
+        let bin_dir = self.optional_path(&raw.bin_dir, "postgres.bin_dir")?;
+        let settings = self.settings(&raw.settings, "postgres")?;
+        let mut rendered = BTreeMap::new();
+        for s in &settings {
+            if let Some((_, why)) = PG_HARNESS_SETTINGS.iter().find(|(n, _)| *n == s.name.value) {
+                return Err(self.err(
+                    &s.name.referenced,
+                    format!("`{}` cannot be set in a topology", s.name.value),
+                    vec![why.to_string()],
+                ));
+            }
+            rendered.insert(
+                s.name.value.clone(),
+                self.setting_value(s, "postgres.settings", ("on", "off"))?,
+            );
+        }
+        Ok((
+            PostgresSpec {
+                version,
+                bin_dir,
+                settings: rendered,
+            },
+            settings,
+        ))
+    }
+
+    pub(super) fn pgbouncer(
+        &self,
+        raw: &RawPgbouncer,
+        at: &Location,
+    ) -> Res<(PgbouncerSpec, Vec<Setting>)> {
+        if !is_given(&raw.version) {
+            return Err(self.missing(at, "version", "pgbouncer", "version: \"1.25.2\""));
+        }
+        if !is_given(&raw.pool_mode) {
+            return Err(self.missing(at, "pool_mode", "pgbouncer", "pool_mode: transaction"));
+        }
+        let version = match &raw.version.value {
+            Node::Str(s) => s.clone(),
+            _ => {
+                return Err(self.err(
+                    &raw.version.referenced,
+                    format!(
+                        "`pgbouncer.version` must be a quoted version such as \"1.25.2\", found {}",
+                        self.found(&raw.version)
+                    ),
+                    Vec::new(),
+                ));
+            }
+        };
+        let Some(parts) = parse_version(&version, 3) else {
+            return Err(self.err(
+                &raw.version.referenced,
+                format!("invalid pgbouncer version `{version}`: expected MAJOR.MINOR.PATCH"),
+                vec!["e.g. \"1.25.2\"".into()],
+            ));
+        };
+        let target = (parts[0], parts[1]);
+        let binary = self.optional_path(&raw.binary, "pgbouncer.binary")?;
+
+        let modes = "valid pool modes: session, transaction, statement";
+        let pool_mode = match &raw.pool_mode.value {
+            Node::Str(s) => match PoolMode::from_name(s) {
+                Some(m) => m,
+                None => {
+                    let mut hints = Vec::new();
+                    let close = close_matches(s, PoolMode::ALL.iter().map(|m| m.as_str()));
+                    if !close.is_empty() {
+                        hints.push(did_you_mean(&close));
+                    }
+                    hints.push(modes.into());
+                    return Err(self.err(
+                        &raw.pool_mode.referenced,
+                        format!("unknown pool_mode `{s}`"),
+                        hints,
+                    ));
+                }
+            },
+            _ => {
+                return Err(self.err(
+                    &raw.pool_mode.referenced,
+                    format!(
+                        "`pgbouncer.pool_mode` must be a pool mode, found {}",
+                        self.found(&raw.pool_mode)
+                    ),
+                    vec![modes.into()],
+                ));
+            }
+        };
+        let default_pool_size = self.u32_or(
+            &raw.default_pool_size,
+            "pgbouncer.default_pool_size",
+            1,
+            10_000,
+            DEFAULT_POOL_SIZE,
+        )?;
+        let max_client_conn = self.u32_or(
+            &raw.max_client_conn,
+            "pgbouncer.max_client_conn",
+            1,
+            100_000,
+            DEFAULT_MAX_CLIENT_CONN,
+        )?;
+        let server_reset_query = match &raw.server_reset_query.value {
+            Node::Absent => DEFAULT_SERVER_RESET_QUERY.to_string(),
+            Node::Str(s) if s.contains(['\n', '\r']) => {
+                return Err(self.err(
+                    &raw.server_reset_query.referenced,
+                    "`pgbouncer.server_reset_query` must be one line",
+                    Vec::new(),
+                ));
+            }
+            Node::Str(s) => s.clone(),
+            _ => {
+                return Err(self.err(
+                    &raw.server_reset_query.referenced,
+                    format!(
+                        "`pgbouncer.server_reset_query` must be a string, found {}",
+                        self.found(&raw.server_reset_query)
+                    ),
+                    vec![
+                        "write `\"\"` for no reset query, or remove the key for `DISCARD ALL`"
+                            .into(),
+                    ],
+                ));
+            }
+        };
+        let server_reset_query_always = self.bool_or(
+            &raw.server_reset_query_always,
+            "pgbouncer.server_reset_query_always",
+            false,
+        )?;
+
+        let settings = self.settings(&raw.settings, "pgbouncer")?;
+        let mut rendered = BTreeMap::new();
+        for s in &settings {
+            let name = s.name.value.as_str();
+            if let Some((_, why)) = PGBOUNCER_HARNESS_SETTINGS.iter().find(|(n, _)| *n == name) {
+                return Err(self.err(
+                    &s.name.referenced,
+                    format!("`{name}` cannot be set in `pgbouncer.settings`"),
+                    vec![why.to_string()],
+                ));
+            }
+            match pgbouncer_setting(name) {
+                None => {
+                    let mut hints = Vec::new();
+                    let close = close_matches(
+                        name,
+                        PGBOUNCER_SETTINGS
+                            .iter()
+                            .map(|(n, _)| *n)
+                            .filter(|n| !PGBOUNCER_HARNESS_SETTINGS.iter().any(|(h, _)| h == n)),
+                    );
+                    if !close.is_empty() {
+                        hints.push(did_you_mean(&close));
+                    }
+                    hints.push(
+                        "valid names are the [pgbouncer] section settings of pgbouncer.ini(5) for PgBouncer 1.25"
+                            .into(),
+                    );
+                    return Err(self.err(
+                        &s.name.referenced,
+                        format!("unknown pgbouncer setting `{name}`"),
+                        hints,
+                    ));
+                }
+                Some(Some(since)) if target < since => {
+                    return Err(self.err(
+                        &s.name.referenced,
+                        format!(
+                            "`{name}` needs pgbouncer {}.{} or newer, but `pgbouncer.version` is {version}",
+                            since.0, since.1
+                        ),
+                        vec!["remove the setting, or target a newer pgbouncer".into()],
+                    ));
+                }
+                Some(_) => {}
+            }
+            rendered.insert(
+                name.to_string(),
+                self.setting_value(s, "pgbouncer.settings", ("1", "0"))?,
+            );
+        }
+        Ok((
+            PgbouncerSpec {
+                version,
+                binary,
+                pool_mode,
+                default_pool_size,
+                max_client_conn,
+                server_reset_query,
+                server_reset_query_always,
+                settings: rendered,
+            },
+            settings,
+        ))
+    }
+
+    pub(super) fn workload(&self, raw: &RawWorkload) -> Res<Workload> {
+        let clients = self.u32_or(
+            &raw.clients,
+            "workload.clients",
+            1,
+            MAX_CLIENTS,
+            DEFAULT_CLIENTS,
+        )?;
+        let keys = self.keys(&raw.keys)?;
+
+        let apis = "valid apis: session, xact, mixed";
+        let api = match &raw.api.value {
+            Node::Absent => Api::Session,
+            Node::Str(s) => Api::from_name(s).ok_or_else(|| {
+                let mut hints = Vec::new();
+                let close = close_matches(s, Api::ALL.iter().map(|a| a.as_str()));
+                if !close.is_empty() {
+                    hints.push(did_you_mean(&close));
+                }
+                hints.push(apis.into());
+                self.err(&raw.api.referenced, format!("unknown api `{s}`"), hints)
+            })?,
+            _ => {
+                return Err(self.err(
+                    &raw.api.referenced,
+                    format!(
+                        "`workload.api` must be an api name, found {}",
+                        self.found(&raw.api)
+                    ),
+                    vec![apis.into()],
+                ));
+            }
+        };
+
+        let (steps_min, steps_max) = self.steps(&raw.steps)?;
+        let lock_timeout = self.duration_or(
+            &raw.lock_timeout,
+            "workload.lock_timeout",
+            Some(Duration::from_millis(MAX_LOCK_TIMEOUT_MS)),
+            Duration::from_millis(DEFAULT_LOCK_TIMEOUT_MS),
+        )?;
+        let ops = self.ops(&raw.ops, api)?;
+
+        Ok(Workload {
+            clients,
+            keys,
+            api,
+            steps_min,
+            steps_max,
+            ops,
+            lock_timeout_ms: lock_timeout.as_millis() as u64,
+        })
+    }
+
+    pub(super) fn keys(&self, leaf: &Leaf) -> Res<Vec<Key>> {
+        const FORMS: &str = "a key is a bigint (`4242424242`) or an int4 pair (`[1, 612001]`); or write `keys: { count: N }`";
+        let items = match &leaf.value {
+            Node::Absent => return Ok(DEFAULT_KEYS.to_vec()),
+            Node::Seq(items) => items,
+            Node::Map(entries) => {
+                let mut count = None;
+                for (k, v) in entries {
+                    if k.value != "count" {
+                        return Err(self.err(
+                            &k.referenced,
+                            format!("unknown key `{}` in `workload.keys`", k.value),
+                            vec!["the mapping form is `keys: { count: N }`".into()],
+                        ));
+                    }
+                    count = Some(self.int(v, "workload.keys.count", 1, MAX_KEY_COUNT.into())?);
+                }
+                let Some(n) = count else {
+                    return Err(self.err(
+                        &leaf.referenced,
+                        "missing required key `count` in `workload.keys`",
+                        vec!["the mapping form is `keys: { count: N }`".into()],
+                    ));
+                };
+                return Ok((1..=n as i64).map(Key::Big).collect());
+            }
+            _ => {
+                return Err(self.err(
+                    &leaf.referenced,
+                    format!(
+                        "`workload.keys` must be a list of keys, found {}",
+                        self.found(leaf)
+                    ),
+                    vec![FORMS.into()],
+                ));
+            }
+        };
+        if items.is_empty() {
+            return Err(self.err(
+                &leaf.referenced,
+                "`workload.keys` must not be empty",
+                vec![FORMS.into()],
+            ));
+        }
+        let mut keys: Vec<(Key, Location)> = Vec::new();
+        for item in items {
+            let key = match &item.value {
+                Node::Int(i) => i64::try_from(*i).ok().map(Key::Big),
+                Node::Seq(pair) if pair.len() == 2 => match (&pair[0].value, &pair[1].value) {
+                    (Node::Int(a), Node::Int(b)) => {
+                        for p in pair {
+                            if let Node::Int(v) = p.value
+                                && i32::try_from(v).is_err()
+                            {
+                                return Err(self.err(
+                                    &p.referenced,
+                                    format!("pair key element {v} is out of the int4 range"),
+                                    vec![format!(
+                                        "int4 is {} to {}; use a single bigint key for larger values",
+                                        i32::MIN,
+                                        i32::MAX
+                                    )],
+                                ));
+                            }
+                        }
+                        Some(Key::Pair(*a as i32, *b as i32))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(key) = key else {
+                return Err(self.err(
+                    &item.referenced,
+                    format!("invalid advisory key: found {}", self.found(item)),
+                    vec![
+                        FORMS.into(),
+                        format!("a bigint key is {} to {}", i64::MIN, i64::MAX),
+                    ],
+                ));
+            };
+            if let Some((_, first)) = keys.iter().find(|(k, _)| *k == key) {
+                return Err(self.err(
+                    &item.referenced,
+                    format!("duplicate key {key} in `workload.keys`"),
+                    vec![format!(
+                        "first listed at line {}, column {}",
+                        first.line(),
+                        first.column()
+                    )],
+                ));
+            }
+            keys.push((key, item.referenced));
+        }
+        Ok(keys.into_iter().map(|(k, _)| k).collect())
+    }
+
+    pub(super) fn steps(&self, leaf: &Leaf) -> Res<(usize, usize)> {
+        const FORMS: &str = "steps is `a..b` (b excluded), `a..=b` (b included) or an integer N (exactly N), with 1 <= a";
+        let max = MAX_STEPS as i128;
+        let (lo, hi, text) = match &leaf.value {
+            Node::Absent => return Ok((DEFAULT_STEPS_MIN, DEFAULT_STEPS_MAX)),
+            Node::Int(_) => {
+                let n = self.int(leaf, "workload.steps", 1, max)? as usize;
+                return Ok((n, n));
+            }
+            Node::Str(s) => {
+                let parsed = if let Some((a, b)) = s.split_once("..=") {
+                    a.parse::<i128>().ok().zip(b.parse::<i128>().ok())
+                } else if let Some((a, b)) = s.split_once("..") {
+                    a.parse::<i128>()
+                        .ok()
+                        .zip(b.parse::<i128>().ok().map(|b| b - 1))
+                } else {
+                    None
+                };
+                match parsed {
+                    Some((lo, hi)) => (lo, hi, s.as_str()),
+                    None => {
+                        return Err(self.err(
+                            &leaf.referenced,
+                            format!("`workload.steps` is not a range: `{s}`"),
+                            vec![FORMS.into()],
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(self.err(
+                    &leaf.referenced,
+                    format!(
+                        "`workload.steps` must be a range, found {}",
+                        self.found(leaf)
+                    ),
+                    vec![FORMS.into()],
+                ));
+            }
+        };
+        if lo < 1 {
+            return Err(self.err(
+                &leaf.referenced,
+                format!("`workload.steps` must start at 1 or more: `{text}`"),
+                vec![FORMS.into()],
+            ));
+        }
+        if hi < lo {
+            return Err(self.err(
+                &leaf.referenced,
+                format!("`workload.steps` range `{text}` is empty"),
+                vec![
+                    "the start must not exceed the end: e.g. `1..40` (1 to 39) or `1..=40`".into(),
+                ],
+            ));
+        }
+        if hi > max {
+            return Err(self.err(
+                &leaf.referenced,
+                format!("`workload.steps` allows at most {MAX_STEPS} steps: `{text}`"),
+                Vec::new(),
+            ));
+        }
+        Ok((lo as usize, hi as usize))
+    }
+
+    pub(super) fn ops(&self, leaf: &Leaf, api: Api) -> Res<BTreeMap<Op, u32>> {
+        let mut weights = api.default_weights();
+        for (name, value) in self.entries(leaf, "workload.ops")? {
+            let Some(op) = Op::from_name(&name.value) else {
+                let mut hints = Vec::new();
+                let close = close_matches(&name.value, Op::ALL.iter().map(|o| o.name()));
+                if !close.is_empty() {
+                    hints.push(did_you_mean(&close));
+                }
+                let valid: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+                hints.push(format!("valid ops: {}", valid.join(", ")));
+                return Err(self.err(
+                    &name.referenced,
+                    format!("unknown op `{}`", name.value),
+                    hints,
+                ));
+            };
+            let w = self.int(
+                value,
+                &format!("workload.ops.{}", name.value),
+                0,
+                MAX_WEIGHT.into(),
+            )? as u32;
+            if w > 0 && !api.allows(op) {
+                let level = if op.is_session_api() {
+                    "session-level"
+                } else {
+                    "transaction-level"
+                };
+                return Err(self.err(
+                    &name.referenced,
+                    format!("`{op}` is a {level} op, but `workload.api` is `{api}`"),
+                    vec![format!(
+                        "give `{op}` weight 0 or remove it, or use `api: mixed`"
+                    )],
+                ));
+            }
+            if w == 0 {
+                weights.remove(&op);
+            } else {
+                weights.insert(op, w);
+            }
+        }
+        let lock_ops = [Op::TryLock, Op::Lock, Op::XactLock, Op::TryXactLock];
+        if !lock_ops.iter().any(|op| weights.contains_key(op)) {
+            let allowed: Vec<&str> = lock_ops
+                .iter()
+                .filter(|op| api.allows(**op))
+                .map(|op| op.name())
+                .collect();
+            return Err(self.err(
+                &leaf.referenced,
+                "`workload.ops` leaves no lock op with a weight above 0",
+                vec![format!("give {} a weight above 0", or_list(&allowed))],
+            ));
+        }
+        Ok(weights)
+    }
+
+    pub(super) fn run(&self, raw: &RawRun) -> Res<RunSpec> {
+        let cases = self.u32_or(&raw.cases, "run.cases", 1, u32::MAX, DEFAULT_CASES)?;
+        let seed = match &raw.seed.value {
+            Node::Absent => None,
+            Node::Str(s) if s == "random" => None,
+            Node::Int(_) => Some(self.int(&raw.seed, "run.seed", 0, u64::MAX.into())? as u64),
+            _ => {
+                return Err(self.err(
+                    &raw.seed.referenced,
+                    format!(
+                        "`run.seed` must be `random` or an integer, found {}",
+                        self.found(&raw.seed)
+                    ),
+                    vec![format!("a seed is `random` or 0 to {}", u64::MAX)],
+                ));
+            }
+        };
+        let time_limit = self.duration_or(
+            &raw.time_limit,
+            "run.time_limit",
+            None,
+            Duration::from_secs(DEFAULT_TIME_LIMIT_SECS),
+        )?;
+        let max_shrink_runs = self.u32_or(
+            &raw.max_shrink_runs,
+            "run.max_shrink_runs",
+            0,
+            u32::MAX,
+            DEFAULT_MAX_SHRINK_RUNS,
+        )?;
+        Ok(RunSpec {
+            cases,
+            seed,
+            time_limit,
+            max_shrink_runs,
+        })
+    }
+
+    pub(super) fn expect(&self, leaf: &Leaf) -> Res<BTreeMap<String, Verdict>> {
+        let app_names: Vec<&str> = self
+            .catalog
+            .iter()
+            .filter(|i| i.tier == Tier::App)
+            .map(|i| i.name)
+            .collect();
+        let mut out = BTreeMap::new();
+        for (name, value) in self.entries(leaf, "expect")? {
+            let n = name.value.as_str();
+            match self.catalog.iter().find(|i| i.name == n).map(|i| i.tier) {
+                Some(Tier::App) => {}
+                Some(Tier::Pg) => {
+                    return Err(self.err(
+                        &name.referenced,
+                        format!("`{n}` cannot be listed in `expect`: pg.* invariants must always hold"),
+                        vec![
+                            "a pg.* violation is a bug in PostgreSQL or in the harness, never an expectation".into(),
+                            format!("expectable invariants: {}", app_names.join(", ")),
+                        ],
+                    ));
+                }
+                None => {
+                    let mut hints = Vec::new();
+                    let close = close_matches(n, app_names.iter().copied());
+                    if !close.is_empty() {
+                        hints.push(did_you_mean(&close));
+                    }
+                    hints.push(format!("expectable invariants: {}", app_names.join(", ")));
+                    return Err(self.err(
+                        &name.referenced,
+                        format!("unknown invariant `{n}`"),
+                        hints,
+                    ));
+                }
+            }
+            let verdict = match &value.value {
+                Node::Str(s) if s == "holds" => Verdict::Holds,
+                Node::Str(s) if s == "violated" => Verdict::Violated,
+                _ => {
+                    return Err(self.err(
+                        &value.referenced,
+                        format!(
+                            "the verdict for `{n}` must be `holds` or `violated`, found {}",
+                            self.found(value)
+                        ),
+                        Vec::new(),
+                    ));
+                }
+            };
+            out.insert(n.to_string(), verdict);
+        }
+        Ok(out)
+    }
+}
+
+impl Default for RawWorkload {
+    fn default() -> Self {
+        RawWorkload {
+            clients: absent(),
+            keys: absent(),
+            api: absent(),
+            steps: absent(),
+            lock_timeout: absent(),
+            ops: absent(),
+        }
+    }
+}
+
+impl Default for RawRun {
+    fn default() -> Self {
+        RawRun {
+            cases: absent(),
+            seed: absent(),
+            time_limit: absent(),
+            max_shrink_runs: absent(),
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! What runs: the YAML topology schema, its validation, and name resolution.
+//!
+//! A topology file (`topologies/*.yaml`) says which PostgreSQL to start, whether a PgBouncer
+//! sits in front of it and how that pooler is configured, what workload the logical clients
+//! run, how long and how many cases the chaos engine tries, and which application-level
+//! invariants are *expected* to break in that setup. The full reference is
+//! `docs/topology.md`.
+//!
+//! Parsing happens in two layers. A private raw layer is deserialized by `serde-saphyr`
+//! with every leaf kept as a [`Spanned`] YAML node, so that every later complaint can point
+//! at the offending value. The raw layer is then converted, with all defaults applied and all
+//! semantic checks done, into the public [`Topology`]. Errors ([`TopologyError`]) read like a
+//! compiler's: `path:line:column: message`, the source line with a caret under the value, and
+//! hints on what would be valid.
+
+//!
+//! Files: `mod.rs` (the public model, loading, name resolution), `raw.rs` (what serde-saphyr
+//! reads), `convert.rs` (defaults and validation), `error.rs` (positioned errors and
+//! suggestions), `settings.rs` (the PostgreSQL and PgBouncer settings tables). May import
+//! `vocab` only: which invariants exist is the checker's business, handed in as a catalog.
+
+mod convert;
+mod error;
+mod raw;
+mod settings;
+#[cfg(test)]
+mod tests;
+
+use crate::vocab::{InvariantInfo, Key, Op, Verdict};
+pub use convert::parse_duration;
+pub use error::TopologyError;
+use error::*;
+use raw::*;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_saphyr::{Location, Spanned};
+use settings::*;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------------------------
+// Public model
+// ---------------------------------------------------------------------------------------------
+
+/// A validated topology: everything a run needs to know about what to start and what to expect.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topology {
+    /// `[a-z0-9-]+`; used in reports.
+    pub name: String,
+    pub description: Option<String>,
+    pub postgres: PostgresSpec,
+    /// `None`: clients connect straight to PostgreSQL.
+    pub pgbouncer: Option<PgbouncerSpec>,
+    pub workload: Workload,
+    pub run: RunSpec,
+    /// Invariant name -> expected verdict, for the entries the file lists (all `app.*`).
+    /// Use [`Topology::expected`], which defaults to [`Verdict::Holds`].
+    pub expect: BTreeMap<String, Verdict>,
+    /// The file this topology was read from (as given to [`Topology::load`] / [`Topology::parse`]).
+    pub source: PathBuf,
+    /// The file's text as read (a run directory keeps a copy, so `analyze` re-checks a run
+    /// against the topology it ran, not against a file edited since).
+    pub text: String,
+}
+
+/// The PostgreSQL server the harness starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostgresSpec {
+    /// `MAJOR.MINOR`, e.g. `18.6`.
+    pub version: String,
+    /// Where `postgres`, `initdb` and `pg_ctl` live; `None` lets the launcher find them.
+    pub bin_dir: Option<PathBuf>,
+    /// `postgresql.conf` overrides, values rendered to strings (booleans as `on`/`off`).
+    pub settings: BTreeMap<String, String>,
+}
+
+/// The PgBouncer in front of PostgreSQL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgbouncerSpec {
+    /// `MAJOR.MINOR.PATCH`, e.g. `1.25.2`.
+    pub version: String,
+    /// The `pgbouncer` executable; `None` lets the launcher find it.
+    pub binary: Option<PathBuf>,
+    pub pool_mode: PoolMode,
+    pub default_pool_size: u32,
+    pub max_client_conn: u32,
+    /// `""` means no reset query.
+    pub server_reset_query: String,
+    pub server_reset_query_always: bool,
+    /// Further `pgbouncer.ini` settings, values rendered to strings (booleans as `1`/`0`).
+    pub settings: BTreeMap<String, String>,
+}
+
+/// PgBouncer's `pool_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    Session,
+    Transaction,
+    Statement,
+}
+
+impl PoolMode {
+    pub const ALL: [PoolMode; 3] = [
+        PoolMode::Session,
+        PoolMode::Transaction,
+        PoolMode::Statement,
+    ];
+
+    /// The `pgbouncer.ini` / YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolMode::Session => "session",
+            PoolMode::Transaction => "transaction",
+            PoolMode::Statement => "statement",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<PoolMode> {
+        PoolMode::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+}
+
+impl fmt::Display for PoolMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which advisory lock API the workload uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    /// `pg_advisory_lock` / `pg_try_advisory_lock` / `pg_advisory_unlock[_all]`.
+    Session,
+    /// `pg_advisory_xact_lock` / `pg_try_advisory_xact_lock`.
+    Xact,
+    /// Both.
+    Mixed,
+}
+
+impl Api {
+    pub const ALL: [Api; 3] = [Api::Session, Api::Xact, Api::Mixed];
+
+    /// The YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Session => "session",
+            Api::Xact => "xact",
+            Api::Mixed => "mixed",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Api> {
+        Api::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// Whether `op` belongs to this API (ops of neither lock API belong to all).
+    pub fn allows(self, op: Op) -> bool {
+        match self {
+            Api::Session => !op.is_xact_api(),
+            Api::Xact => !op.is_session_api(),
+            Api::Mixed => true,
+        }
+    }
+
+    /// The op weights used when `workload.ops` does not override them (no zero entries).
+    pub fn default_weights(self) -> BTreeMap<Op, u32> {
+        const SESSION: &[(Op, u32)] = &[
+            (Op::TryLock, 4),
+            (Op::Lock, 2),
+            (Op::Unlock, 3),
+            (Op::UnlockAll, 1),
+            (Op::Begin, 2),
+            (Op::Commit, 2),
+            (Op::Rollback, 2),
+            (Op::DiscardAll, 1),
+            (Op::Disconnect, 1),
+            (Op::Reconnect, 1),
+            (Op::Terminate, 1),
+            (Op::Cancel, 1),
+            (Op::FailStatement, 1),
+        ];
+        const XACT: &[(Op, u32)] = &[
+            (Op::XactLock, 3),
+            (Op::TryXactLock, 4),
+            (Op::Begin, 3),
+            (Op::Commit, 2),
+            (Op::Rollback, 2),
+            (Op::Disconnect, 1),
+            (Op::Reconnect, 1),
+            (Op::Terminate, 1),
+            (Op::Cancel, 1),
+            (Op::FailStatement, 1),
+        ];
+        const MIXED_EXTRA: &[(Op, u32)] = &[(Op::XactLock, 2), (Op::TryXactLock, 2)];
+        let pairs: Vec<(Op, u32)> = match self {
+            Api::Session => SESSION.to_vec(),
+            Api::Xact => XACT.to_vec(),
+            Api::Mixed => SESSION.iter().chain(MIXED_EXTRA).copied().collect(),
+        };
+        pairs.into_iter().collect()
+    }
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What each logical client does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Logical clients, 1..=64.
+    pub clients: u32,
+    /// The advisory keys the clients fight over (non-empty, distinct).
+    pub keys: Vec<Key>,
+    pub api: Api,
+    /// Steps per client per case, inclusive bounds, `1 <= steps_min <= steps_max`.
+    pub steps_min: usize,
+    /// Inclusive.
+    pub steps_max: usize,
+    /// Effective op weights: the API's defaults merged with `workload.ops`, zero weights removed.
+    pub ops: BTreeMap<Op, u32>,
+    /// Bound on blocking lock waits (`SET lock_timeout`), 1..=10000 ms.
+    pub lock_timeout_ms: u64,
+}
+
+/// How long and how hard the chaos engine searches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSpec {
+    /// Generated cases (> 0).
+    pub cases: u32,
+    /// `None`: pick a random seed (and report it).
+    pub seed: Option<u64>,
+    /// Wall-clock budget for the whole run (> 0).
+    pub time_limit: Duration,
+    /// Cap on replays while shrinking a failing case (0 disables shrinking).
+    pub max_shrink_runs: u32,
+}
+
+/// Defaults and limits, public so the CLI and the docs can quote them.
+pub mod limits {
+    pub const DEFAULT_CLIENTS: u32 = 4;
+    pub const MAX_CLIENTS: u32 = 64;
+    pub const DEFAULT_KEYS: [crate::vocab::Key; 2] = [
+        crate::vocab::Key::Big(4242424242),
+        crate::vocab::Key::Big(612001),
+    ];
+    pub const MAX_KEY_COUNT: u32 = 1024;
+    pub const DEFAULT_STEPS_MIN: usize = 1;
+    /// Inclusive (the YAML default is `1..40`).
+    pub const DEFAULT_STEPS_MAX: usize = 39;
+    pub const MAX_STEPS: usize = 10_000;
+    pub const MAX_WEIGHT: u32 = 1000;
+    pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 1;
+    pub const MAX_LOCK_TIMEOUT_MS: u64 = 10_000;
+    pub const DEFAULT_CASES: u32 = 256;
+    pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
+    pub const DEFAULT_MAX_SHRINK_RUNS: u32 = 512;
+    pub const DEFAULT_POOL_SIZE: u32 = 2;
+    pub const DEFAULT_MAX_CLIENT_CONN: u32 = 100;
+    pub const DEFAULT_SERVER_RESET_QUERY: &str = "DISCARD ALL";
+    /// PostgreSQL's own defaults, used when `postgres.settings` does not set them.
+    pub const PG_DEFAULT_MAX_CONNECTIONS: i64 = 100;
+    pub const PG_DEFAULT_SUPERUSER_RESERVED: i64 = 3;
+    /// Direct (not pooled) connections the harness keeps open to observe and to terminate/cancel.
+    pub const HARNESS_DIRECT_CONNECTIONS: i64 = 4;
+}
+
+use limits::*;
+
+impl Topology {
+    /// Reads and validates a topology file. `catalog` lists the invariants `expect` may name.
+    pub fn load(path: &Path, catalog: &[InvariantInfo]) -> Result<Topology, TopologyError> {
+        let src = std::fs::read_to_string(path).map_err(|e| {
+            TopologyError::from(ErrorInner {
+                path: path.to_path_buf(),
+                message: format!("cannot read: {e}"),
+                at: None,
+                hints: Vec::new(),
+                io: Some(e),
+            })
+        })?;
+        Topology::parse(&src, path, catalog)
+    }
+
+    /// Parses and validates topology text; `path` is used in messages and kept as `source`.
+    pub fn parse(
+        src: &str,
+        path: &Path,
+        catalog: &[InvariantInfo],
+    ) -> Result<Topology, TopologyError> {
+        let cx = Cx { src, path, catalog };
+        if is_blank_document(src) {
+            return Err(cx.error_at(
+                1,
+                1,
+                1,
+                "empty topology: the file has no content",
+                vec![
+                    "a topology needs at least `name:` and `postgres: { version: \"18.6\" }`"
+                        .into(),
+                    "see docs/topology.md for every key".into(),
+                ],
+            ));
+        }
+        let raw: Spanned<RawTopology> =
+            serde_saphyr::from_str(src).map_err(|e| cx.yaml_error(&e))?;
+        cx.convert(&raw)
+    }
+
+    /// The expected verdict for an invariant: what `expect:` says, else [`Verdict::Holds`].
+    pub fn expected(&self, invariant: &str) -> Verdict {
+        self.expect.get(invariant).copied().unwrap_or_default()
+    }
+
+    /// True when clients connect straight to PostgreSQL.
+    pub fn is_direct(&self) -> bool {
+        self.pgbouncer.is_none()
+    }
+}
+
+/// Turns a topology argument into a path. `transaction-mode` becomes
+/// `topologies/transaction-mode.yaml` relative to the working directory; when that file does not
+/// exist, the nearest ancestor directory holding `topologies/transaction-mode.yaml` is used. An
+/// argument containing `/` or ending in `.yaml` / `.yml` is a path and is returned as is.
+/// When nothing is found the relative path is returned, so that loading it reports it.
+pub fn resolve(arg: &str) -> PathBuf {
+    match std::env::current_dir() {
+        Ok(cwd) => resolve_from(arg, &cwd),
+        Err(_) => resolve_from(arg, Path::new(".")),
+    }
+}
+
+fn resolve_from(arg: &str, cwd: &Path) -> PathBuf {
+    if arg.contains('/') || arg.ends_with(".yaml") || arg.ends_with(".yml") {
+        return PathBuf::from(arg);
+    }
+    let rel = Path::new("topologies").join(format!("{arg}.yaml"));
+    if cwd.join(&rel).is_file() {
+        return rel;
+    }
+    for dir in cwd.ancestors().skip(1) {
+        let candidate = dir.join(&rel);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    rel
+}

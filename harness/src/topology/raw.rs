@@ -1,0 +1,242 @@
+//! The raw layer: what serde-saphyr deserializes, every leaf kept with its position.
+
+use super::*;
+
+/// Any YAML node, kept with its position. Leaves of the raw structs are `Spanned<Node>` so the
+/// conversion can give precise, uniform messages for wrong types and bad values.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Node {
+    /// The key is not in the file (serde default).
+    Absent,
+    /// `~`, `null` or nothing after the colon.
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Leaf>),
+    Map(Vec<(Spanned<String>, Leaf)>),
+}
+
+pub(super) type Leaf = Spanned<Node>;
+
+pub(super) fn absent() -> Leaf {
+    Spanned::new(Node::Absent, Location::UNKNOWN, Location::UNKNOWN)
+}
+
+impl Node {
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Node::Absent | Node::Null => "an empty value",
+            Node::Bool(_) => "a boolean",
+            Node::Int(_) => "an integer",
+            Node::Float(_) => "a number",
+            Node::Str(_) => "a string",
+            Node::Seq(_) => "a sequence",
+            Node::Map(_) => "a mapping",
+        }
+    }
+
+    pub(super) fn scalar_text(&self) -> Option<String> {
+        match self {
+            Node::Bool(b) => Some(b.to_string()),
+            Node::Int(i) => Some(i.to_string()),
+            Node::Float(x) => Some(x.to_string()),
+            Node::Str(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
+        struct NodeVisitor;
+        impl<'de> Visitor<'de> for NodeVisitor {
+            type Value = Node;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any YAML value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+                Ok(Node::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+                Ok(Node::Int(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+                Ok(Node::Int(v.into()))
+            }
+            fn visit_i128<E>(self, v: i128) -> Result<Node, E> {
+                Ok(Node::Int(v))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Node, E> {
+                i128::try_from(v)
+                    .map(Node::Int)
+                    .map_err(|_| E::custom("integer out of range"))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+                Ok(Node::Float(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+                Ok(Node::Str(v.to_string()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Node, E> {
+                Ok(Node::Str(v))
+            }
+            fn visit_unit<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+            fn visit_none<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Node, D2::Error> {
+                Node::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<Leaf>()? {
+                    items.push(item);
+                }
+                Ok(Node::Seq(items))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    let value = map.next_value::<Leaf>()?;
+                    entries.push((key, value));
+                }
+                Ok(Node::Map(entries))
+            }
+        }
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+pub(super) const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "postgres",
+    "pgbouncer",
+    "workload",
+    "run",
+    "expect",
+];
+pub(super) const POSTGRES_KEYS: &[&str] = &["version", "bin_dir", "settings"];
+pub(super) const PGBOUNCER_KEYS: &[&str] = &[
+    "version",
+    "binary",
+    "pool_mode",
+    "default_pool_size",
+    "max_client_conn",
+    "server_reset_query",
+    "server_reset_query_always",
+    "settings",
+];
+pub(super) const WORKLOAD_KEYS: &[&str] =
+    &["clients", "keys", "api", "steps", "lock_timeout", "ops"];
+pub(super) const RUN_KEYS: &[&str] = &["cases", "seed", "time_limit", "max_shrink_runs"];
+
+/// Which section a serde "expected one of" list belongs to (`""` for the top level).
+pub(super) fn section_of(expected: &[&str]) -> Option<&'static str> {
+    [
+        ("", TOP_KEYS),
+        ("postgres", POSTGRES_KEYS),
+        ("pgbouncer", PGBOUNCER_KEYS),
+        ("workload", WORKLOAD_KEYS),
+        ("run", RUN_KEYS),
+    ]
+    .into_iter()
+    .find(|(_, keys)| *keys == expected)
+    .map(|(name, _)| name)
+}
+
+/// A section: absent (line 0), null (`value: None`) or a mapping.
+pub(super) type Section<T> = Spanned<Option<T>>;
+
+pub(super) fn absent_section<T>() -> Section<T> {
+    Spanned::new(None, Location::UNKNOWN, Location::UNKNOWN)
+}
+
+pub(super) fn section_given<T>(s: &Section<T>) -> bool {
+    s.referenced.line() != 0
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTopology {
+    #[serde(default = "absent")]
+    pub(super) name: Leaf,
+    #[serde(default = "absent")]
+    pub(super) description: Leaf,
+    #[serde(default = "absent_section")]
+    pub(super) postgres: Section<RawPostgres>,
+    #[serde(default = "absent_section")]
+    pub(super) pgbouncer: Section<RawPgbouncer>,
+    #[serde(default = "absent_section")]
+    pub(super) workload: Section<RawWorkload>,
+    #[serde(default = "absent_section")]
+    pub(super) run: Section<RawRun>,
+    #[serde(default = "absent")]
+    pub(super) expect: Leaf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPostgres {
+    #[serde(default = "absent")]
+    pub(super) version: Leaf,
+    #[serde(default = "absent")]
+    pub(super) bin_dir: Leaf,
+    #[serde(default = "absent")]
+    pub(super) settings: Leaf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPgbouncer {
+    #[serde(default = "absent")]
+    pub(super) version: Leaf,
+    #[serde(default = "absent")]
+    pub(super) binary: Leaf,
+    #[serde(default = "absent")]
+    pub(super) pool_mode: Leaf,
+    #[serde(default = "absent")]
+    pub(super) default_pool_size: Leaf,
+    #[serde(default = "absent")]
+    pub(super) max_client_conn: Leaf,
+    #[serde(default = "absent")]
+    pub(super) server_reset_query: Leaf,
+    #[serde(default = "absent")]
+    pub(super) server_reset_query_always: Leaf,
+    #[serde(default = "absent")]
+    pub(super) settings: Leaf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWorkload {
+    #[serde(default = "absent")]
+    pub(super) clients: Leaf,
+    #[serde(default = "absent")]
+    pub(super) keys: Leaf,
+    #[serde(default = "absent")]
+    pub(super) api: Leaf,
+    #[serde(default = "absent")]
+    pub(super) steps: Leaf,
+    #[serde(default = "absent")]
+    pub(super) lock_timeout: Leaf,
+    #[serde(default = "absent")]
+    pub(super) ops: Leaf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRun {
+    #[serde(default = "absent")]
+    pub(super) cases: Leaf,
+    #[serde(default = "absent")]
+    pub(super) seed: Leaf,
+    #[serde(default = "absent")]
+    pub(super) time_limit: Leaf,
+    #[serde(default = "absent")]
+    pub(super) max_shrink_runs: Leaf,
+}

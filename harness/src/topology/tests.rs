@@ -1,0 +1,911 @@
+//! Schema tests: every malformed fixture with its message, line and column; the shipped
+//! topologies; defaults, forms and limits.
+
+use super::convert::fmt_duration;
+use super::*;
+use crate::vocab::Tier;
+
+fn catalog() -> &'static [InvariantInfo] {
+    crate::check::catalog()
+}
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bad");
+const TOPOLOGIES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../topologies");
+
+fn parse(src: &str) -> Result<Topology, TopologyError> {
+    Topology::parse(src, Path::new("t.yaml"), catalog())
+}
+
+fn ok(src: &str) -> Topology {
+    parse(src).unwrap_or_else(|e| panic!("expected valid topology, got:\n{e}"))
+}
+
+fn err(src: &str) -> TopologyError {
+    match parse(src) {
+        Ok(t) => panic!("expected an error, parsed {t:?}"),
+        Err(e) => e,
+    }
+}
+
+const MINIMAL: &str = "name: minimal\npostgres:\n  version: \"18.6\"\n";
+
+fn load_bad(file: &str) -> TopologyError {
+    let path = Path::new(FIXTURES).join(file);
+    match Topology::load(&path, catalog()) {
+        Ok(t) => panic!("{file}: expected an error, parsed {t:?}"),
+        Err(e) => e,
+    }
+}
+
+fn check_bad(file: &str, line: usize, column: usize, needle: &str) {
+    let e = load_bad(file);
+    assert!(!e.is_io(), "{file}: {e}");
+    assert_eq!(
+        (e.line(), e.column()),
+        (Some(line), Some(column)),
+        "{file}: wrong position in:\n{e}"
+    );
+    assert!(
+        e.message().contains(needle),
+        "{file}: message lacks {needle:?}:\n{e}"
+    );
+    let shown = e.to_string();
+    let head = format!("{}:{line}:{column}: ", e.path().display());
+    assert!(
+        shown.starts_with(&head),
+        "{file}: display should start with {head:?}:\n{shown}"
+    );
+    assert_eq!(e.message(), e.message().trim(), "{file}");
+    assert!(
+        e.message().starts_with(|c: char| !c.is_uppercase()),
+        "{file}: messages are lower-case: {}",
+        e.message()
+    );
+    if file != "empty.yaml" {
+        assert!(
+            shown.lines().nth(2).is_some_and(|l| l.contains('^')),
+            "{file}: no caret line:\n{shown}"
+        );
+    }
+}
+
+/// One test per bad fixture (file, line:column, a substring of the message); also lists
+/// the files so that a fixture without a test is noticed.
+macro_rules! bad_fixtures {
+    ($($test:ident => $file:literal, $line:literal:$col:literal, $needle:literal;)*) => {
+        const BAD_FILES: &[&str] = &[$($file),*];
+        $(
+            #[test]
+            fn $test() {
+                check_bad($file, $line, $col, $needle);
+            }
+        )*
+    };
+}
+
+bad_fixtures! {
+    fixture_bad_duration => "bad-duration.yaml", 7:15, "`run.time_limit` is not a duration: `1 minute`";
+    fixture_bad_name => "bad-name.yaml", 2:7, "invalid topology name `Transaction_Mode`";
+    fixture_bad_pool_mode => "bad-pool-mode.yaml", 7:14, "unknown pool_mode `transction`";
+    fixture_comments_only => "comments-only.yaml", 1:1, "empty topology";
+    fixture_direct_clients_exceed_max_connections => "direct-clients-exceed-max-connections.yaml", 6:22, "12 direct clients do not fit: PostgreSQL has room for 9";
+    fixture_duplicate_advisory_key => "duplicate-advisory-key.yaml", 6:43, "duplicate key (1,612001) in `workload.keys`";
+    fixture_duplicate_key => "duplicate-key.yaml", 9:3, "duplicate key `pool_mode`";
+    fixture_duration_without_unit => "duration-without-unit.yaml", 6:17, "`workload.lock_timeout` needs a unit";
+    fixture_empty => "empty.yaml", 1:1, "empty topology";
+    fixture_harness_pgbouncer_setting => "harness-pgbouncer-setting.yaml", 8:15, "`listen_port` cannot be set in `pgbouncer.settings`";
+    fixture_lock_timeout_too_long => "lock-timeout-too-long.yaml", 6:17, "`workload.lock_timeout` must be at most 10s, found 2m";
+    fixture_max_client_conn_below_clients => "max-client-conn-below-clients.yaml", 8:20, "`pgbouncer.max_client_conn` (6) is below `workload.clients` (8)";
+    fixture_missing_postgres => "missing-postgres.yaml", 2:1, "missing required key `postgres` at the top level";
+    fixture_no_lock_op => "no-lock-op.yaml", 7:5, "leaves no lock op with a weight above 0";
+    fixture_pg_invariant_in_expect => "pg-invariant-in-expect.yaml", 7:3, "pg.* invariants must always hold";
+    fixture_pgbouncer_setting_has_top_level_key => "pgbouncer-setting-has-top-level-key.yaml", 9:5, "`pool_mode` cannot be set in `pgbouncer.settings`";
+    fixture_pgbouncer_setting_too_new => "pgbouncer-setting-too-new.yaml", 9:5, "`transaction_timeout` needs pgbouncer 1.25 or newer";
+    fixture_pgbouncer_version_two_parts => "pgbouncer-version-two-parts.yaml", 6:12, "invalid pgbouncer version `1.25`";
+    fixture_pool_exceeds_max_connections => "pool-exceeds-max-connections.yaml", 10:22, "the pool needs 35 server connections but PostgreSQL has room for 33";
+    fixture_pool_size_zero => "pool-size-zero.yaml", 8:22, "`pgbouncer.default_pool_size` must be an integer from 1 to 10000, found 0";
+    fixture_postgres_harness_setting => "postgres-harness-setting.yaml", 7:5, "`port` cannot be set in a topology";
+    fixture_postgres_version_major_only => "postgres-version-major-only.yaml", 4:12, "invalid postgres version `18`: expected MAJOR.MINOR";
+    fixture_session_op_with_xact_api => "session-op-with-xact-api.yaml", 7:24, "`try_lock` is a session-level op, but `workload.api` is `xact`";
+    fixture_steps_reversed => "steps-reversed.yaml", 6:10, "`workload.steps` range `40..1` is empty";
+    fixture_tab_indentation => "tab-indentation.yaml", 4:1, "tabs";
+    fixture_unknown_invariant => "unknown-invariant.yaml", 6:3, "unknown invariant `app.mutual_exlusion`";
+    fixture_unknown_key_in_section => "unknown-key-in-section.yaml", 8:3, "unknown key `server_lifetime` in `pgbouncer`";
+    fixture_unknown_op => "unknown-op.yaml", 8:5, "unknown op `tri_lock`";
+    fixture_unknown_pgbouncer_setting => "unknown-pgbouncer-setting.yaml", 10:5, "unknown pgbouncer setting `server_lifetme`";
+    fixture_unknown_top_level_key => "unknown-top-level-key.yaml", 5:1, "unknown key `pgbouncr` at the top level";
+    fixture_wrong_type => "wrong-type.yaml", 6:12, "`workload.clients` must be an integer from 1 to 64, found `four`";
+}
+
+#[test]
+fn every_bad_fixture_has_a_test() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(FIXTURES)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = BAD_FILES.iter().map(|f| f.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed);
+    assert!(listed.len() >= 14);
+}
+
+#[test]
+fn hints_say_what_is_valid() {
+    let e = load_bad("bad-pool-mode.yaml");
+    assert!(
+        e.hints().iter().any(|h| h == "did you mean `transaction`?"),
+        "{e}"
+    );
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| h.contains("session, transaction, statement"))
+    );
+
+    let e = load_bad("unknown-top-level-key.yaml");
+    assert!(
+        e.hints().iter().any(|h| h == "did you mean `pgbouncer`?"),
+        "{e}"
+    );
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| h.contains("name, description, postgres, pgbouncer"))
+    );
+
+    let e = load_bad("unknown-pgbouncer-setting.yaml");
+    assert!(
+        e.hints().iter().any(|h| h.contains("`server_lifetime`")),
+        "{e}"
+    );
+
+    let e = load_bad("unknown-key-in-section.yaml");
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| h.contains("under `pgbouncer.settings`")),
+        "{e}"
+    );
+
+    let e = load_bad("pgbouncer-setting-has-top-level-key.yaml");
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| h.contains("use the top-level key")),
+        "{e}"
+    );
+
+    let e = load_bad("unknown-op.yaml");
+    assert!(e.hints().iter().any(|h| h.contains("`try_lock`")), "{e}");
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| h.starts_with("valid ops: try_lock, lock,"))
+    );
+
+    let e = load_bad("unknown-invariant.yaml");
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| h.contains("`app.mutual_exclusion`")),
+        "{e}"
+    );
+
+    let e = load_bad("tab-indentation.yaml");
+    assert!(
+        e.hints().iter().any(|h| h.contains("spaces, not tabs")),
+        "{e}"
+    );
+}
+
+#[test]
+fn display_is_path_position_message_snippet_caret_hints() {
+    let e = load_bad("bad-pool-mode.yaml");
+    let path = Path::new(FIXTURES).join("bad-pool-mode.yaml");
+    let expected = format!(
+        "{}:7:14: unknown pool_mode `transction`\n\
+         7 |   pool_mode: transction\n  \
+         |              ^^^^^^^^^^\n\
+         hint: did you mean `transaction`?\n\
+         hint: valid pool modes: session, transaction, statement",
+        path.display()
+    );
+    assert_eq!(e.to_string(), expected);
+}
+
+#[test]
+fn tabs_are_expanded_in_snippets() {
+    let shown = load_bad("tab-indentation.yaml").to_string();
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[1], "4 |     version: \"18.6\"");
+    assert_eq!(lines[2], "  | ^");
+}
+
+#[test]
+fn io_errors_name_the_file() {
+    let e = Topology::load(Path::new("/nonexistent/dir/t.yaml"), catalog()).unwrap_err();
+    assert!(e.is_io());
+    assert_eq!(e.line(), None);
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/dir/t.yaml: cannot read: "),
+        "{e}"
+    );
+    assert!(std::error::Error::source(&e).is_some());
+}
+
+#[test]
+fn shipped_topologies_parse() {
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(TOPOLOGIES).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let t = Topology::load(&path, catalog()).unwrap_or_else(|e| panic!("{e}"));
+        let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+        assert_eq!(t.name, stem, "name should match the file name");
+        assert!(t.description.is_some(), "{stem}: describe it");
+        assert_eq!(t.workload.clients, 4, "{stem}");
+        assert!(
+            t.workload
+                .keys
+                .starts_with(&[Key::Big(4242424242), Key::Big(612001)])
+        );
+        assert_eq!(t.run.cases, 256, "{stem}");
+        assert_eq!(t.run.seed, None, "{stem}");
+        assert_eq!(t.run.time_limit, Duration::from_secs(60), "{stem}");
+        if let Some(b) = &t.pgbouncer {
+            // Transaction pooling shares 2 servers among 4 clients; session pooling pins
+            // a server per client, so it gets one each (no skipped steps).
+            let want = if b.pool_mode == PoolMode::Session {
+                4
+            } else {
+                2
+            };
+            assert_eq!(b.default_pool_size, want, "{stem}");
+        }
+        assert!(
+            t.expect.values().all(|v| *v == Verdict::Violated),
+            "{stem}: list only violations"
+        );
+        assert_eq!(t.source, path);
+        seen.push(stem);
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "direct",
+            "session-mode",
+            "session-mode-no-reset",
+            "transaction-mode",
+            "transaction-mode-reset-always",
+            "transaction-mode-xact",
+        ]
+    );
+}
+
+#[test]
+fn shipped_topologies_expect_what_was_decided() {
+    let violated = |name: &str| -> Vec<String> {
+        let t = Topology::load(
+            &Path::new(TOPOLOGIES).join(format!("{name}.yaml")),
+            catalog(),
+        )
+        .unwrap();
+        catalog()
+            .iter()
+            .filter(|i| t.expected(i.name) == Verdict::Violated)
+            .map(|i| i.name.to_string())
+            .collect()
+    };
+    let direct = ["app.rollback_releases", "app.no_stale_holder"];
+    assert_eq!(violated("direct"), direct);
+    assert_eq!(violated("session-mode"), direct);
+    assert_eq!(
+        violated("session-mode-no-reset"),
+        [
+            "app.no_orphans",
+            "app.rollback_releases",
+            "app.no_stale_holder"
+        ]
+    );
+    assert_eq!(
+        violated("transaction-mode"),
+        [
+            "app.mutual_exclusion",
+            "app.no_orphans",
+            "app.unlock_reaches_owner",
+            "app.rollback_releases",
+            "app.no_stale_holder"
+        ]
+    );
+    assert_eq!(
+        violated("transaction-mode-reset-always"),
+        [
+            "app.mutual_exclusion",
+            "app.unlock_reaches_owner",
+            "app.no_stale_holder"
+        ]
+    );
+    assert_eq!(violated("transaction-mode-xact"), ["app.no_stale_holder"]);
+
+    let t = Topology::load(
+        &Path::new(TOPOLOGIES).join("transaction-mode.yaml"),
+        catalog(),
+    )
+    .unwrap();
+    assert!(t.workload.keys.contains(&Key::Pair(1, 612001)));
+    let t = Topology::load(
+        &Path::new(TOPOLOGIES).join("transaction-mode-xact.yaml"),
+        catalog(),
+    )
+    .unwrap();
+    assert_eq!(t.workload.api, Api::Xact);
+    assert_eq!(t.workload.ops, Api::Xact.default_weights());
+    let t = Topology::load(&Path::new(TOPOLOGIES).join("direct.yaml"), catalog()).unwrap();
+    assert!(t.is_direct());
+}
+
+#[test]
+fn documented_example_parses() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/topology.md"))
+        .unwrap();
+    let start = doc
+        .find("```yaml\n")
+        .expect("docs/topology.md has a yaml example")
+        + 8;
+    let len = doc[start..].find("```").unwrap();
+    let t = Topology::parse(
+        &doc[start..start + len],
+        Path::new("docs/topology.md"),
+        catalog(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.name, "transaction-mode");
+    assert_eq!(t.pgbouncer.unwrap().settings["server_lifetime"], "3600");
+}
+
+#[test]
+fn defaults_apply() {
+    let t = ok(MINIMAL);
+    assert_eq!(t.name, "minimal");
+    assert_eq!(t.description, None);
+    assert_eq!(t.postgres.version, "18.6");
+    assert_eq!(t.postgres.bin_dir, None);
+    assert!(t.postgres.settings.is_empty());
+    assert!(t.pgbouncer.is_none());
+    let w = &t.workload;
+    assert_eq!(w.clients, 4);
+    assert_eq!(w.keys, [Key::Big(4242424242), Key::Big(612001)]);
+    assert_eq!(w.api, Api::Session);
+    assert_eq!((w.steps_min, w.steps_max), (1, 39));
+    assert_eq!(w.ops, Api::Session.default_weights());
+    assert_eq!(w.lock_timeout_ms, 1);
+    assert_eq!(
+        t.run,
+        RunSpec {
+            cases: 256,
+            seed: None,
+            time_limit: Duration::from_secs(60),
+            max_shrink_runs: 512
+        }
+    );
+    assert!(t.expect.is_empty());
+    assert_eq!(t.expected("app.mutual_exclusion"), Verdict::Holds);
+    assert_eq!(t.expected("pg.exclusion"), Verdict::Holds);
+    assert_eq!(t.source, Path::new("t.yaml"));
+
+    let t = ok(&format!(
+        "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: statement\n"
+    ));
+    let b = t.pgbouncer.unwrap();
+    assert_eq!(b.pool_mode, PoolMode::Statement);
+    assert_eq!(b.default_pool_size, 2);
+    assert_eq!(b.max_client_conn, 100);
+    assert_eq!(b.server_reset_query, "DISCARD ALL");
+    assert!(!b.server_reset_query_always);
+    assert_eq!(b.binary, None);
+
+    // Null sections mean "use the defaults"; a null pgbouncer means direct.
+    let t = ok(&format!("{MINIMAL}pgbouncer:\nworkload: ~\nrun:\n"));
+    assert!(t.is_direct());
+    assert_eq!(t.workload.clients, 4);
+    // Null mappings are empty: `expect:` with every entry commented out.
+    let t = ok(&format!(
+        "{MINIMAL}  settings:\nexpect:\n  # app.no_orphans: violated\n"
+    ));
+    assert!(t.expect.is_empty() && t.postgres.settings.is_empty());
+}
+
+#[test]
+fn full_topology_round_trip() {
+    let t = ok(r#"
+name: full-1
+description: every key
+postgres:
+  version: 17.10
+  bin_dir: /usr/lib/postgresql/17/bin
+  settings: { max_connections: 60, fsync: off, random_page_cost: 1.5, shared_buffers: 128MB }
+pgbouncer:
+  version: "1.25.2"
+  binary: /usr/sbin/pgbouncer
+  pool_mode: transaction
+  default_pool_size: 3
+  max_client_conn: 10
+  server_reset_query: ""
+  server_reset_query_always: true
+  settings: { server_lifetime: 3600, server_fast_close: true, reserve_pool_size: 1 }
+workload:
+  clients: 8
+  keys: [-1, [1, 2], [2, 1], 1]
+  api: mixed
+  steps: 5..=9
+  lock_timeout: 1s
+  ops: { try_lock: 10, terminate: 0, xact_lock: 5 }
+run:
+  cases: 10
+  seed: 18446744073709551615
+  time_limit: 2m
+  max_shrink_runs: 0
+expect:
+  app.no_orphans: violated
+  app.mutual_exclusion: holds
+"#);
+    assert_eq!(t.description.as_deref(), Some("every key"));
+    // An unquoted version keeps its spelling (17.10 is not 17.1).
+    assert_eq!(t.postgres.version, "17.10");
+    assert_eq!(
+        t.postgres.bin_dir,
+        Some(PathBuf::from("/usr/lib/postgresql/17/bin"))
+    );
+    let s = &t.postgres.settings;
+    assert_eq!(s["max_connections"], "60");
+    assert_eq!(s["fsync"], "off");
+    assert_eq!(s["random_page_cost"], "1.5");
+    assert_eq!(s["shared_buffers"], "128MB");
+    let b = t.pgbouncer.as_ref().unwrap();
+    assert_eq!(b.binary, Some(PathBuf::from("/usr/sbin/pgbouncer")));
+    assert_eq!((b.default_pool_size, b.max_client_conn), (3, 10));
+    assert_eq!(b.server_reset_query, "");
+    assert!(b.server_reset_query_always);
+    assert_eq!(b.settings["server_fast_close"], "1");
+    assert_eq!(b.settings["server_lifetime"], "3600");
+    let w = &t.workload;
+    assert_eq!(
+        w.keys,
+        [Key::Big(-1), Key::Pair(1, 2), Key::Pair(2, 1), Key::Big(1)]
+    );
+    assert_eq!((w.steps_min, w.steps_max), (5, 9));
+    assert_eq!(w.lock_timeout_ms, 1000);
+    assert_eq!(w.ops[&Op::TryLock], 10);
+    assert_eq!(w.ops[&Op::XactLock], 5);
+    assert_eq!(w.ops[&Op::TryXactLock], 2);
+    assert!(
+        !w.ops.contains_key(&Op::Terminate),
+        "zero weights are removed"
+    );
+    assert_eq!(t.run.seed, Some(u64::MAX));
+    assert_eq!(t.run.time_limit, Duration::from_secs(120));
+    assert_eq!(t.run.max_shrink_runs, 0);
+    assert_eq!(t.expected("app.no_orphans"), Verdict::Violated);
+    assert_eq!(t.expected("app.mutual_exclusion"), Verdict::Holds);
+    assert_eq!(t.expect.len(), 2);
+}
+
+#[test]
+fn steps_forms() {
+    let steps = |s: &str| {
+        let t = ok(&format!("{MINIMAL}workload:\n  steps: {s}\n"));
+        (t.workload.steps_min, t.workload.steps_max)
+    };
+    assert_eq!(steps("1..40"), (1, 39));
+    assert_eq!(steps("3..=3"), (3, 3));
+    assert_eq!(steps("2..3"), (2, 2));
+    assert_eq!(steps("7"), (7, 7));
+    assert_eq!(steps("\"1..=10000\""), (1, 10_000));
+    for bad in [
+        "0..5",
+        "5..5",
+        "5..=4",
+        "1..=10001",
+        "0",
+        "1-40",
+        "a..b",
+        "[1, 40]",
+    ] {
+        let e = err(&format!("{MINIMAL}workload:\n  steps: {bad}\n"));
+        assert_eq!((e.line(), e.column()), (Some(5), Some(10)), "{bad}: {e}");
+        assert!(e.message().contains("workload.steps"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn durations() {
+    let lt = |s: &str| {
+        ok(&format!("{MINIMAL}workload:\n  lock_timeout: {s}\n"))
+            .workload
+            .lock_timeout_ms
+    };
+    assert_eq!(lt("500ms"), 500);
+    assert_eq!(lt("10s"), 10_000);
+    let tl = |s: &str| {
+        ok(&format!("{MINIMAL}run:\n  time_limit: {s}\n"))
+            .run
+            .time_limit
+    };
+    assert_eq!(tl("500ms"), Duration::from_millis(500));
+    assert_eq!(tl("60s"), Duration::from_secs(60));
+    assert_eq!(tl("2m"), Duration::from_secs(120));
+    assert_eq!(tl("1h"), Duration::from_secs(3600));
+    for bad in ["0s", "1.5s", "s", "10 s", "-1s", "1d", "true"] {
+        let e = err(&format!("{MINIMAL}run:\n  time_limit: {bad}\n"));
+        assert_eq!((e.line(), e.column()), (Some(5), Some(15)), "{bad}: {e}");
+    }
+    assert_eq!(parse_duration("18446744073709551615h"), None);
+    assert_eq!(fmt_duration(Duration::from_millis(1500)), "1500ms");
+}
+
+#[test]
+fn keys_forms() {
+    let keys = |s: &str| {
+        ok(&format!("{MINIMAL}workload:\n  keys: {s}\n"))
+            .workload
+            .keys
+    };
+    assert_eq!(
+        keys("{ count: 3 }"),
+        [Key::Big(1), Key::Big(2), Key::Big(3)]
+    );
+    assert_eq!(keys("[[0, 5], 5]"), [Key::Pair(0, 5), Key::Big(5)]);
+    assert_eq!(
+        keys("\n    - 9223372036854775807\n    - [-2147483648, 2147483647]"),
+        [Key::Big(i64::MAX), Key::Pair(i32::MIN, i32::MAX)]
+    );
+    let cases: &[(&str, usize, &str)] = &[
+        ("[]", 9, "must not be empty"),
+        ("[1, 2, 1]", 16, "duplicate key 1"),
+        ("[9223372036854775808]", 10, "invalid advisory key"),
+        ("[[1, 2, 3]]", 10, "invalid advisory key"),
+        ("[[1, 2147483648]]", 14, "out of the int4 range"),
+        ("[x]", 10, "invalid advisory key: found `x`"),
+        ("{ count: 0 }", 18, "must be an integer from 1 to 1024"),
+        (
+            "{ number: 3 }",
+            11,
+            "unknown key `number` in `workload.keys`",
+        ),
+        ("42", 9, "must be a list of keys"),
+    ];
+    for (src, col, needle) in cases {
+        let e = err(&format!("{MINIMAL}workload:\n  keys: {src}\n"));
+        assert_eq!((e.line(), e.column()), (Some(5), Some(*col)), "{src}: {e}");
+        assert!(e.message().contains(needle), "{src}: {e}");
+    }
+}
+
+#[test]
+fn ops_merge_over_api_defaults() {
+    let ops = |api: &str, ops: &str| {
+        ok(&format!("{MINIMAL}workload:\n  api: {api}\n  ops: {ops}\n"))
+            .workload
+            .ops
+    };
+    // A zero weight for the other API's op is allowed (it disables nothing).
+    let o = ops("xact", "{ try_lock: 0, xact_lock: 7 }");
+    assert_eq!(o[&Op::XactLock], 7);
+    assert!(!o.contains_key(&Op::TryLock));
+    assert_eq!(o.len(), Api::Xact.default_weights().len());
+    // Transaction-level ops are errors under api: session.
+    let e = err(&format!(
+        "{MINIMAL}workload:\n  api: session\n  ops: {{ xact_lock: 1 }}\n"
+    ));
+    assert!(
+        e.message()
+            .contains("`xact_lock` is a transaction-level op"),
+        "{e}"
+    );
+    assert_eq!((e.line(), e.column()), (Some(6), Some(10)));
+    // discard_all belongs to the session API.
+    let e = err(&format!(
+        "{MINIMAL}workload:\n  api: xact\n  ops:\n    discard_all: 1\n"
+    ));
+    assert_eq!((e.line(), e.column()), (Some(7), Some(5)), "{e}");
+    // Statement pooling with transactions is allowed: PgBouncer's refusal is a finding.
+    let t = ok(&format!(
+        "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: statement\nworkload:\n  ops: {{ begin: 5 }}\n"
+    ));
+    assert_eq!(t.workload.ops[&Op::Begin], 5);
+    // Weights are bounded and must be integers.
+    let e = err(&format!("{MINIMAL}workload:\n  ops: {{ lock: -1 }}\n"));
+    assert!(
+        e.message()
+            .contains("`workload.ops.lock` must be an integer from 0 to 1000"),
+        "{e}"
+    );
+    let e = err(&format!("{MINIMAL}workload:\n  ops: [lock]\n"));
+    assert!(
+        e.message().contains("`workload.ops` must be a mapping"),
+        "{e}"
+    );
+}
+
+#[test]
+fn default_weights_per_api() {
+    let s = Api::Session.default_weights();
+    assert_eq!(s.len(), 13);
+    assert_eq!(
+        (s[&Op::TryLock], s[&Op::Lock], s[&Op::Unlock], s[&Op::Begin]),
+        (4, 2, 3, 2)
+    );
+    assert!(s.keys().all(|op| Api::Session.allows(*op)));
+    let x = Api::Xact.default_weights();
+    assert_eq!(x.len(), 10);
+    assert_eq!(
+        (x[&Op::XactLock], x[&Op::TryXactLock], x[&Op::Begin]),
+        (3, 4, 3)
+    );
+    assert!(x.keys().all(|op| Api::Xact.allows(*op)));
+    let m = Api::Mixed.default_weights();
+    assert_eq!(m.len(), 15);
+    assert_eq!(
+        (m[&Op::XactLock], m[&Op::TryXactLock], m[&Op::Begin]),
+        (2, 2, 2)
+    );
+    for api in Api::ALL {
+        assert!(api.default_weights().values().all(|w| *w > 0));
+    }
+}
+
+#[test]
+fn settings_validation() {
+    let e = err(&format!(
+        "{MINIMAL}  settings:\n    data_directory: /tmp/x\n"
+    ));
+    assert!(
+        e.message().contains("`data_directory` cannot be set"),
+        "{e}"
+    );
+    assert_eq!((e.line(), e.column()), (Some(5), Some(5)));
+    let e = err(&format!(
+        "{MINIMAL}  settings:\n    max_connections: lots\n"
+    ));
+    assert!(
+        e.message()
+            .contains("max_connections` must be a non-negative integer"),
+        "{e}"
+    );
+    assert_eq!((e.line(), e.column()), (Some(5), Some(22)));
+    let e = err(&format!("{MINIMAL}  settings:\n    work_mem: [1]\n"));
+    assert!(
+        e.message().contains("must be a string, number or boolean"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{MINIMAL}  settings:\n    application_name: \"a\\nb\"\n"
+    ));
+    assert!(e.message().contains("one line"), "{e}");
+    let e = err(&format!("{MINIMAL}  max_connections: 10\n"));
+    assert!(
+        e.hints().iter().any(|h| h.contains("postgres.settings")),
+        "{e}"
+    );
+    // reserved connections count against the room.
+    let e = err(&format!(
+        "{MINIMAL}  settings:\n    max_connections: 20\n    reserved_connections: 10\nworkload:\n  clients: 4\n"
+    ));
+    assert!(e.message().contains("room for 3"), "{e}");
+    // String integers count too.
+    ok(&format!(
+        "{MINIMAL}  settings:\n    max_connections: \"12\"\n"
+    ));
+    // A pgbouncer setting newer than the target version is refused, an older one is fine.
+    ok(&format!(
+        "{MINIMAL}pgbouncer:\n  version: \"1.24.0\"\n  pool_mode: session\n  settings: {{ max_db_client_connections: 9 }}\n"
+    ));
+}
+
+#[test]
+fn pool_must_fit_postgres() {
+    let src = |pool: u32, max: u32| {
+        format!(
+            "{MINIMAL}  settings: {{ max_connections: {max} }}\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n  default_pool_size: {pool}\n  settings: {{ min_pool_size: 1 }}\n"
+        )
+    };
+    // room = 20 - 3 - 4 = 13; pool = size + 1 (min_pool_size).
+    ok(&src(12, 20));
+    let e = err(&src(13, 20));
+    assert!(
+        e.message()
+            .contains("the pool needs 14 server connections but PostgreSQL has room for 13"),
+        "{e}"
+    );
+    assert_eq!((e.line(), e.column()), (Some(8), Some(22)));
+    assert!(
+        e.hints().iter().any(|h| h.contains("+ min_pool_size 1")),
+        "{e}"
+    );
+}
+
+#[test]
+fn versions() {
+    let pg = |v: &str| {
+        parse(&format!("name: v\npostgres:\n  version: {v}\n")).map(|t| t.postgres.version)
+    };
+    assert_eq!(pg("\"18.6\"").unwrap(), "18.6");
+    assert_eq!(pg("18.6").unwrap(), "18.6");
+    for bad in [
+        "\"18\"",
+        "18",
+        "\"18.6.1\"",
+        "\"v18.6\"",
+        "\"18.\"",
+        "[18, 6]",
+        "~",
+    ] {
+        let e = pg(bad).unwrap_err();
+        assert_eq!((e.line(), e.column()), (Some(3), Some(12)), "{bad}: {e}");
+    }
+    let e = pg("\"18.6.1\"").unwrap_err();
+    assert!(e.hints()[0].contains("two numbers"), "{e}");
+    let bouncer = |v: &str| {
+        parse(&format!(
+            "{MINIMAL}pgbouncer:\n  version: {v}\n  pool_mode: session\n"
+        ))
+        .map(|t| t.pgbouncer.unwrap().version)
+    };
+    assert_eq!(bouncer("1.25.2").unwrap(), "1.25.2");
+    assert_eq!(bouncer("\"1.25.2\"").unwrap(), "1.25.2");
+    assert!(
+        bouncer("1.25")
+            .unwrap_err()
+            .message()
+            .contains("quoted version")
+    );
+    assert!(
+        bouncer("\"1.25.2.1\"")
+            .unwrap_err()
+            .message()
+            .contains("MAJOR.MINOR.PATCH")
+    );
+}
+
+#[test]
+fn structural_errors() {
+    let e = err("- a\n- b\n");
+    assert_eq!((e.line(), e.column()), (Some(1), Some(1)));
+    assert!(
+        e.message()
+            .contains("expected a mapping here, found a sequence"),
+        "{e}"
+    );
+    let e = err("name: x\npostgres: ~\n");
+    assert!(e.message().contains("`postgres` must be a mapping"), "{e}");
+    let e = err(&format!("{MINIMAL}pgbouncer: transaction\n"));
+    assert_eq!((e.line(), e.column()), (Some(4), Some(12)), "{e}");
+    let e = err(&format!("{MINIMAL}---\nname: y\n"));
+    assert!(e.message().contains("one YAML document"), "{e}");
+    let e = err("name: x\npostgres:\n  bin_dir: /x\n");
+    assert!(
+        e.message()
+            .contains("missing required key `version` in `postgres`"),
+        "{e}"
+    );
+    let e = err(&format!("{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n"));
+    assert!(
+        e.message()
+            .contains("missing required key `pool_mode` in `pgbouncer`"),
+        "{e}"
+    );
+    let e = err("postgres:\n  version: \"18.6\"\n");
+    assert!(e.message().contains("missing required key `name`"), "{e}");
+    let e = err(&format!("{MINIMAL}run:\n  cases: 0\n"));
+    assert!(
+        e.message()
+            .contains("`run.cases` must be an integer >= 1, found 0"),
+        "{e}"
+    );
+    let e = err(&format!("{MINIMAL}run:\n  seed: sometimes\n"));
+    assert!(
+        e.message()
+            .contains("`run.seed` must be `random` or an integer"),
+        "{e}"
+    );
+    let e = err(&format!("{MINIMAL}workload:\n  api: transaction\n"));
+    assert!(e.message().contains("unknown api `transaction`"), "{e}");
+    let e = err(&format!("{MINIMAL}description:\n"));
+    assert!(
+        e.message().contains("`description` must be a string"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n  server_reset_query_always: yes please\n"
+    ));
+    assert!(e.message().contains("must be a boolean"), "{e}");
+    let e = err(&format!("{MINIMAL}expect:\n  app.no_orphans: maybe\n"));
+    assert!(e.message().contains("must be `holds` or `violated`"), "{e}");
+    assert_eq!((e.line(), e.column()), (Some(5), Some(19)));
+    let e = err(&format!("{MINIMAL}workload:\n  bogus: 1\n"));
+    assert!(
+        e.message().contains("unknown key `bogus` in `workload`"),
+        "{e}"
+    );
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| h.contains("clients, keys, api, steps, lock_timeout, ops"))
+    );
+}
+
+#[test]
+fn enums_spell_like_yaml() {
+    assert_eq!(PoolMode::Transaction.to_string(), "transaction");
+    assert_eq!(PoolMode::Session.as_str(), "session");
+    assert_eq!(Api::Xact.to_string(), "xact");
+    assert_eq!(Verdict::Violated.to_string(), "violated");
+    assert_eq!(serde_json::to_string(&Verdict::Holds).unwrap(), "\"holds\"");
+    assert_eq!(
+        serde_json::from_str::<Verdict>("\"violated\"").unwrap(),
+        Verdict::Violated
+    );
+    assert_eq!(
+        serde_json::to_string(&PoolMode::Statement).unwrap(),
+        "\"statement\""
+    );
+    assert_eq!(serde_json::to_string(&Tier::Pg).unwrap(), "\"pg\"");
+}
+
+#[test]
+fn resolve_names_and_paths() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // A name is looked up in topologies/, walking up to the workspace root.
+    let p = resolve_from("transaction-mode", here);
+    assert!(p.ends_with("topologies/transaction-mode.yaml"), "{p:?}");
+    assert!(p.is_file(), "{p:?}");
+    let root = Path::new(TOPOLOGIES).parent().unwrap();
+    assert_eq!(
+        resolve_from("direct", root),
+        Path::new("topologies/direct.yaml")
+    );
+    // Paths are taken as given.
+    assert_eq!(resolve_from("x/y", here), Path::new("x/y"));
+    assert_eq!(resolve_from("t.yaml", here), Path::new("t.yaml"));
+    assert_eq!(resolve_from("t.yml", here), Path::new("t.yml"));
+    // Unknown names stay relative, so the load error names them.
+    assert_eq!(
+        resolve_from("no-such-topology", here),
+        Path::new("topologies/no-such-topology.yaml")
+    );
+    assert!(resolve("no-such-topology").ends_with("topologies/no-such-topology.yaml"));
+}
+
+#[test]
+fn close_matches_are_close() {
+    assert_eq!(
+        close_matches("pgbouncr", TOP_KEYS.iter().copied()),
+        ["pgbouncer"]
+    );
+    assert_eq!(
+        close_matches("zzzz", TOP_KEYS.iter().copied()),
+        Vec::<&str>::new()
+    );
+    assert!(
+        close_matches("pool_size", PGBOUNCER_KEYS.iter().copied()).contains(&"default_pool_size")
+    );
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+    assert_eq!(or_list(&["a", "b", "c"]), "`a`, `b` or `c`");
+}
+
+#[test]
+fn known_pgbouncer_settings_are_sorted_and_cover_harness_keys() {
+    let names: Vec<&str> = PGBOUNCER_SETTINGS.iter().map(|(n, _)| *n).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(names, sorted);
+    for (name, _) in PGBOUNCER_HARNESS_SETTINGS {
+        assert!(names.contains(name), "{name}");
+    }
+}

@@ -1,0 +1,16 @@
+//! The shared language of every stage: advisory keys, op names, backend identity, replies,
+//! verdicts. Pure data, no I/O; everything else may import it, it imports nothing of pgchaos.
+
+pub mod backend;
+pub mod key;
+pub mod op;
+pub mod reply;
+pub mod verdict;
+pub mod versions;
+
+pub use backend::BackendId;
+pub use key::Key;
+pub use op::Op;
+pub use reply::{Outcome, Reply};
+pub use verdict::{InvariantInfo, Tier, Verdict};
+pub use versions::{Versions, parse_pg_version};

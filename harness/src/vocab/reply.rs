@@ -1,0 +1,140 @@
+//! What an operation returned, at the level the model predicts, and how a history classes it.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// SQLSTATEs the model predicts, and the harness's own codes.
+pub mod code {
+    pub const LOCK_NOT_AVAILABLE: &str = "55P03";
+    pub const IN_FAILED_TRANSACTION: &str = "25P02";
+    pub const ACTIVE_TRANSACTION: &str = "25001";
+    pub const DIVISION_BY_ZERO: &str = "22012";
+    pub const QUERY_CANCELED: &str = "57014";
+    pub const TOO_MANY_CONNECTIONS: &str = "53300";
+    /// Not a SQLSTATE: the client's connection is gone.
+    pub const CLOSED: &str = "closed";
+    /// Not a SQLSTATE: no reply within the bound (a cancel was sent).
+    pub const TIMEOUT: &str = "timeout";
+    /// Not a SQLSTATE: the reply was not what the op returns (a harness defect).
+    pub const HARNESS: &str = "harness";
+}
+
+/// What an op returned (error messages are kept for people but not compared).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reply {
+    Bool {
+        value: bool,
+    },
+    Ok,
+    /// `code` is the SQLSTATE, or `closed` (connection gone), `timeout`, `harness`.
+    Error {
+        code: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        message: String,
+    },
+}
+
+/// How a history classes a completion (Jepsen's `:ok`, `:fail`, `:info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The op took effect as its reply says.
+    Ok,
+    /// The op failed with a definite error: PostgreSQL's own semantics say what it did.
+    Fail,
+    /// Outcome unknown: the connection died under it, or no reply came in time.
+    Info,
+}
+
+impl Reply {
+    pub fn error(code: &str) -> Reply {
+        Reply::Error {
+            code: code.into(),
+            message: String::new(),
+        }
+    }
+
+    /// Equal as the model sees it: kind, boolean value, error code.
+    pub fn same_as(&self, other: &Reply) -> bool {
+        match (self, other) {
+            (Reply::Bool { value: a }, Reply::Bool { value: b }) => a == b,
+            (Reply::Ok, Reply::Ok) => true,
+            (Reply::Error { code: a, .. }, Reply::Error { code: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error { .. })
+    }
+
+    /// The SQLSTATE or harness code of an error.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Reply::Error { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The connection was gone (`closed`).
+    pub fn is_closed(&self) -> bool {
+        self.code() == Some(code::CLOSED)
+    }
+
+    /// `ok` for a result, `fail` for a server error, `info` when the outcome is unknown.
+    pub fn outcome(&self) -> Outcome {
+        match self.code() {
+            None => Outcome::Ok,
+            Some(code::CLOSED | code::TIMEOUT) => Outcome::Info,
+            Some(_) => Outcome::Fail,
+        }
+    }
+}
+
+impl fmt::Display for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reply::Bool { value } => write!(f, "{value}"),
+            Reply::Ok => write!(f, "ok"),
+            Reply::Error { code, .. } => write!(f, "error {code}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_compare_by_kind_value_and_code() {
+        assert!(Reply::Bool { value: true }.same_as(&Reply::Bool { value: true }));
+        assert!(!Reply::Bool { value: true }.same_as(&Reply::Bool { value: false }));
+        let a = Reply::Error {
+            code: "55P03".into(),
+            message: "x".into(),
+        };
+        assert!(a.same_as(&Reply::error("55P03")));
+        assert!(!a.same_as(&Reply::error("25P02")));
+        assert!(!a.same_as(&Reply::Ok));
+    }
+
+    #[test]
+    fn outcomes_follow_jepsen() {
+        assert_eq!(Reply::Ok.outcome(), Outcome::Ok);
+        assert_eq!(Reply::Bool { value: false }.outcome(), Outcome::Ok);
+        assert_eq!(Reply::error("55P03").outcome(), Outcome::Fail);
+        assert_eq!(Reply::error(code::CLOSED).outcome(), Outcome::Info);
+        assert_eq!(Reply::error(code::TIMEOUT).outcome(), Outcome::Info);
+    }
+
+    #[test]
+    fn serialised_compactly() {
+        let j = serde_json::to_string(&Reply::error("55P03")).unwrap();
+        assert_eq!(j, r#"{"kind":"error","code":"55P03"}"#);
+        assert_eq!(
+            serde_json::from_str::<Reply>(&j).unwrap(),
+            Reply::error("55P03")
+        );
+    }
+}
