@@ -1,6 +1,6 @@
 //! Ground truth: the seed experiments (000: advisory locks from a pool; 002: the acceptance
 //! protocol with holder A, contender B, observer O) run against real PostgreSQL and PgBouncer
-//! launched by the harness, plus the launcher's no-orphan guarantees.
+//! launched by the harness. (The no-orphan guarantees are in `lifecycle.rs`.)
 //!
 //! Every lock call reports `(pg_backend_pid(), backend_start)` in the same statement; every
 //! outcome is read from `pg_locks JOIN pg_stat_activity` on a separate direct connection and
@@ -13,7 +13,6 @@ use common::*;
 use pgchaos::vocab::Key;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncBufReadExt;
 
 // ---------------------------------------------------------------------------------------
 // Seed 000, experiments 1-5, against `direct`.
@@ -521,135 +520,4 @@ async fn seed002_reset_always_drops_session_lock_before_next_statement() {
     let (id3, unlocked) = unlock(&c, K).await;
     assert_eq!(id3, id1);
     assert!(!unlocked, "the client's unlock finds nothing");
-}
-
-// ---------------------------------------------------------------------------------------
-// No process left behind.
-
-/// Dropping a Cluster stops postgres (with all its children) and pgbouncer, and removes the
-/// run directory.
-#[tokio::test(flavor = "current_thread")]
-async fn drop_stops_every_server_process() {
-    let cluster = launch("transaction-mode").await;
-    let c = client(&cluster).await;
-    let _ = try_lock(&c, 1).await; // a server connection: one more postgres child
-    let (pg, bouncer) = cluster.pids();
-    let (pg, bouncer) = (pg.expect("postgres pid"), bouncer.expect("pgbouncer pid"));
-    let mut procs = tree(pg);
-    procs.extend(tree(bouncer));
-    assert!(
-        [pg, bouncer]
-            .iter()
-            .all(|p| procs.iter().any(|q| q.pid == *p && q.alive())),
-        "postmaster and pgbouncer running: {procs:?}"
-    );
-    // Backends of connections closed during startup may be exiting right now.
-    procs.retain(Proc::alive);
-    assert!(
-        procs.len() >= 3,
-        "postmaster, children, pgbouncer: {procs:?}"
-    );
-    let run_dir = cluster.run_dir.clone();
-    assert!(run_dir.exists());
-
-    drop(c);
-    drop(cluster);
-    if let Err(left) = wait_dead(&procs, STEP).await {
-        panic!("still running {STEP:?} after dropping the cluster: {left:?}");
-    }
-    if std::env::var_os("PGCHAOS_KEEP_RUN_DIR").is_none() {
-        assert!(!run_dir.exists(), "{} left behind", run_dir.display());
-    }
-}
-
-/// `pgchaos up --json` killed with SIGKILL (no Drop, no signal handler) still takes its
-/// servers down: PR_SET_PDEATHSIG on postgres and pgbouncer, and postgres's children follow
-/// their postmaster.
-#[tokio::test(flavor = "current_thread")]
-async fn sigkilled_harness_leaves_no_orphans() {
-    // Orphans come here, not to PID 1 (which on these machines reaps zombies only lazily).
-    become_subreaper();
-    // Declared before the harness so it is dropped after it (kill_on_drop), even on a panic.
-    let mut cleanup = RemoveDirOnDrop(None);
-    let mut harness = tokio::process::Command::new(env!("CARGO_BIN_EXE_pgchaos"))
-        .args(["up", &topology_path("transaction-mode"), "--json"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawning pgchaos up");
-    let stdout = harness.stdout.take().expect("piped stdout");
-    let mut line = String::new();
-    let n = tokio::time::timeout(
-        LAUNCH,
-        tokio::io::BufReader::new(stdout).read_line(&mut line),
-    )
-    .await
-    .expect("pgchaos up printed nothing in time")
-    .expect("reading pgchaos up's stdout");
-    assert!(n > 0, "pgchaos up exited without output");
-    let doc: serde_json::Value = serde_json::from_str(&line).expect("one JSON line");
-    let pid = |path: &str| {
-        doc.pointer(path)
-            .and_then(serde_json::Value::as_i64)
-            .unwrap_or_else(|| panic!("{path} missing in {line}")) as i32
-    };
-    let (pg, bouncer) = (pid("/postgres/pid"), pid("/pgbouncer/pid"));
-    // The run directory, from the postmaster's -D argument, to clean up after the kill.
-    let run_dir = std::fs::read(format!("/proc/{pg}/cmdline"))
-        .ok()
-        .and_then(|c| {
-            let args: Vec<String> = c
-                .split(|b| *b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let i = args.iter().position(|a| a == "-D")?;
-            std::path::Path::new(args.get(i + 1)?)
-                .parent()
-                .map(|p| p.to_path_buf())
-        });
-    // A SIGKILLed harness cannot remove its run directory: this test does.
-    cleanup.0 = run_dir.filter(|d| d.to_string_lossy().contains("/pgchaos/run-"));
-    let mut procs = tree(pg);
-    procs.extend(tree(bouncer));
-    assert!(
-        [pg, bouncer]
-            .iter()
-            .all(|p| procs.iter().any(|q| q.pid == *p && q.alive())),
-        "postmaster and pgbouncer running: {procs:?}"
-    );
-    // Backends of connections closed during startup may be exiting right now.
-    procs.retain(Proc::alive);
-    assert!(
-        procs.len() >= 3,
-        "postmaster, children, pgbouncer: {procs:?}"
-    );
-
-    harness.start_kill().expect("SIGKILL to the harness");
-    let status = tokio::time::timeout(STEP, harness.wait())
-        .await
-        .expect("the harness exits after SIGKILL")
-        .expect("waiting for the harness");
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(libc::SIGKILL));
-
-    match wait_dead(&procs, Duration::from_secs(5)).await {
-        Ok(took) => eprintln!("servers gone {took:?} after SIGKILL of the harness"),
-        Err(left) => {
-            let zombies: Vec<bool> = left.iter().map(Proc::zombie).collect();
-            panic!("left 5 s after SIGKILL of the harness: {left:?} (zombie: {zombies:?})")
-        }
-    }
-}
-
-/// Removes a directory when dropped.
-struct RemoveDirOnDrop(Option<std::path::PathBuf>);
-
-impl Drop for RemoveDirOnDrop {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.0 {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
 }

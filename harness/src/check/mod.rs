@@ -360,3 +360,146 @@ pub fn check_history(events: impl Iterator<Item = Result<Event>>) -> Result<RunC
         events: count,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The checker on small hand-written histories (`tests/fixtures/histories/*.jsonl`): for
+    //! every invariant, one history where it holds and one where it is violated, with the
+    //! evidence text the violation must carry.
+    use super::*;
+    use crate::history::HistoryReader;
+    use std::path::Path;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/histories");
+
+    fn check_file(name: &str) -> (RunCheck, CaseCheck) {
+        let path = Path::new(FIXTURES).join(format!("{name}.jsonl"));
+        let run = check_history(HistoryReader::open(&path).unwrap()).unwrap();
+        let events: Vec<Event> = HistoryReader::open(&path)
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        let case = crate::history::view::cases(&events)[0].to_vec();
+        let verdict = check_case(&run.header.rules, &case).unwrap();
+        (run, verdict)
+    }
+
+    /// `(fixture stem, invariant, what the violation says)`.
+    const TABLE: &[(&str, &str, &str)] = &[
+        (
+            "exclusion",
+            "pg.exclusion",
+            "key 7 granted to 2 backends at once: pid 101",
+        ),
+        (
+            "replies-match-model",
+            "pg.replies_match_model",
+            "C2 try_lock: PostgreSQL/pooler replied true, the model predicted false",
+        ),
+        (
+            "locks-match-model",
+            "pg.locks_match_model",
+            "after C1 try_lock: model holds but pg_locks lacks",
+        ),
+        (
+            "xact-released-at-end",
+            "pg.xact_released_at_end",
+            "after C1 commit: a fresh contender could not take key 7 (expected available)",
+        ),
+        (
+            "session-survives-rollback",
+            "pg.session_survives_rollback",
+            "after C1 rollback: a fresh contender could take key 7 (expected held)",
+        ),
+        (
+            "stacking",
+            "pg.stacking",
+            "after C1 unlock: a fresh contender could take key 7 (expected held)",
+        ),
+        (
+            "terminate-releases",
+            "pg.terminate_releases",
+            "is still in pg_stat_activity after terminate",
+        ),
+        (
+            "cancel-keeps-session-locks",
+            "pg.cancel_keeps_session_locks",
+            "after C1 cancel: a fresh contender could take key 7 (expected held)",
+        ),
+        (
+            "mutual-exclusion",
+            "app.mutual_exclusion",
+            "C1 and C2 both believe they hold key 7",
+        ),
+        (
+            "no-orphans",
+            "app.no_orphans",
+            "backend pid 101 (backend_start 1796000000000001) holds key 7, but no client believes it holds it",
+        ),
+        (
+            "unlock-reaches-owner",
+            "app.unlock_reaches_owner",
+            "C1 unlocked 7, which it took on pid 101 (backend_start 1796000000000001), but the unlock ran on pid 102",
+        ),
+        (
+            "rollback-releases",
+            "app.rollback_releases",
+            "C1 rolled back, but key 7, taken in that transaction, is still held by its backend pid 101",
+        ),
+        (
+            "no-stale-holder",
+            "app.no_stale_holder",
+            "C1 believes it holds 7, but the backend that granted it (pid 101 (backend_start 1796000000000001)) was terminated",
+        ),
+    ];
+
+    #[test]
+    fn every_invariant_has_a_history_where_it_holds_and_one_where_it_is_violated() {
+        let covered: Vec<&str> = TABLE.iter().map(|(_, i, _)| *i).collect();
+        for i in catalog() {
+            assert!(covered.contains(&i.name), "no fixture for {}", i.name);
+        }
+        for (stem, inv, detail) in TABLE {
+            let (_, holds) = check_file(&format!("{stem}-holds"));
+            let wrong: Vec<&Violation> = holds
+                .violations
+                .iter()
+                .filter(|v| v.invariant == *inv || v.invariant.starts_with("pg."))
+                .collect();
+            assert!(wrong.is_empty(), "{stem}-holds: {wrong:?}");
+            let (run, violated) = check_file(&format!("{stem}-violated"));
+            let found: Vec<&Violation> = violated
+                .violations
+                .iter()
+                .filter(|v| v.invariant == *inv)
+                .collect();
+            assert!(
+                !found.is_empty(),
+                "{stem}-violated does not violate {inv}: {violated:?}"
+            );
+            assert!(
+                found.iter().any(|v| v.detail.contains(detail)),
+                "{stem}-violated: {inv} evidence {:?} lacks {detail:?}",
+                found.iter().map(|v| &v.detail).collect::<Vec<_>>()
+            );
+            // The run-level tally agrees with the case.
+            assert_eq!(run.tally.violating_cases.get(*inv), Some(&1), "{stem}");
+        }
+    }
+
+    #[test]
+    fn every_fixture_is_in_the_table() {
+        for e in std::fs::read_dir(FIXTURES).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            let stem = name
+                .trim_end_matches(".jsonl")
+                .trim_end_matches("-holds")
+                .trim_end_matches("-violated")
+                .to_string();
+            assert!(
+                TABLE.iter().any(|(s, _, _)| *s == stem),
+                "{name} is not checked"
+            );
+        }
+    }
+}

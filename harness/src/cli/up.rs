@@ -41,11 +41,11 @@ pub async fn up(a: Args) -> Result<Exit> {
     let doc = json!({
         "topology": cluster.topology.name,
         "launcher": cluster.launcher,
-        "postgres": {"version": v.postgres, "declared_version": v.postgres_declared, "full_version": v.postgres_full, "dsn": cluster.direct_dsn(), "pid": pg_pid},
+        "postgres": {"version": v.postgres, "declared_version": v.postgres_declared, "full_version": v.postgres_full, "dsn": cluster.direct_dsn(), "port": cluster.pg_port, "pid": pg_pid},
         "pgbouncer": cluster.topology.pgbouncer.as_ref().map(|_| json!({
             "version": v.pgbouncer, "declared_version": v.pgbouncer_declared,
             "pool_mode": cluster.pool_mode().map(|m| m.as_str()),
-            "dsn": cluster.client_dsn(), "admin_dsn": cluster.admin_dsn(), "pid": pooler_pid,
+            "dsn": cluster.client_dsn(), "admin_dsn": cluster.admin_dsn(), "port": cluster.pooler_port, "pid": pooler_pid,
         })),
         "client_dsn": cluster.client_dsn(),
         "credentials_file": credentials,

@@ -140,9 +140,11 @@ fn write_loop(file: File, rx: Receiver<Vec<Event>>) -> Result<Written> {
     })
 }
 
-/// Reads a history file back, event by event, restoring repeated observations.
+/// Reads a history file back, event by event, restoring whole observations. Takes the
+/// gzip-compressed file a run writes, or the same lines uncompressed (`*.jsonl`, e.g. a
+/// hand-written fixture, or `zcat history.jsonl.gz > history.jsonl`).
 pub struct HistoryReader {
-    lines: std::io::Lines<BufReader<flate2::read::MultiGzDecoder<File>>>,
+    lines: std::io::Lines<Box<dyn BufRead>>,
     last: Option<Observation>,
     line: usize,
     path: PathBuf,
@@ -156,10 +158,20 @@ impl HistoryReader {
         } else {
             path.to_path_buf()
         };
-        let file =
+        let mut file =
             File::open(&path).with_context(|| format!("opening the history {}", path.display()))?;
+        let mut magic = [0u8; 2];
+        let gz = std::io::Read::read(&mut file, &mut magic).is_ok_and(|n| n == 2)
+            && magic == [0x1f, 0x8b];
+        std::io::Seek::rewind(&mut file)
+            .with_context(|| format!("reading the history {}", path.display()))?;
+        let reader: Box<dyn BufRead> = if gz {
+            Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(file)))
+        } else {
+            Box::new(BufReader::new(file))
+        };
         Ok(HistoryReader {
-            lines: BufReader::new(flate2::read::MultiGzDecoder::new(file)).lines(),
+            lines: reader.lines(),
             last: None,
             line: 0,
             path,

@@ -51,7 +51,7 @@ pub fn compare(runs: &[Results], markdown: bool) -> String {
                     };
                     match &i.first_failure {
                         Some(f) => format!(
-                            "{}{mark}: {}/{}, min {} steps",
+                            "{}{mark} {}/{}, min {}",
                             i.verdict,
                             i.violating_cases,
                             cases(r.cases),
@@ -75,7 +75,7 @@ pub fn compare(runs: &[Results], markdown: bool) -> String {
         table.with(tabled::settings::Style::sharp());
     }
     let mut out = table.to_string();
-    out.push_str("\n\n");
+    out.push_str("\n(violated N/M cases: N of the run's M cases violated it; min: steps in its minimal case)\n\n");
     for r in runs {
         let versions = format!(
             "PostgreSQL {} / PgBouncer {}",
@@ -176,7 +176,7 @@ mod tests {
             ],
             false,
         );
-        assert!(t.contains("violated: 140/256 cases, min 2 steps"), "{t}");
+        assert!(t.contains("violated 140/256 cases, min 2"), "{t}");
         assert!(
             t.contains("violated (UNEXPECTED)") || t.contains("1/64 cases"),
             "{t}"

@@ -284,6 +284,34 @@ impl Cx<'_> {
         Ok(out)
     }
 
+    /// A timeout the model does not know: 0 (off) or at least a minute.
+    pub(super) fn unmodelled_timeout(
+        &self,
+        s: &Setting,
+        section: &str,
+        value: &str,
+        seconds: fn(&str) -> Option<f64>,
+        bare_unit: &str,
+    ) -> Res<()> {
+        let name = &s.name.value;
+        let floor = UNMODELLED_TIMEOUT_FLOOR_SECS;
+        match seconds(value) {
+            Some(v) if v == 0.0 || v >= floor => Ok(()),
+            Some(_) => Err(self.err(
+                &s.value.referenced,
+                format!("`{section}.{name}` = {value} could close connections during a case, and pgchaos does not model `{name}` yet"),
+                vec![
+                    format!("use 0 (off) or at least {floor} s: a value that fires during a case would show up as false pg.* violations"),
+                ],
+            )),
+            None => Err(self.err(
+                &s.value.referenced,
+                format!("`{section}.{name}` is not a duration: `{value}`"),
+                vec![format!("a bare number is {bare_unit}")],
+            )),
+        }
+    }
+
     /// An integer-valued setting (int, or a string of digits), if present.
     pub(super) fn int_setting(
         &self,
@@ -549,10 +577,24 @@ impl Cx<'_> {
                     vec![why.to_string()],
                 ));
             }
-            rendered.insert(
-                s.name.value.clone(),
-                self.setting_value(s, "postgres.settings", ("on", "off"))?,
-            );
+            if s.name.value == "lock_timeout" {
+                return Err(self.err(
+                    &s.name.referenced,
+                    "`lock_timeout` cannot be set in `postgres.settings`",
+                    vec!["use `workload.lock_timeout`: the harness sets it for the client role and the model predicts its timeouts".into()],
+                ));
+            }
+            let value = self.setting_value(s, "postgres.settings", ("on", "off"))?;
+            if PG_UNMODELLED_TIMEOUTS.contains(&s.name.value.as_str()) {
+                self.unmodelled_timeout(
+                    s,
+                    "postgres.settings",
+                    &value,
+                    postgres_seconds,
+                    "milliseconds",
+                )?;
+            }
+            rendered.insert(s.name.value.clone(), value);
         }
         Ok((
             PostgresSpec {
@@ -627,6 +669,16 @@ impl Cx<'_> {
                 ));
             }
         };
+        if pool_mode == PoolMode::Statement {
+            return Err(self.err(
+                &raw.pool_mode.referenced,
+                "`pool_mode: statement` is not modelled yet",
+                vec![
+                    "in statement mode PgBouncer closes the client and its server when a statement leaves a transaction open; the model does not predict that yet, and a run would report pgchaos's ignorance as pg.* violations".into(),
+                    "use session or transaction".into(),
+                ],
+            ));
+        }
         let default_pool_size = self.u32_or(
             &raw.default_pool_size,
             "pgbouncer.default_pool_size",
@@ -717,10 +769,17 @@ impl Cx<'_> {
                 }
                 Some(_) => {}
             }
-            rendered.insert(
-                name.to_string(),
-                self.setting_value(s, "pgbouncer.settings", ("1", "0"))?,
-            );
+            let value = self.setting_value(s, "pgbouncer.settings", ("1", "0"))?;
+            if PGBOUNCER_UNMODELLED_TIMEOUTS.contains(&name) {
+                self.unmodelled_timeout(
+                    s,
+                    "pgbouncer.settings",
+                    &value,
+                    pgbouncer_seconds,
+                    "seconds",
+                )?;
+            }
+            rendered.insert(name.to_string(), value);
         }
         Ok((
             PgbouncerSpec {

@@ -186,3 +186,55 @@ pub(super) fn is_setting_name(s: &str) -> bool {
     matches!(chars.next(), Some('a'..='z' | '_'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '.'))
 }
+
+/// Settings that close or cancel servers and clients behind the harness's back, which the
+/// model does not know yet (the nemesis will): a value that could fire during a case would
+/// turn into a false `pg.*` verdict, so only "off" (0) or a value far beyond any case is
+/// accepted. `(name, unit of a bare number)`.
+pub(super) const PGBOUNCER_UNMODELLED_TIMEOUTS: &[&str] = &[
+    "server_lifetime",
+    "server_idle_timeout",
+    "client_idle_timeout",
+    "idle_transaction_timeout",
+    "query_timeout",
+    "query_wait_timeout",
+    "transaction_timeout",
+];
+
+/// PostgreSQL's own timeouts that end sessions or statements (see above). `lock_timeout`
+/// has its own key, `workload.lock_timeout`.
+pub(super) const PG_UNMODELLED_TIMEOUTS: &[&str] = &[
+    "statement_timeout",
+    "idle_in_transaction_session_timeout",
+    "idle_session_timeout",
+    "transaction_timeout",
+];
+
+/// The smallest value an unmodelled timeout may take when it is not 0 (off).
+pub(super) const UNMODELLED_TIMEOUT_FLOOR_SECS: f64 = 60.0;
+
+/// A PgBouncer time setting as seconds: a bare number is seconds (PgBouncer's own unit).
+pub(super) fn pgbouncer_seconds(text: &str) -> Option<f64> {
+    text.trim().parse::<f64>().ok().filter(|v| *v >= 0.0)
+}
+
+/// A PostgreSQL time setting as seconds: a bare number is milliseconds; units `us`, `ms`,
+/// `s`, `min`, `h`, `d` as postgresql.conf takes them.
+pub(super) fn postgres_seconds(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let per = match unit.trim() {
+        "" | "ms" => 0.001,
+        "us" => 0.000_001,
+        "s" => 1.0,
+        "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return None,
+    };
+    Some(n * per)
+}

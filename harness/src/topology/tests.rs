@@ -115,6 +115,10 @@ bad_fixtures! {
     fixture_unknown_pgbouncer_setting => "unknown-pgbouncer-setting.yaml", 10:5, "unknown pgbouncer setting `server_lifetme`";
     fixture_unknown_top_level_key => "unknown-top-level-key.yaml", 5:1, "unknown key `pgbouncr` at the top level";
     fixture_wrong_type => "wrong-type.yaml", 6:12, "`workload.clients` must be an integer from 1 to 64, found `four`";
+    fixture_statement_mode => "statement-mode.yaml", 6:14, "`pool_mode: statement` is not modelled yet";
+    fixture_unmodelled_pgbouncer_timeout => "unmodelled-pgbouncer-timeout.yaml", 8:22, "pgchaos does not model `server_lifetime` yet";
+    fixture_unmodelled_postgres_timeout => "unmodelled-postgres-timeout.yaml", 5:27, "pgchaos does not model `idle_session_timeout` yet";
+    fixture_postgres_lock_timeout => "postgres-lock-timeout.yaml", 5:5, "`lock_timeout` cannot be set in `postgres.settings`";
 }
 
 #[test]
@@ -399,10 +403,10 @@ fn defaults_apply() {
     assert_eq!(t.source, Path::new("t.yaml"));
 
     let t = ok(&format!(
-        "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: statement\n"
+        "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n"
     ));
     let b = t.pgbouncer.unwrap();
-    assert_eq!(b.pool_mode, PoolMode::Statement);
+    assert_eq!(b.pool_mode, PoolMode::Session);
     assert_eq!(b.default_pool_size, 2);
     assert_eq!(b.max_client_conn, 100);
     assert_eq!(b.server_reset_query, "DISCARD ALL");
@@ -613,11 +617,12 @@ fn ops_merge_over_api_defaults() {
         "{MINIMAL}workload:\n  api: xact\n  ops:\n    discard_all: 1\n"
     ));
     assert_eq!((e.line(), e.column()), (Some(7), Some(5)), "{e}");
-    // Statement pooling with transactions is allowed: PgBouncer's refusal is a finding.
-    let t = ok(&format!(
+    // Statement pooling is refused until the model knows it (a pg.* verdict must never come
+    // from pgchaos not knowing the pooler).
+    let e = err(&format!(
         "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: statement\nworkload:\n  ops: {{ begin: 5 }}\n"
     ));
-    assert_eq!(t.workload.ops[&Op::Begin], 5);
+    assert!(e.message().contains("not modelled yet"), "{e}");
     // Weights are bounded and must be integers.
     let e = err(&format!("{MINIMAL}workload:\n  ops: {{ lock: -1 }}\n"));
     assert!(
@@ -837,6 +842,33 @@ fn structural_errors() {
             .iter()
             .any(|h| h.contains("clients, keys, api, steps, lock_timeout, ops"))
     );
+}
+
+#[test]
+fn timeouts_the_model_does_not_know_are_off_or_far_beyond_a_case() {
+    let pgb = |v: &str| {
+        parse(&format!(
+            "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n  settings: {{ server_idle_timeout: {v} }}\n"
+        ))
+    };
+    assert!(pgb("0").is_ok(), "off");
+    assert!(pgb("600").is_ok(), "PgBouncer's default");
+    assert!(pgb("59").is_err());
+    let e = pgb("soon").unwrap_err();
+    assert!(e.message().contains("is not a duration"), "{e}");
+    let pg = |v: &str| {
+        parse(&format!(
+            "name: t\npostgres:\n  version: \"18.6\"\n  settings: {{ statement_timeout: \"{v}\" }}\n"
+        ))
+    };
+    assert!(pg("0").is_ok());
+    assert!(pg("2min").is_ok());
+    assert!(pg("60000").is_ok(), "a bare number is milliseconds");
+    assert!(pg("59s").is_err());
+    assert!(pg("59000").is_err());
+    assert!(pg("10 fortnights").is_err());
+    assert_eq!(super::settings::postgres_seconds("1.5h"), Some(5400.0));
+    assert_eq!(super::settings::pgbouncer_seconds("3600"), Some(3600.0));
 }
 
 #[test]

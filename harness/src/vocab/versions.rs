@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The versions that actually ran, beside the declared ones.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Versions {
     pub postgres: String,
     /// What the topology file says, never overwritten by what ran.
