@@ -31,6 +31,14 @@ chaos NAME *ARGS: build
 reproduce *ARGS: build
     {{bin}} reproduce {{ARGS}}
 
+# Re-check a run's history with the current checker (a run directory, or a topology's latest).
+analyze RUN *ARGS: build
+    {{bin}} analyze {{RUN}} {{ARGS}}
+
+# Print a run's history in words (add --case N, or --json).
+history RUN *ARGS: build
+    {{bin}} history {{RUN}} {{ARGS}}
+
 # Compare the latest runs of topologies (or run directories); add --markdown.
 compare *NAMES: build
     {{bin}} compare {{NAMES}}

@@ -28,6 +28,11 @@ pub fn tag(step: usize) -> String {
 /// The SQL one op sends through its logical client, or `None` for ops that are not SQL
 /// on the client's connection (connect/disconnect, and terminate/cancel from the admin side).
 pub fn op_sql(op: Op, key: Option<Key>, step: usize) -> Option<String> {
+    op_sql_ms(op, key, None, step)
+}
+
+/// [`op_sql`] for ops that take a duration (`pg_sleep`).
+pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> Option<String> {
     let t = tag(step);
     let k = || key.expect("op takes a key").sql_args();
     // Ops that can fail on their own (lock timeout, the failing statement) report identity
@@ -43,6 +48,11 @@ pub fn op_sql(op: Op, key: Option<Key>, step: usize) -> Option<String> {
         Op::XactLock => id_then(format!("SELECT pg_advisory_xact_lock({})::text", k())),
         Op::TryXactLock => with_id(format!("pg_try_advisory_xact_lock({})", k())),
         Op::FailStatement => id_then("SELECT 1/0".into()),
+        Op::Ping => with_id("1::text".into()),
+        Op::PgSleep => id_then(format!(
+            "SELECT pg_sleep({})::text",
+            ms_arg.unwrap_or(0) as f64 / 1000.0
+        )),
         // Transaction control first: in an aborted transaction the identity query itself
         // would fail, so it comes after (same query message, same backend).
         Op::Begin => format!("{t} BEGIN; {IDENTITY}"),
@@ -50,8 +60,75 @@ pub fn op_sql(op: Op, key: Option<Key>, step: usize) -> Option<String> {
         Op::Rollback => format!("{t} ROLLBACK; {IDENTITY}"),
         // Refused inside any transaction block, including a multi-statement message.
         Op::DiscardAll => format!("{t} DISCARD ALL"),
-        Op::Disconnect | Op::Reconnect | Op::Terminate | Op::Cancel | Op::Open => return None,
+        Op::Disconnect
+        | Op::Reconnect
+        | Op::Terminate
+        | Op::Cancel
+        | Op::Open
+        | Op::Sleep
+        | Op::Migrate => return None,
     })
+}
+
+/// The migration `migrate` applies (one version, as golang-migrate's first migration would):
+/// its table and the version record. Created with the database; emptied by every reset.
+pub const MIGRATIONS_TABLE: &str = "pgchaos_schema_migrations";
+pub const MIGRATED_TABLE: &str = "pgchaos_migrated_v1";
+
+/// Setup of the migration record (at launch, as the client role, which owns the database).
+pub fn migrations_setup() -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} \
+         (version int NOT NULL, replica text NOT NULL, backend_pid int NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+}
+
+/// The reset of the migration: version 1 not applied, its table gone.
+pub fn migrations_reset() -> String {
+    format!("TRUNCATE {MIGRATIONS_TABLE}; DROP TABLE IF EXISTS {MIGRATED_TABLE}")
+}
+
+/// `migrate`, first half: is version 1 recorded? (Identity first, then the count.)
+pub fn migrate_check(step: usize) -> String {
+    format!(
+        "{} {IDENTITY}; SELECT count(*)::text FROM {MIGRATIONS_TABLE} WHERE version = 1",
+        tag(step)
+    )
+}
+
+/// `migrate`, second half: apply version 1 (create its table: a second application fails
+/// with 42P07, as a real migration would) and record it, in one implicit transaction.
+pub fn migrate_apply(step: usize, replica: &str) -> String {
+    format!(
+        "{} {IDENTITY}; CREATE TABLE {MIGRATED_TABLE} (id int); \
+         INSERT INTO {MIGRATIONS_TABLE} (version, replica, backend_pid) VALUES (1, '{replica}', pg_backend_pid())",
+        tag(step)
+    )
+}
+
+/// How often version 1 was recorded (the case's end state; evidence for `app.applied_once`).
+pub fn migrations_count() -> String {
+    format!("SELECT count(*) FROM {MIGRATIONS_TABLE} WHERE version = 1")
+}
+
+/// The concurrent sampler's view: the snapshot's columns plus what a backend waits for and
+/// who blocks it (`pg_blocking_pids`, only for backends waiting on a lock: it takes the lock
+/// manager's partition locks). Columns: the snapshot's, then wait_event_type, wait_event,
+/// blocking pids (text array).
+pub fn sample(role: &str) -> String {
+    format!(
+        "SELECT a.pid, (extract(epoch FROM a.backend_start) * 1000000)::int8, \
+                a.backend_start::text, a.state, left(a.query, 32), \
+                l.classid, l.objid, l.objsubid, l.mode, l.granted, a.xact_start::text, \
+                a.wait_event_type, a.wait_event, \
+                CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid)::text END \
+         FROM pg_stat_get_activity(NULL) a \
+         LEFT JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' \
+              AND l.database = a.datid \
+         WHERE a.usesysid = '{role}'::regrole \
+           AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         ORDER BY a.backend_start, a.pid, l.classid, l.objid, l.objsubid"
+    )
 }
 
 /// Terminate a backend only if it is still the same `(pid, backend_start)`. No row: that

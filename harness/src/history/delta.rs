@@ -30,6 +30,10 @@ pub struct ObsDelta {
     pub clients: Option<TableDelta<String, PoolerRow>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pools: Option<Vec<PoolerRow>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_pool: Option<Option<super::observation::AppPoolRow>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrated: Option<Option<u32>>,
 }
 
 fn ptr(r: &PoolerRow) -> String {
@@ -85,6 +89,8 @@ impl ObsDelta {
             servers: table(&prev.servers, &next.servers, ptr),
             clients: table(&prev.clients, &next.clients, ptr),
             pools: (prev.pools != next.pools).then(|| next.pools.clone()),
+            app_pool: (prev.app_pool != next.app_pool).then_some(next.app_pool),
+            migrated: (prev.migrated != next.migrated).then_some(next.migrated),
         };
         (d != ObsDelta::default()).then_some(d)
     }
@@ -105,6 +111,8 @@ impl ObsDelta {
                 None => prev.clients.clone(),
             },
             pools: self.pools.clone().unwrap_or_else(|| prev.pools.clone()),
+            app_pool: self.app_pool.unwrap_or(prev.app_pool),
+            migrated: self.migrated.unwrap_or(prev.migrated),
         })
     }
 }
@@ -126,6 +134,9 @@ mod tests {
             state: state.into(),
             query: format!("q{pid}"),
             xact_start: None,
+            wait_event_type: None,
+            wait_event: None,
+            blocked_by: vec![],
             locks: keys
                 .iter()
                 .map(|k| LockRow {
@@ -150,6 +161,7 @@ mod tests {
             servers: vec![conn("0x1", "idle"), conn("0x2", "idle")],
             clients: vec![conn("0xa", "active")],
             pools: vec![conn("p", "1")],
+            ..Default::default()
         };
         assert_eq!(ObsDelta::between(&a, &a), None);
         // One backend changes, one server goes, a new one comes, order changes.
@@ -158,6 +170,8 @@ mod tests {
             servers: vec![conn("0x3", "active"), conn("0x1", "idle")],
             clients: a.clients.clone(),
             pools: vec![conn("p", "2")],
+            migrated: Some(1),
+            ..Default::default()
         };
         let d = ObsDelta::between(&a, &b).unwrap();
         assert_eq!(

@@ -31,6 +31,9 @@ pub struct Event {
     pub body: Body,
 }
 
+// Observations are the common large variant; boxing them would add an allocation to most
+// events of a run for no saving (events live in one Vec per case).
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Body {
@@ -153,6 +156,9 @@ pub struct Invoke {
     pub f: Op,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<Key>,
+    /// Milliseconds, for ops that take a duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms: Option<u64>,
     /// Faults: the backend acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<BackendId>,
@@ -180,6 +186,8 @@ pub struct Skip {
     pub f: Op,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<Key>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms: Option<u64>,
     pub reason: String,
 }
 
@@ -289,6 +297,7 @@ mod tests {
                 step: Some(3),
                 f: Op::TryLock,
                 key: Some(Key::Big(4242424242)),
+                ms: None,
                 target: None,
                 client: None,
             }),

@@ -21,7 +21,7 @@ pub use event::{
     At, Body, CaseEnd, CaseStart, Completion, Event, Invoke, ObsEvent, Phase, ProbeEvent, ProbeWhy,
     Process, RunEnd, RunHeader, Skip,
 };
-pub use observation::{BackendRow, LockRow, Observation, PoolerRow};
+pub use observation::{AppPoolRow, BackendRow, LockRow, Observation, PoolerRow};
 pub use recorder::Recorder;
 pub use store::{HistoryReader, HistoryWriter, Written};
 pub use view::{CaseView, StepView, symbol};

@@ -26,6 +26,14 @@ pub struct BackendRow {
     pub xact_start: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub locks: Vec<LockRow>,
+    /// Concurrent samples: what it waits for (`Lock` / `advisory`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_event_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_event: Option<String>,
+    /// Concurrent samples: `pg_blocking_pids()` of a backend waiting on a lock.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by: Vec<i32>,
 }
 
 impl BackendRow {
@@ -57,6 +65,24 @@ pub struct Observation {
     /// `SHOW POOLS` rows of the harness database.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolerRow>,
+    /// The application-side pool, when the topology has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_pool: Option<AppPoolRow>,
+    /// At a case's end: how many times migration version 1 was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrated: Option<u32>,
+}
+
+/// The application-side pool's state (deadpool's status).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppPoolRow {
+    pub max_open: u32,
+    /// Connections open.
+    pub size: u32,
+    /// Of those, idle in the pool.
+    pub idle: u32,
+    /// Callers waiting for a connection.
+    pub waiting: u32,
 }
 
 impl Observation {
@@ -140,6 +166,9 @@ mod tests {
             state: state.into(),
             query: format!("/*pgchaos s{pid}*/ SELECT"),
             xact_start: None,
+            wait_event_type: None,
+            wait_event: None,
+            blocked_by: vec![],
             locks: keys
                 .iter()
                 .map(|k| LockRow {

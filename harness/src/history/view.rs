@@ -16,6 +16,7 @@ pub struct StepView<'e> {
     pub client: usize,
     pub op: Option<Op>,
     pub key: Option<Key>,
+    pub ms: Option<u64>,
     /// The client (re)connected before the op (its connection was gone).
     pub opened: bool,
     pub invoke: Option<&'e Invoke>,
@@ -60,6 +61,9 @@ impl StepView<'_> {
         );
         if let Some(k) = self.key {
             s.push_str(&format!(" {k}"));
+        }
+        if let Some(ms) = self.ms {
+            s.push_str(&format!(" {ms}ms"));
         }
         s
     }
@@ -118,6 +122,7 @@ impl<'e> CaseView<'e> {
                         };
                         s.op = Some(f);
                         s.key = inv.key;
+                        s.ms = inv.ms;
                         s.invoke = Some(inv);
                         s.t_invoke = Some(ev.t);
                     }
@@ -139,6 +144,7 @@ impl<'e> CaseView<'e> {
                     };
                     s.op = Some(sk.f);
                     s.key = sk.key;
+                    s.ms = sk.ms;
                     s.skip = Some(sk);
                 }
                 Body::Obs(o) => {
@@ -192,6 +198,7 @@ impl<'e> CaseView<'e> {
                     client: s.client,
                     op: s.op?,
                     key: s.key,
+                    ms: s.ms,
                 })
             })
             .collect()
@@ -260,6 +267,7 @@ mod tests {
                     step: None,
                     f: Op::Open,
                     key: None,
+                    ms: None,
                     target: None,
                     client: None,
                 }),
@@ -271,6 +279,7 @@ mod tests {
                     step: Some(0),
                     f: Op::TryLock,
                     key: Some(Key::Big(7)),
+                    ms: None,
                     target: None,
                     client: None,
                 }),
@@ -302,6 +311,7 @@ mod tests {
                     step: 1,
                     f: Op::Terminate,
                     key: None,
+                    ms: None,
                     reason: "nothing served C2".into(),
                 }),
             ),

@@ -169,6 +169,8 @@ impl Observer {
             servers,
             clients,
             pools,
+            app_pool: None,
+            migrated: None,
         };
         for r in rows {
             let id = BackendId {
@@ -182,6 +184,9 @@ impl Observer {
                     state: r.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
                     query: r.try_get::<_, Option<String>>(4)?.unwrap_or_default(),
                     xact_start: r.try_get(10)?,
+                    wait_event_type: None,
+                    wait_event: None,
+                    blocked_by: vec![],
                     locks: vec![],
                 });
             }
@@ -414,6 +419,9 @@ mod tests {
             state: state.into(),
             query: String::new(),
             xact_start: None,
+            wait_event_type: None,
+            wait_event: None,
+            blocked_by: vec![],
             locks: vec![],
         }
     }

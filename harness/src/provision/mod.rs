@@ -40,6 +40,8 @@
 //! `<cache>/.tmp-<pid>-<random>` is scratch space, removed on error, and removed
 //! by a later run when its process is gone (after an interrupt);
 //! `<cache>/logs/` keeps the output of every external command.
+//!
+//! May import `topology` (a topology's declared versions); the launcher imports it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

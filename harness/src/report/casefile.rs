@@ -89,6 +89,7 @@ impl CaseFile {
                         client: s.client,
                         op: s.op.expect("filtered"),
                         key: s.key,
+                        ms: s.ms,
                     },
                     expected: check.expected_at(s.index).map(ToString::to_string),
                     observed: observed(s),

@@ -25,17 +25,7 @@ use anyhow::{Context, Result};
 use std::fs;
 use std::path::Path;
 
-/// UTC `YYYYMMDDTHHMMSSZ` without a date crate.
-pub fn utc_stamp() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as i64;
-    let t = crate::vocab::backend::format_timestamptz(secs * 1_000_000);
-    // "2026-11-30 09:17:26+00" -> "20261130T091726Z"
-    let digits: String = t[..19].chars().filter(|c| c.is_ascii_digit()).collect();
-    format!("{}T{}Z", &digits[..8], &digits[8..])
-}
+pub use crate::vocab::backend::utc_stamp;
 
 /// The topology file as recorded in case files: relative to the cwd when possible.
 pub fn topo_label(topo: &Topology) -> String {

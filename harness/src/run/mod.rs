@@ -72,7 +72,7 @@ impl<'a> Runner<'a> {
             contender: self.observer.contender_id,
             contender_start: self.observer.contender_start.clone(),
             keys: self.cluster.topology.workload.keys.clone(),
-            started: crate::report::utc_stamp(),
+            started: crate::vocab::backend::utc_stamp(),
         }
     }
 
@@ -155,6 +155,7 @@ impl<'a> Runner<'a> {
                     step: i,
                     f: step.op,
                     key: step.key,
+                    ms: step.ms,
                     reason,
                 }));
                 continue;
@@ -190,6 +191,7 @@ impl<'a> Runner<'a> {
                         step: Some(i),
                         f: step.op,
                         key: None,
+                        ms: None,
                         target: Some(t),
                         client: Some(c),
                     }));
@@ -324,6 +326,7 @@ impl<'a> Runner<'a> {
             step: Some(i),
             f: step.op,
             key: step.key,
+            ms: step.ms,
             target,
             client: None,
         }));
@@ -342,6 +345,7 @@ impl<'a> Runner<'a> {
             step,
             f: Op::Open,
             key: None,
+            ms: None,
             target: None,
             client: None,
         }));

@@ -211,6 +211,9 @@ mod tests {
             state: state.into(),
             query: String::new(),
             xact_start: None,
+            wait_event_type: None,
+            wait_event: None,
+            blocked_by: vec![],
             locks: keys
                 .iter()
                 .map(|k| LockRow {

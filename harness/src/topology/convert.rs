@@ -423,6 +423,17 @@ impl Cx<'_> {
             Some(r) => self.run(r)?,
             None => self.run(&RawRun::default())?,
         };
+        let app_pool = match &raw.app_pool.value {
+            Some(p) => Some(self.app_pool(p, &raw.app_pool.referenced)?),
+            None => None,
+        };
+        if !workload.script.is_empty() && run.schedule != Schedule::Concurrent {
+            return Err(self.err(
+                &raw_workload.script.referenced,
+                "a `workload.script` runs with `run.schedule: concurrent`",
+                vec!["scripted replicas wait for each other's locks for real; set `run: { schedule: concurrent }`".into()],
+            ));
+        }
         let expect = self.expect(&raw.expect)?;
 
         // Cross-section checks.
@@ -496,7 +507,8 @@ impl Cx<'_> {
                 }
             }
             _ => {
-                let needed = i64::from(workload.clients);
+                // Through an application pool, the pool's connections; else one per client.
+                let needed = i64::from(app_pool.map_or(workload.clients, |p| p.max_open));
                 if needed > available {
                     let loc = match max_conn_loc {
                         Some(l) => l,
@@ -505,7 +517,7 @@ impl Cx<'_> {
                     return Err(self.err(
                         &loc,
                         format!(
-                            "{needed} direct clients do not fit: PostgreSQL has room for {available}"
+                            "{needed} direct client connections do not fit: PostgreSQL has room for {available}"
                         ),
                         vec![
                             format!("room = {budget}"),
@@ -521,6 +533,7 @@ impl Cx<'_> {
             description,
             postgres,
             pgbouncer: pgbouncer.map(|(spec, _)| spec),
+            app_pool,
             workload,
             run,
             expect,
@@ -796,6 +809,37 @@ impl Cx<'_> {
         ))
     }
 
+    pub(super) fn app_pool(&self, raw: &RawAppPool, at: &Location) -> Res<AppPool> {
+        if !is_given(&raw.max_open) {
+            return Err(self.missing(at, "max_open", "app_pool", "max_open: 5"));
+        }
+        let max_open = self.int(&raw.max_open, "app_pool.max_open", 1, 1000)? as u32;
+        let pins = "valid pins: none, session";
+        let pin = match &raw.pin.value {
+            Node::Absent => Pin::None,
+            Node::Str(s) if s == "none" => Pin::None,
+            Node::Str(s) if s == "session" => Pin::Session,
+            Node::Str(s) => {
+                return Err(self.err(
+                    &raw.pin.referenced,
+                    format!("unknown pin `{s}`"),
+                    vec![pins.into()],
+                ));
+            }
+            _ => {
+                return Err(self.err(
+                    &raw.pin.referenced,
+                    format!(
+                        "`app_pool.pin` must be none or session, found {}",
+                        self.found(&raw.pin)
+                    ),
+                    vec![pins.into()],
+                ));
+            }
+        };
+        Ok(AppPool { max_open, pin })
+    }
+
     pub(super) fn workload(&self, raw: &RawWorkload) -> Res<Workload> {
         let clients = self.u32_or(
             &raw.clients,
@@ -838,6 +882,44 @@ impl Cx<'_> {
             Duration::from_millis(DEFAULT_LOCK_TIMEOUT_MS),
         )?;
         let ops = self.ops(&raw.ops, api)?;
+        let think = self.duration_range(&raw.think, "workload.think")?;
+        let script = self.script(&raw.script)?;
+        let (clients, keys) = if script.is_empty() {
+            (clients, keys)
+        } else {
+            if is_given(&raw.clients) {
+                return Err(self.err(
+                    &raw.clients.referenced,
+                    "`workload.clients` and `workload.script` both given",
+                    vec!["a script says how many replicas run each part: remove `clients`".into()],
+                ));
+            }
+            let total: u32 = script.iter().map(|g| g.clients).sum();
+            if total > MAX_CLIENTS {
+                return Err(self.err(
+                    &raw.script.referenced,
+                    format!("the script runs {total} clients; at most {MAX_CLIENTS}"),
+                    Vec::new(),
+                ));
+            }
+            // The keys the script uses (evidence replays probe each), unless listed.
+            let mut used: Vec<Key> = vec![];
+            for g in &script {
+                for o in &g.ops {
+                    if let Some(k) = o.key
+                        && !used.contains(&k)
+                    {
+                        used.push(k);
+                    }
+                }
+            }
+            let keys = if is_given(&raw.keys) || used.is_empty() {
+                keys
+            } else {
+                used
+            };
+            (total, keys)
+        };
 
         Ok(Workload {
             clients,
@@ -847,6 +929,237 @@ impl Cx<'_> {
             steps_max,
             ops,
             lock_timeout_ms: lock_timeout.as_millis() as u64,
+            think,
+            script,
+        })
+    }
+
+    /// `a..b` (both included) or one duration; `None` when absent.
+    pub(super) fn duration_range(
+        &self,
+        leaf: &Leaf,
+        what: &str,
+    ) -> Res<Option<(Duration, Duration)>> {
+        const FORMS: &str = "a range of durations `0ms..5ms` (both included), or one duration";
+        let text = match &leaf.value {
+            Node::Absent => return Ok(None),
+            Node::Str(s) => s.clone(),
+            _ => {
+                return Err(self.err(
+                    &leaf.referenced,
+                    format!(
+                        "`{what}` must be a duration range, found {}",
+                        self.found(leaf)
+                    ),
+                    vec![FORMS.into()],
+                ));
+            }
+        };
+        let parse = |t: &str| {
+            parse_duration(t.trim()).or_else(|| (t.trim() == "0").then_some(Duration::ZERO))
+        };
+        let (lo, hi) = match text.split_once("..") {
+            Some((a, b)) => (parse(a), parse(b)),
+            None => (parse(&text), parse(&text)),
+        };
+        match (lo, hi) {
+            (Some(lo), Some(hi)) if lo <= hi && hi <= Duration::from_secs(60) => Ok(Some((lo, hi))),
+            (Some(_), Some(_)) => Err(self.err(
+                &leaf.referenced,
+                format!("`{what}` range `{text}` is empty or longer than 60s"),
+                vec![FORMS.into()],
+            )),
+            _ => Err(self.err(
+                &leaf.referenced,
+                format!("`{what}` is not a duration range: `{text}`"),
+                vec![FORMS.into()],
+            )),
+        }
+    }
+
+    /// `workload.script`: groups of replicas, each `{ clients: N, ops: [...] }`; an op is a
+    /// name (`ping`, `begin`) or a one-entry mapping (`lock: 42`, `sleep: 3s`).
+    pub(super) fn script(&self, leaf: &Leaf) -> Res<Vec<ScriptGroup>> {
+        const FORM: &str = "a script is a list of `{ clients: N, ops: [...] }`; an op is a name (`ping`) or `name: argument` (`lock: 42`, `sleep: 3s`, `migrate: 50ms`)";
+        let items = match &leaf.value {
+            Node::Absent => return Ok(vec![]),
+            Node::Seq(items) if !items.is_empty() => items,
+            _ => {
+                return Err(self.err(
+                    &leaf.referenced,
+                    format!(
+                        "`workload.script` must be a non-empty list, found {}",
+                        self.found(leaf)
+                    ),
+                    vec![FORM.into()],
+                ));
+            }
+        };
+        let mut groups = vec![];
+        for item in items {
+            let Node::Map(entries) = &item.value else {
+                return Err(self.err(
+                    &item.referenced,
+                    format!(
+                        "a script group must be a mapping, found {}",
+                        self.found(item)
+                    ),
+                    vec![FORM.into()],
+                ));
+            };
+            let mut clients = None;
+            let mut ops = None;
+            for (k, v) in entries {
+                match k.value.as_str() {
+                    "clients" => {
+                        clients =
+                            Some(
+                                self.int(v, "workload.script.clients", 1, MAX_CLIENTS.into())?
+                                    as u32,
+                            )
+                    }
+                    "ops" => ops = Some(self.script_ops(v)?),
+                    other => {
+                        return Err(self.err(
+                            &k.referenced,
+                            format!("unknown key `{other}` in a script group"),
+                            vec!["valid keys here: clients, ops".into()],
+                        ));
+                    }
+                }
+            }
+            let Some(ops) = ops else {
+                return Err(self.err(
+                    &item.referenced,
+                    "missing required key `ops` in a script group",
+                    vec![FORM.into()],
+                ));
+            };
+            groups.push(ScriptGroup {
+                clients: clients.unwrap_or(1),
+                ops,
+            });
+        }
+        Ok(groups)
+    }
+
+    fn script_ops(&self, leaf: &Leaf) -> Res<Vec<ScriptOp>> {
+        let Node::Seq(items) = &leaf.value else {
+            return Err(self.err(
+                &leaf.referenced,
+                format!(
+                    "`ops` of a script group must be a list, found {}",
+                    self.found(leaf)
+                ),
+                Vec::new(),
+            ));
+        };
+        let mut out = vec![];
+        for item in items {
+            let (name, arg, at) = match &item.value {
+                Node::Str(s) => (s.clone(), None, item.referenced),
+                Node::Map(e) if e.len() == 1 => {
+                    (e[0].0.value.clone(), Some(&e[0].1), e[0].0.referenced)
+                }
+                _ => {
+                    return Err(self.err(
+                        &item.referenced,
+                        format!(
+                            "a script op is a name or `name: argument`, found {}",
+                            self.found(item)
+                        ),
+                        Vec::new(),
+                    ));
+                }
+            };
+            let Some(op) = Op::from_script_name(&name) else {
+                let names: Vec<&str> = Op::ALL
+                    .iter()
+                    .chain(&Op::SCRIPT_ONLY)
+                    .map(|o| o.name())
+                    .collect();
+                let mut hints = Vec::new();
+                let close = close_matches(&name, names.iter().copied());
+                if !close.is_empty() {
+                    hints.push(did_you_mean(&close));
+                }
+                hints.push(format!("valid ops: {}", names.join(", ")));
+                return Err(self.err(&at, format!("unknown op `{name}`"), hints));
+            };
+            if op.is_fault() || matches!(op, Op::Open) {
+                return Err(self.err(
+                    &at,
+                    format!("`{name}` cannot be scripted yet"),
+                    vec!["faults in scripts come with the nemesis".into()],
+                ));
+            }
+            let mut step = ScriptOp {
+                op,
+                key: None,
+                ms: None,
+            };
+            match (op.takes_key(), op.takes_duration(), arg) {
+                (true, _, Some(a)) => step.key = Some(self.key(a)?),
+                (_, true, Some(a)) => {
+                    step.ms = Some(
+                        self.duration_or(a, &name, Some(Duration::from_secs(60)), Duration::ZERO)?
+                            .as_millis() as u64,
+                    )
+                }
+                (true, _, None) => {
+                    return Err(self.err(
+                        &at,
+                        format!("`{name}` needs a key: `{name}: 42`"),
+                        Vec::new(),
+                    ));
+                }
+                (_, true, None) if op != Op::Migrate => {
+                    return Err(self.err(
+                        &at,
+                        format!("`{name}` needs a duration: `{name}: 100ms`"),
+                        Vec::new(),
+                    ));
+                }
+                (false, false, Some(a)) => {
+                    return Err(self.err(
+                        &a.referenced,
+                        format!("`{name}` takes no argument"),
+                        Vec::new(),
+                    ));
+                }
+                _ => {}
+            }
+            out.push(step);
+        }
+        if out.is_empty() {
+            return Err(self.err(
+                &leaf.referenced,
+                "a script group needs at least one op",
+                Vec::new(),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// One advisory key: a bigint, or a pair of int4.
+    fn key(&self, item: &Leaf) -> Res<Key> {
+        let key = match &item.value {
+            Node::Int(i) => i64::try_from(*i).ok().map(Key::Big),
+            Node::Seq(pair) if pair.len() == 2 => match (&pair[0].value, &pair[1].value) {
+                (Node::Int(a), Node::Int(b)) => i32::try_from(*a)
+                    .ok()
+                    .zip(i32::try_from(*b).ok())
+                    .map(|(a, b)| Key::Pair(a, b)),
+                _ => None,
+            },
+            _ => None,
+        };
+        key.ok_or_else(|| {
+            self.err(
+                &item.referenced,
+                format!("invalid advisory key: found {}", self.found(item)),
+                vec!["a key is a bigint (`4242424242`) or an int4 pair (`[1, 612001]`)".into()],
+            )
         })
     }
 
@@ -1103,11 +1416,76 @@ impl Cx<'_> {
             u32::MAX,
             DEFAULT_MAX_SHRINK_RUNS,
         )?;
+        let schedule = match &raw.schedule.value {
+            Node::Absent => Schedule::Sequential,
+            Node::Str(s) => Schedule::from_name(s).ok_or_else(|| {
+                self.err(
+                    &raw.schedule.referenced,
+                    format!("unknown schedule `{s}`"),
+                    vec!["valid schedules: sequential, concurrent".into()],
+                )
+            })?,
+            _ => {
+                return Err(self.err(
+                    &raw.schedule.referenced,
+                    format!(
+                        "`run.schedule` must be a schedule, found {}",
+                        self.found(&raw.schedule)
+                    ),
+                    vec!["valid schedules: sequential, concurrent".into()],
+                ));
+            }
+        };
+        let sample_every = self.duration_or(
+            &raw.sample_every,
+            "run.sample_every",
+            Some(Duration::from_secs(10)),
+            Duration::from_millis(DEFAULT_SAMPLE_EVERY_MS),
+        )?;
+        let op_deadline = self.duration_or(
+            &raw.op_deadline,
+            "run.op_deadline",
+            Some(Duration::from_secs(600)),
+            Duration::from_millis(DEFAULT_OP_DEADLINE_MS),
+        )?;
+        let case_time_limit = self.duration_or(
+            &raw.case_time_limit,
+            "run.case_time_limit",
+            Some(Duration::from_secs(3600)),
+            Duration::from_secs(DEFAULT_CASE_TIME_LIMIT_SECS),
+        )?;
+        let shrink_replays = self.u32_or(
+            &raw.shrink_replays,
+            "run.shrink_replays",
+            1,
+            100,
+            DEFAULT_SHRINK_REPLAYS,
+        )?;
+        let shrink_quorum = self.u32_or(
+            &raw.shrink_quorum,
+            "run.shrink_quorum",
+            1,
+            100,
+            DEFAULT_SHRINK_QUORUM.min(shrink_replays),
+        )?;
+        if shrink_quorum > shrink_replays {
+            return Err(self.err(
+                &raw.shrink_quorum.referenced,
+                format!("`run.shrink_quorum` ({shrink_quorum}) exceeds `run.shrink_replays` ({shrink_replays})"),
+                vec!["a candidate counts as failing when it fails in `shrink_quorum` of `shrink_replays` replays".into()],
+            ));
+        }
         Ok(RunSpec {
             cases,
             seed,
             time_limit,
             max_shrink_runs,
+            schedule,
+            sample_every,
+            op_deadline,
+            case_time_limit,
+            shrink_replays,
+            shrink_quorum,
         })
     }
 
@@ -1176,6 +1554,8 @@ impl Default for RawWorkload {
             steps: absent(),
             lock_timeout: absent(),
             ops: absent(),
+            think: absent(),
+            script: absent(),
         }
     }
 }
@@ -1187,6 +1567,12 @@ impl Default for RawRun {
             seed: absent(),
             time_limit: absent(),
             max_shrink_runs: absent(),
+            schedule: absent(),
+            sample_every: absent(),
+            op_deadline: absent(),
+            case_time_limit: absent(),
+            shrink_replays: absent(),
+            shrink_quorum: absent(),
         }
     }
 }

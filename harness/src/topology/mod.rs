@@ -27,6 +27,7 @@ mod settings;
 mod tests;
 
 use crate::vocab::{InvariantInfo, Key, Op, Verdict};
+
 pub use convert::parse_duration;
 pub use error::TopologyError;
 use error::*;
@@ -53,6 +54,9 @@ pub struct Topology {
     pub postgres: PostgresSpec,
     /// `None`: clients connect straight to PostgreSQL.
     pub pgbouncer: Option<PgbouncerSpec>,
+    /// An application-side pool every logical client's ops go through (like Go's
+    /// `database/sql`); `None`: each client has its own connection.
+    pub app_pool: Option<AppPool>,
     pub workload: Workload,
     pub run: RunSpec,
     /// Invariant name -> expected verdict, for the entries the file lists (all `app.*`).
@@ -211,6 +215,78 @@ impl fmt::Display for Api {
     }
 }
 
+/// An application-side connection pool shared by the logical clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppPool {
+    /// Connections the pool opens at most (Go's `SetMaxOpenConns`).
+    pub max_open: u32,
+    pub pin: Pin,
+}
+
+/// Whether a logical client keeps one pooled connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pin {
+    /// Every op takes whichever connection is free and gives it back (`db.Exec`).
+    None,
+    /// A client takes a connection at its first op and keeps it until it disconnects
+    /// (`db.Conn`: the article's fix, a dedicated connection per lock holder).
+    Session,
+}
+
+impl Pin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pin::None => "none",
+            Pin::Session => "session",
+        }
+    }
+}
+
+/// How a case's steps run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    /// One step at a time, deterministic; a step that would wait forever is skipped.
+    #[default]
+    Sequential,
+    /// Every client its own task, with real waits; sampled alongside.
+    Concurrent,
+}
+
+impl Schedule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Schedule::Sequential => "sequential",
+            Schedule::Concurrent => "concurrent",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Schedule> {
+        match s {
+            "sequential" => Some(Schedule::Sequential),
+            "concurrent" => Some(Schedule::Concurrent),
+            _ => None,
+        }
+    }
+}
+
+/// One op of a script: what a client does, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptOp {
+    pub op: Op,
+    pub key: Option<Key>,
+    /// Milliseconds, for `sleep`, `pg_sleep`, `migrate`.
+    pub ms: Option<u64>,
+}
+
+/// A group of identical replicas running one script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptGroup {
+    pub clients: u32,
+    pub ops: Vec<ScriptOp>,
+}
+
 /// What each logical client does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Workload {
@@ -225,8 +301,35 @@ pub struct Workload {
     pub steps_max: usize,
     /// Effective op weights: the API's defaults merged with `workload.ops`, zero weights removed.
     pub ops: BTreeMap<Op, u32>,
-    /// Bound on blocking lock waits (`SET lock_timeout`), 1..=10000 ms.
+    /// Bound on blocking lock waits (`lock_timeout` of the client role), 1 ms to 60 s.
     pub lock_timeout_ms: u64,
+    /// Concurrent schedule: think time between a client's ops, an inclusive range.
+    pub think: Option<(Duration, Duration)>,
+    /// Scripted replicas instead of random steps (the same script every case; concurrent
+    /// schedule). When given, `clients` is their total.
+    pub script: Vec<ScriptGroup>,
+}
+
+impl Workload {
+    /// The steps of a scripted case: each replica's ops, in order (client numbers by group).
+    pub fn script_steps(&self) -> Vec<crate::workload::Step> {
+        let mut out = vec![];
+        let mut client = 0;
+        for g in &self.script {
+            for _ in 0..g.clients {
+                for op in &g.ops {
+                    out.push(crate::workload::Step {
+                        client,
+                        op: op.op,
+                        key: op.key,
+                        ms: op.ms,
+                    });
+                }
+                client += 1;
+            }
+        }
+        out
+    }
 }
 
 /// How long and how hard the chaos engine searches.
@@ -240,6 +343,18 @@ pub struct RunSpec {
     pub time_limit: Duration,
     /// Cap on replays while shrinking a failing case (0 disables shrinking).
     pub max_shrink_runs: u32,
+    pub schedule: Schedule,
+    /// Concurrent schedule: how often the sampler reads the servers.
+    pub sample_every: Duration,
+    /// `app.progress`: the bound on getting a connection or a pooled server, and on any op
+    /// that does not wait for a lock (a lock wait gets `lock_timeout` on top).
+    pub op_deadline: Duration,
+    /// Concurrent schedule: a case ends when its ops are done or after this long.
+    pub case_time_limit: Duration,
+    /// Concurrent schedule: a shrink candidate is replayed `shrink_replays` times and counts
+    /// as failing when it fails in at least `shrink_quorum` of them.
+    pub shrink_replays: u32,
+    pub shrink_quorum: u32,
 }
 
 /// Defaults and limits, public so the CLI and the docs can quote them.
@@ -257,7 +372,12 @@ pub mod limits {
     pub const MAX_STEPS: usize = 10_000;
     pub const MAX_WEIGHT: u32 = 1000;
     pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 1;
-    pub const MAX_LOCK_TIMEOUT_MS: u64 = 10_000;
+    pub const MAX_LOCK_TIMEOUT_MS: u64 = 60_000;
+    pub const DEFAULT_SAMPLE_EVERY_MS: u64 = 5;
+    pub const DEFAULT_OP_DEADLINE_MS: u64 = 2_000;
+    pub const DEFAULT_CASE_TIME_LIMIT_SECS: u64 = 30;
+    pub const DEFAULT_SHRINK_REPLAYS: u32 = 3;
+    pub const DEFAULT_SHRINK_QUORUM: u32 = 2;
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
     pub const DEFAULT_MAX_SHRINK_RUNS: u32 = 512;
@@ -267,8 +387,9 @@ pub mod limits {
     /// PostgreSQL's own defaults, used when `postgres.settings` does not set them.
     pub const PG_DEFAULT_MAX_CONNECTIONS: i64 = 100;
     pub const PG_DEFAULT_SUPERUSER_RESERVED: i64 = 3;
-    /// Direct (not pooled) connections the harness keeps open to observe and to terminate/cancel.
-    pub const HARNESS_DIRECT_CONNECTIONS: i64 = 4;
+    /// Direct (not pooled) superuser connections the harness keeps open: the observer (and
+    /// the concurrent sampler, which shares it), the contender, the nemesis.
+    pub const HARNESS_DIRECT_CONNECTIONS: i64 = 3;
 }
 
 use limits::*;

@@ -116,6 +116,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "description",
     "postgres",
     "pgbouncer",
+    "app_pool",
     "workload",
     "run",
     "expect",
@@ -131,9 +132,29 @@ pub(super) const PGBOUNCER_KEYS: &[&str] = &[
     "server_reset_query_always",
     "settings",
 ];
-pub(super) const WORKLOAD_KEYS: &[&str] =
-    &["clients", "keys", "api", "steps", "lock_timeout", "ops"];
-pub(super) const RUN_KEYS: &[&str] = &["cases", "seed", "time_limit", "max_shrink_runs"];
+pub(super) const APP_POOL_KEYS: &[&str] = &["max_open", "pin"];
+pub(super) const WORKLOAD_KEYS: &[&str] = &[
+    "clients",
+    "keys",
+    "api",
+    "steps",
+    "lock_timeout",
+    "ops",
+    "think",
+    "script",
+];
+pub(super) const RUN_KEYS: &[&str] = &[
+    "cases",
+    "seed",
+    "time_limit",
+    "max_shrink_runs",
+    "schedule",
+    "sample_every",
+    "op_deadline",
+    "case_time_limit",
+    "shrink_replays",
+    "shrink_quorum",
+];
 
 /// Which section a serde "expected one of" list belongs to (`""` for the top level).
 pub(super) fn section_of(expected: &[&str]) -> Option<&'static str> {
@@ -141,6 +162,7 @@ pub(super) fn section_of(expected: &[&str]) -> Option<&'static str> {
         ("", TOP_KEYS),
         ("postgres", POSTGRES_KEYS),
         ("pgbouncer", PGBOUNCER_KEYS),
+        ("app_pool", APP_POOL_KEYS),
         ("workload", WORKLOAD_KEYS),
         ("run", RUN_KEYS),
     ]
@@ -171,6 +193,8 @@ pub(super) struct RawTopology {
     pub(super) postgres: Section<RawPostgres>,
     #[serde(default = "absent_section")]
     pub(super) pgbouncer: Section<RawPgbouncer>,
+    #[serde(default = "absent_section")]
+    pub(super) app_pool: Section<RawAppPool>,
     #[serde(default = "absent_section")]
     pub(super) workload: Section<RawWorkload>,
     #[serde(default = "absent_section")]
@@ -226,6 +250,19 @@ pub(super) struct RawWorkload {
     pub(super) lock_timeout: Leaf,
     #[serde(default = "absent")]
     pub(super) ops: Leaf,
+    #[serde(default = "absent")]
+    pub(super) think: Leaf,
+    #[serde(default = "absent")]
+    pub(super) script: Leaf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAppPool {
+    #[serde(default = "absent")]
+    pub(super) max_open: Leaf,
+    #[serde(default = "absent")]
+    pub(super) pin: Leaf,
 }
 
 #[derive(Deserialize)]
@@ -239,4 +276,16 @@ pub(super) struct RawRun {
     pub(super) time_limit: Leaf,
     #[serde(default = "absent")]
     pub(super) max_shrink_runs: Leaf,
+    #[serde(default = "absent")]
+    pub(super) schedule: Leaf,
+    #[serde(default = "absent")]
+    pub(super) sample_every: Leaf,
+    #[serde(default = "absent")]
+    pub(super) op_deadline: Leaf,
+    #[serde(default = "absent")]
+    pub(super) case_time_limit: Leaf,
+    #[serde(default = "absent")]
+    pub(super) shrink_replays: Leaf,
+    #[serde(default = "absent")]
+    pub(super) shrink_quorum: Leaf,
 }

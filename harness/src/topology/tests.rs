@@ -88,13 +88,13 @@ bad_fixtures! {
     fixture_bad_name => "bad-name.yaml", 2:7, "invalid topology name `Transaction_Mode`";
     fixture_bad_pool_mode => "bad-pool-mode.yaml", 7:14, "unknown pool_mode `transction`";
     fixture_comments_only => "comments-only.yaml", 1:1, "empty topology";
-    fixture_direct_clients_exceed_max_connections => "direct-clients-exceed-max-connections.yaml", 6:22, "12 direct clients do not fit: PostgreSQL has room for 9";
+    fixture_direct_clients_exceed_max_connections => "direct-clients-exceed-max-connections.yaml", 6:22, "12 direct client connections do not fit: PostgreSQL has room for 9";
     fixture_duplicate_advisory_key => "duplicate-advisory-key.yaml", 6:43, "duplicate key (1,612001) in `workload.keys`";
     fixture_duplicate_key => "duplicate-key.yaml", 9:3, "duplicate key `pool_mode`";
     fixture_duration_without_unit => "duration-without-unit.yaml", 6:17, "`workload.lock_timeout` needs a unit";
     fixture_empty => "empty.yaml", 1:1, "empty topology";
     fixture_harness_pgbouncer_setting => "harness-pgbouncer-setting.yaml", 8:15, "`listen_port` cannot be set in `pgbouncer.settings`";
-    fixture_lock_timeout_too_long => "lock-timeout-too-long.yaml", 6:17, "`workload.lock_timeout` must be at most 10s, found 2m";
+    fixture_lock_timeout_too_long => "lock-timeout-too-long.yaml", 6:17, "`workload.lock_timeout` must be at most 1m, found 2m";
     fixture_max_client_conn_below_clients => "max-client-conn-below-clients.yaml", 8:20, "`pgbouncer.max_client_conn` (6) is below `workload.clients` (8)";
     fixture_missing_postgres => "missing-postgres.yaml", 2:1, "missing required key `postgres` at the top level";
     fixture_no_lock_op => "no-lock-op.yaml", 7:5, "leaves no lock op with a weight above 0";
@@ -394,9 +394,17 @@ fn defaults_apply() {
             cases: 256,
             seed: None,
             time_limit: Duration::from_secs(60),
-            max_shrink_runs: 512
+            max_shrink_runs: 512,
+            schedule: Schedule::Sequential,
+            sample_every: Duration::from_millis(5),
+            op_deadline: Duration::from_secs(2),
+            case_time_limit: Duration::from_secs(30),
+            shrink_replays: 3,
+            shrink_quorum: 2,
         }
     );
+    assert_eq!(t.app_pool, None);
+    assert!(w.script.is_empty() && w.think.is_none());
     assert!(t.expect.is_empty());
     assert_eq!(t.expected("app.mutual_exclusion"), Verdict::Holds);
     assert_eq!(t.expected("pg.exclusion"), Verdict::Holds);
@@ -699,7 +707,7 @@ fn settings_validation() {
     );
     // reserved connections count against the room.
     let e = err(&format!(
-        "{MINIMAL}  settings:\n    max_connections: 20\n    reserved_connections: 10\nworkload:\n  clients: 4\n"
+        "{MINIMAL}  settings:\n    max_connections: 19\n    reserved_connections: 10\nworkload:\n  clients: 4\n"
     ));
     assert!(e.message().contains("room for 3"), "{e}");
     // String integers count too.
@@ -719,9 +727,9 @@ fn pool_must_fit_postgres() {
             "{MINIMAL}  settings: {{ max_connections: {max} }}\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n  default_pool_size: {pool}\n  settings: {{ min_pool_size: 1 }}\n"
         )
     };
-    // room = 20 - 3 - 4 = 13; pool = size + 1 (min_pool_size).
-    ok(&src(12, 20));
-    let e = err(&src(13, 20));
+    // room = 19 - 3 - 3 = 13; pool = size + 1 (min_pool_size).
+    ok(&src(12, 19));
+    let e = err(&src(13, 19));
     assert!(
         e.message()
             .contains("the pool needs 14 server connections but PostgreSQL has room for 13"),

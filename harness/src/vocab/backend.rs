@@ -119,6 +119,18 @@ pub fn format_timestamptz(us: i64) -> String {
     s
 }
 
+/// Now, UTC, as `YYYYMMDDTHHMMSSZ` (report directory names, history headers).
+pub fn utc_stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0) as i64;
+    let t = format_timestamptz(secs * 1_000_000);
+    // "2026-11-30 09:17:26+00" -> "20261130T091726Z"
+    let digits: String = t[..19].chars().filter(|c| c.is_ascii_digit()).collect();
+    format!("{}T{}Z", &digits[..8], &digits[8..])
+}
+
 impl BackendId {
     /// `backend_start` as PostgreSQL prints it (UTC).
     pub fn backend_start(&self) -> String {

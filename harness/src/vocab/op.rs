@@ -36,13 +36,27 @@ pub enum Op {
     Cancel,
     /// A statement that raises an error (`division_by_zero`); inside a transaction it aborts it.
     FailStatement,
+    /// `SELECT 1`: any statement at all (the article's "SELECT 1 cannot run").
+    Ping,
+    /// Script only: the client thinks for `ms`, holding whatever it holds (no statement).
+    Sleep,
+    /// Script only: `SELECT pg_sleep(ms / 1000)` on its connection (server-side work).
+    PgSleep,
+    /// Script only: a schema migration as golang-migrate runs one under its lock: read the
+    /// version table; if version 1 is not applied, work for `ms`, then apply it (create its
+    /// table, record the version). Replies whether this call applied it.
+    Migrate,
     /// Not a workload op: a client opening its connection (at case setup, or before a step
     /// whose client has none).
     Open,
 }
 
 impl Op {
-    pub const ALL: [Op; 15] = [
+    /// Script-only ops (they take an argument, or a protocol's context).
+    pub const SCRIPT_ONLY: [Op; 3] = [Op::Sleep, Op::PgSleep, Op::Migrate];
+
+    /// Ops a random workload can weigh.
+    pub const ALL: [Op; 16] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -58,6 +72,7 @@ impl Op {
         Op::Terminate,
         Op::Cancel,
         Op::FailStatement,
+        Op::Ping,
     ];
 
     /// The YAML / report spelling.
@@ -78,13 +93,32 @@ impl Op {
             Op::Terminate => "terminate",
             Op::Cancel => "cancel",
             Op::FailStatement => "fail_statement",
+            Op::Ping => "ping",
+            Op::Sleep => "sleep",
+            Op::PgSleep => "pg_sleep",
+            Op::Migrate => "migrate",
             Op::Open => "open",
         }
     }
 
-    /// A workload op by its YAML name (`open` is not one).
+    /// A workload op by its YAML name (`open` is not one; nor are the script-only ops).
     pub fn from_name(s: &str) -> Option<Op> {
         Op::ALL.into_iter().find(|op| op.name() == s)
+    }
+
+    /// An op a script may name: a workload op or a script-only one.
+    pub fn from_script_name(s: &str) -> Option<Op> {
+        Op::from_name(s).or_else(|| Op::SCRIPT_ONLY.into_iter().find(|op| op.name() == s))
+    }
+
+    /// Takes a duration (`sleep`, `pg_sleep`; `migrate`: the work inside the lock).
+    pub fn takes_duration(self) -> bool {
+        matches!(self, Op::Sleep | Op::PgSleep | Op::Migrate)
+    }
+
+    /// Waits on an advisory lock (bounded by `lock_timeout`).
+    pub fn waits_for_lock(self) -> bool {
+        matches!(self, Op::Lock | Op::XactLock)
     }
 
     /// Whether the op names an advisory key.

@@ -5,6 +5,8 @@
 //!
 //! May import `vocab` and `topology`.
 
+pub mod keys;
+
 use crate::topology::Workload;
 use crate::vocab::{Key, Op};
 use proptest::prelude::*;
@@ -13,7 +15,8 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// One step of a case: a client does an op (on a key, for lock ops).
+/// One step of a case: a client does an op (on a key, for lock ops; for a duration, for
+/// `sleep`, `pg_sleep`, `migrate`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     #[serde(serialize_with = "ser_client", deserialize_with = "de_client")]
@@ -21,6 +24,9 @@ pub struct Step {
     pub op: Op,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub key: Option<Key>,
+    /// Milliseconds, for the ops that take a duration.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ms: Option<u64>,
 }
 
 fn ser_client<S: Serializer>(c: &usize, s: S) -> Result<S::Ok, S::Error> {
@@ -42,14 +48,18 @@ impl fmt::Display for Step {
         if let Some(k) = self.key {
             write!(f, " {k}")?;
         }
+        if let Some(ms) = self.ms {
+            write!(f, " {ms}ms")?;
+        }
         Ok(())
     }
 }
 
 /// Ops in shrinking order: proptest shrinks a union towards its first alternatives, so the
 /// simplest ops come first.
-const SIMPLICITY: [Op; 15] = [
+const SIMPLICITY: [Op; 16] = [
     Op::TryLock,
+    Op::Ping,
     Op::Unlock,
     Op::Begin,
     Op::Commit,
@@ -82,6 +92,7 @@ pub fn step_strategy(w: &Workload) -> BoxedStrategy<Step> {
             client,
             op,
             key: op.takes_key().then(|| keys[k]),
+            ms: None,
         })
         .boxed()
 }
@@ -213,6 +224,8 @@ mod tests {
             steps_max: 20,
             ops,
             lock_timeout_ms: 20,
+            think: None,
+            script: vec![],
         }
     }
 
@@ -290,6 +303,7 @@ mod tests {
             client,
             op,
             key: None,
+            ms: None,
         };
         let case = vec![s(2, Op::Begin), s(0, Op::Begin), s(2, Op::Commit)];
         let r = relabel_clients(&case);
@@ -305,6 +319,7 @@ mod tests {
             client: 1,
             op: Op::TryLock,
             key: Some(Key::Big(7)),
+            ms: None,
         };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(json, r#"{"client":"C2","op":"try_lock","key":7}"#);
