@@ -5,6 +5,7 @@ use pgchaos::observe::Waits;
 use pgchaos::run::Runner;
 use pgchaos::vocab::{Key, Op};
 use std::time::Instant;
+const B: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
@@ -27,7 +28,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let t = Instant::now();
     for i in 0..n {
-        c.run(Op::TryXactLock, Some(k), i).await;
+        c.run(Op::TryXactLock, Some(k), None, i, B).await;
     }
     time("op (try_xact_lock)", t);
     let mut many: Vec<LogicalClient> = (0..4).map(LogicalClient::new).collect();
@@ -36,8 +37,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let t = Instant::now();
     for i in 0..n {
-        many[i % 4].run(Op::TryLock, Some(k), i).await;
-        many[i % 4].run(Op::Unlock, Some(k), i).await;
+        many[i % 4].run(Op::TryLock, Some(k), None, i, B).await;
+        many[i % 4].run(Op::Unlock, Some(k), None, i, B).await;
     }
     println!(
         "{:<24} {:>8.3} ms/op",
@@ -71,7 +72,7 @@ async fn main() -> anyhow::Result<()> {
     time("contender probe", t);
     let t = Instant::now();
     for i in 0..n {
-        let (_, served) = c.run(Op::TryXactLock, Some(k), i).await;
+        let (_, served) = c.run(Op::TryXactLock, Some(k), None, i, B).await;
         let waits = Waits {
             quiet: served.into_iter().collect(),
             ..Default::default()
@@ -98,7 +99,7 @@ async fn main() -> anyhow::Result<()> {
         obs.reset().await?;
         let mut c = LogicalClient::new(0);
         c.connect(&cluster.client_config()).await?;
-        c.run(Op::TryLock, Some(k), i).await;
+        c.run(Op::TryLock, Some(k), None, i, B).await;
     }
     println!(
         "{:<24} {:>8.3} ms/op",

@@ -10,6 +10,7 @@
 use crate::check::{self, CaseCheck, FirstFailure, Tally};
 use crate::history::{CaseView, Event, HistoryWriter, Phase, Recorder};
 use crate::run::{CaseMeta, Runner};
+use crate::topology::Schedule;
 use crate::workload::{self, Step};
 use anyhow::Result;
 use std::time::{Duration, Instant};
@@ -42,20 +43,16 @@ pub struct Sink<'w> {
     pub rec: Recorder,
     pub tally: Tally,
     pub writer: Option<&'w HistoryWriter>,
-    rules: crate::pooler::PoolRules,
+    cx: check::CheckContext,
 }
 
 impl<'w> Sink<'w> {
-    pub fn new(
-        t0: Instant,
-        rules: crate::pooler::PoolRules,
-        writer: Option<&'w HistoryWriter>,
-    ) -> Self {
+    pub fn new(t0: Instant, cx: check::CheckContext, writer: Option<&'w HistoryWriter>) -> Self {
         Sink {
             rec: Recorder::new(t0),
             tally: Tally::default(),
             writer,
-            rules,
+            cx,
         }
     }
 
@@ -65,7 +62,7 @@ impl<'w> Sink<'w> {
     pub fn case_done(&mut self) -> Result<(CaseCheck, Vec<String>, Vec<Event>)> {
         let events = self.rec.take();
         let view = CaseView::build(&events)?;
-        let verdict = check::check_view(&self.rules, &view);
+        let verdict = check::check_view(&self.cx, &view, &events);
         let fresh = self.tally.add(&view, &events, &verdict);
         drop(view);
         match self.writer {
@@ -100,15 +97,26 @@ pub async fn run_one(
     steps: &[Step],
     evidence: bool,
 ) -> Result<(CaseCheck, Vec<String>, Vec<Event>)> {
-    runner
-        .run_case(&mut sink.rec, meta, steps, evidence)
-        .await?;
+    match runner.schedule {
+        Schedule::Sequential => {
+            runner
+                .run_case(&mut sink.rec, meta, steps, evidence)
+                .await?
+        }
+        Schedule::Concurrent => {
+            runner
+                .run_case_concurrent(&mut sink.rec, meta, steps, evidence)
+                .await?
+        }
+    }
     sink.case_done()
 }
 
 /// Shrink a failing case for one invariant ([`workload::shrink`]); each candidate is run on
-/// a reset topology, recorded (phase `shrink`) and judged by the checker. Returns the
-/// minimal steps and the number of runs.
+/// a reset topology, recorded (phase `shrink`) and judged by the checker. In the concurrent
+/// schedule a failure depends on timing, so a candidate is replayed up to
+/// `run.shrink_replays` times and counts as failing once `run.shrink_quorum` of them fail
+/// (it stops early either way). Returns the minimal steps and the number of runs.
 pub async fn shrink(
     runner: &Runner<'_>,
     sink: &mut Sink<'_>,
@@ -117,18 +125,62 @@ pub async fn shrink(
     invariant: &str,
     max_runs: u32,
 ) -> Result<(Vec<Step>, u32)> {
-    let w = &runner.cluster.topology.workload;
-    workload::shrink(w, seed, max_runs, async |candidate: &[Step]| {
+    let topo = &runner.cluster.topology;
+    let (replays, quorum) = match runner.schedule {
+        Schedule::Sequential => (1, 1),
+        Schedule::Concurrent => (topo.run.shrink_replays, topo.run.shrink_quorum),
+    };
+    workload::shrink(
+        &topo.workload,
+        seed,
+        max_runs,
+        async |candidate: &[Step]| {
+            let (mut failed, mut ran) = (0, 0);
+            while ran < replays && failed < quorum && quorum - failed <= replays - ran {
+                let meta = CaseMeta {
+                    case,
+                    seed: Some(seed),
+                    phase: Phase::Shrink,
+                    invariant: Some(invariant.to_string()),
+                };
+                let (verdict, _, _) = run_one(runner, sink, meta, candidate, false).await?;
+                ran += 1;
+                failed += u32::from(verdict.violates(invariant));
+            }
+            Ok(failed >= quorum)
+        },
+    )
+    .await
+}
+
+/// Replay the minimal case with full evidence (phase `evidence`). In the concurrent
+/// schedule, up to `run.shrink_replays` times until one replay shows the violation: the
+/// report shows a replay that fails when there is one.
+pub async fn evidence(
+    runner: &Runner<'_>,
+    sink: &mut Sink<'_>,
+    case: u32,
+    seed: u64,
+    invariant: &str,
+    minimal: &[Step],
+) -> Result<()> {
+    let tries = match runner.schedule {
+        Schedule::Sequential => 1,
+        Schedule::Concurrent => runner.cluster.topology.run.shrink_replays.max(1),
+    };
+    for _ in 0..tries {
         let meta = CaseMeta {
             case,
             seed: Some(seed),
-            phase: Phase::Shrink,
+            phase: Phase::Evidence,
             invariant: Some(invariant.to_string()),
         };
-        let (verdict, _, _) = run_one(runner, sink, meta, candidate, false).await?;
-        Ok(verdict.violates(invariant))
-    })
-    .await
+        let (verdict, _, _) = run_one(runner, sink, meta, minimal, true).await?;
+        if verdict.violates(invariant) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// What a chaos run adds to the tally: whether the time limit cut it short, and its time.
@@ -152,7 +204,7 @@ pub async fn run(
             break;
         }
         let seed = workload::case_seed(opts.seed, index);
-        let steps = workload::case_tree(&topo.workload, seed).current();
+        let steps = workload::case(&topo.workload, seed);
         let meta = CaseMeta {
             case: index,
             seed: Some(seed),
@@ -163,13 +215,7 @@ pub async fn run(
         for inv in fresh {
             let (minimal, _) =
                 shrink(runner, sink, index, seed, &inv, opts.max_shrink_runs).await?;
-            let meta = CaseMeta {
-                case: index,
-                seed: Some(seed),
-                phase: Phase::Evidence,
-                invariant: Some(inv.clone()),
-            };
-            run_one(runner, sink, meta, &minimal, true).await?;
+            evidence(runner, sink, index, seed, &inv, &minimal).await?;
             if let Some(f) = sink.tally.failure(&inv) {
                 events(RunEvent::Minimal {
                     failure: f,

@@ -65,6 +65,7 @@ pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> 
         | Op::Terminate
         | Op::Cancel
         | Op::Open
+        | Op::Release
         | Op::Sleep
         | Op::Migrate => return None,
     })
@@ -220,13 +221,15 @@ pub const SHOW_VERSION: &str = "SHOW VERSION";
 pub const VERSION: &str = "SELECT version()";
 
 /// Per-run settings of the client role (PgBouncer refuses startup options, so they are role
-/// defaults): the lock wait bound, a statement bound, ISO dates (ops report `backend_start` as
+/// defaults): the lock wait bound, a statement bound (a safety net, never a modelled
+/// outcome: 10 s past the longest statement a case can run), ISO dates (ops report `backend_start` as
 /// text the harness parses), and the clients' application_name (so PgBouncer need not `SET`
 /// it on every new server connection).
-pub fn configure_client_role(role: &str, lock_timeout_ms: u64) -> String {
+pub fn configure_client_role(role: &str, lock_timeout_ms: u64, longest_ms: u64) -> String {
+    let statement_ms = lock_timeout_ms.max(longest_ms) + 10_000;
     format!(
         "ALTER ROLE {role} SET lock_timeout = '{lock_timeout_ms}ms'; \
-         ALTER ROLE {role} SET statement_timeout = '10s'; \
+         ALTER ROLE {role} SET statement_timeout = '{statement_ms}ms'; \
          ALTER ROLE {role} SET idle_in_transaction_session_timeout = '0'; \
          ALTER ROLE {role} SET DateStyle = 'ISO, MDY'; \
          ALTER ROLE {role} SET application_name = 'pgchaos'"

@@ -27,7 +27,7 @@ async fn replay(name: &str) {
         .to_string();
     let cluster = common::launch(&topology).await;
     let runner = Runner::new(&cluster).await.unwrap();
-    let mut sink = Sink::new(std::time::Instant::now(), runner.rules.clone(), None);
+    let mut sink = Sink::new(std::time::Instant::now(), runner.check_context(), None);
     let meta = CaseMeta {
         case: 0,
         seed: None,

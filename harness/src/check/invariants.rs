@@ -10,11 +10,44 @@ use crate::vocab::{BackendId, InvariantInfo, Key, Op, Reply, Tier};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
-/// One invariant: what it is called and means, and how it judges a step.
+/// One invariant: what it is called and means, and how it judges a step; in the
+/// concurrent schedule also a sample of the servers, and the case's end state.
 pub trait Invariant: Sync {
     fn info(&self) -> InvariantInfo;
     /// Push one line of evidence per violation found in this step.
     fn check(&self, f: &StepFacts, out: &mut Vec<String>);
+    /// A concurrent sample (taken while ops were running).
+    fn check_sample(&self, _s: &SampleFacts, _out: &mut Vec<String>) {}
+    /// The end of a concurrent case, every op done and the servers quiet.
+    fn check_end(&self, _e: &EndFacts, _out: &mut Vec<String>) {}
+}
+
+/// Two clients' beliefs on one key overlapping in time (concurrent schedule): `client` was
+/// granted `key` by `backend` while `other` still believed it held it since `since`.
+#[derive(Clone, Debug)]
+pub struct Overlap {
+    pub key: Key,
+    pub other: usize,
+    pub other_since_ns: u64,
+    pub other_backends: Vec<BackendId>,
+    pub at_ns: u64,
+    pub backend: BackendId,
+}
+
+/// A concurrent sample, with what the history says of that moment.
+pub struct SampleFacts<'a> {
+    pub t_ns: u64,
+    pub obs: &'a Observation,
+    /// Backends whose terminate had completed (confirmed gone) before the sample started.
+    pub terminated_before: &'a [BackendId],
+}
+
+/// The end of a concurrent case.
+pub struct EndFacts<'a> {
+    pub obs: &'a Observation,
+    /// The contender's probe of every key, judged against the model's end state.
+    pub probes: &'a [JudgedProbe],
+    pub model: &'a Model,
 }
 
 /// A contender probe after a step, with what the model expects of it.
@@ -35,14 +68,24 @@ pub struct StepFacts<'a> {
     pub op: Op,
     pub reply: &'a Reply,
     pub effect: &'a Effect,
-    /// The observation after the step settled.
-    pub obs: &'a Observation,
+    /// The observation after the step settled (sequential schedule; `None` in the
+    /// concurrent one, where samples and the end state are judged apart).
+    pub obs: Option<&'a Observation>,
     pub probes: &'a [JudgedProbe],
     /// The model after the step.
     pub model: &'a Model,
     /// After a successful ROLLBACK: the client's backend and the keys first taken in the
     /// transaction it rolled back.
     pub rolled_back: Option<(BackendId, BTreeSet<Key>)>,
+    /// How long the op took (invoke to completion) and its bound, in nanoseconds.
+    pub took_ns: Option<u64>,
+    pub bound_ns: u64,
+    /// When the op missed its bound: the wait-for graph at the deadline, in words.
+    pub stuck: Option<String>,
+    /// Concurrent schedule: beliefs this grant overlapped (interval semantics).
+    pub overlaps: &'a [Overlap],
+    /// `migrate` applications so far in the case: `(client, step)`.
+    pub migrations: &'a [(usize, usize)],
 }
 
 impl StepFacts<'_> {
@@ -81,6 +124,22 @@ impl StepFacts<'_> {
     }
 }
 
+fn exclusion(obs: &Observation, out: &mut Vec<String>) {
+    let mut by_key: BTreeMap<Key, Vec<BackendId>> = BTreeMap::new();
+    for (b, k) in obs.held() {
+        by_key.entry(k).or_default().push(b);
+    }
+    for (k, holders) in by_key {
+        if holders.len() > 1 {
+            out.push(format!(
+                "key {k} granted to {} backends at once: {}",
+                holders.len(),
+                pids(&holders)
+            ));
+        }
+    }
+}
+
 fn pids(bs: &[BackendId]) -> String {
     bs.iter()
         .map(|b| format!("pid {} (backend_start {})", b.pid, b.start_us))
@@ -112,19 +171,28 @@ impl Invariant for Exclusion {
         Self::INFO
     }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
-        let mut by_key: BTreeMap<Key, Vec<BackendId>> = BTreeMap::new();
-        for (b, k) in f.obs.held() {
-            by_key.entry(k).or_default().push(b);
+        if let Some(obs) = f.obs {
+            exclusion(obs, out);
         }
-        for (k, holders) in by_key {
-            if holders.len() > 1 {
+        for n in &f.effect.notes {
+            if let Note::DoubleGrant {
+                key,
+                backend,
+                other,
+            } = n
+            {
                 out.push(format!(
-                    "key {k} granted to {} backends at once: {}",
-                    holders.len(),
-                    pids(&holders)
+                    "{} {}: key {key} granted to {} while {} held it and nothing could have released it",
+                    f.who(),
+                    f.op,
+                    pids(&[*backend]),
+                    pids(&[*other])
                 ));
             }
         }
+    }
+    fn check_sample(&self, s: &SampleFacts, out: &mut Vec<String>) {
+        exclusion(s.obs, out);
     }
 }
 
@@ -167,7 +235,11 @@ impl Invariant for RepliesMatchModel {
                     client + 1,
                     owner + 1
                 )),
-                Note::UnlockMissedOwner { .. } => {}
+                Note::ImplausibleRefusal { client, key, ran } => out.push(format!(
+                    "C{} was refused key {key} on {ran}, but no other backend held it, took it or could have taken it during the call",
+                    client + 1
+                )),
+                Note::UnlockMissedOwner { .. } | Note::DoubleGrant { .. } => {}
             }
         }
     }
@@ -184,20 +256,13 @@ impl Invariant for LocksMatchModel {
         Self::INFO
     }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
-        let observed = f.obs.held();
-        let expected = f.model.held();
-        if expected != observed {
-            let missing: Vec<_> = expected.difference(&observed).collect();
-            let extra: Vec<_> = observed.difference(&expected).collect();
-            out.push(format!(
-                "after {} {}: model holds but pg_locks lacks {missing:?}; pg_locks has but model lacks {extra:?}",
-                f.who(),
-                f.op
-            ));
-        }
+        let Some(obs) = f.obs else {
+            return;
+        };
+        locks_match(obs, f.model, &format!("after {} {}", f.who(), f.op), out);
         if f.op != Op::Terminate {
             for gone in &f.effect.gone {
-                if f.obs.alive(*gone) {
+                if obs.alive(*gone) {
                     out.push(format!(
                         "backend {gone} is still in pg_stat_activity after {}",
                         f.op
@@ -208,6 +273,39 @@ impl Invariant for LocksMatchModel {
         for p in f.wrong_probes(None) {
             out.push(f.probe_line(p));
         }
+    }
+    fn check_end(&self, e: &EndFacts, out: &mut Vec<String>) {
+        locks_match(e.obs, e.model, "at the end of the case", out);
+        for p in e.probes {
+            if p.available != p.expected_available {
+                out.push(format!(
+                    "at the end of the case: a fresh contender {} key {} (expected {})",
+                    if p.available {
+                        "could take"
+                    } else {
+                        "could not take"
+                    },
+                    p.key,
+                    if p.expected_available {
+                        "available"
+                    } else {
+                        "held"
+                    }
+                ));
+            }
+        }
+    }
+}
+
+fn locks_match(obs: &Observation, model: &Model, when: &str, out: &mut Vec<String>) {
+    let observed = obs.held();
+    let expected = model.held();
+    if expected != observed {
+        let missing: Vec<_> = expected.difference(&observed).collect();
+        let extra: Vec<_> = observed.difference(&expected).collect();
+        out.push(format!(
+            "{when}: model holds but pg_locks lacks {missing:?}; pg_locks has but model lacks {extra:?}"
+        ));
     }
 }
 
@@ -261,9 +359,11 @@ impl Invariant for TerminateReleases {
         Self::INFO
     }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
-        if f.op == Op::Terminate {
+        if f.op == Op::Terminate
+            && let Some(obs) = f.obs
+        {
             for gone in &f.effect.gone {
-                if f.obs.alive(*gone) {
+                if obs.alive(*gone) {
                     out.push(format!(
                         "backend {gone} is still in pg_stat_activity after terminate"
                     ));
@@ -272,6 +372,17 @@ impl Invariant for TerminateReleases {
         }
         for p in f.wrong_probes(Some(ProbeReason::TerminateReleases)) {
             out.push(f.probe_line(p));
+        }
+    }
+    fn check_sample(&self, s: &SampleFacts, out: &mut Vec<String>) {
+        for gone in s.terminated_before {
+            if let Some(b) = s.obs.backend(*gone) {
+                out.push(format!(
+                    "backend {gone} was terminated (confirmed gone), yet a later sample shows it ({}{})",
+                    b.state,
+                    if b.locks.is_empty() { String::new() } else { ", holding locks".into() }
+                ));
+            }
         }
     }
 }
@@ -295,6 +406,25 @@ impl Invariant for MutualExclusion {
         Self::INFO
     }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        if f.obs.is_none() {
+            // Concurrent: beliefs are intervals, from the ok of the acquire to the invoke of
+            // the release; the checker found the overlaps.
+            for o in f.overlaps {
+                out.push(format!(
+                    "C{} and C{} both believe they hold key {}: C{} since {:.3} ms (granted by {}), C{} from {:.3} ms (granted by {})",
+                    o.other + 1,
+                    f.client + 1,
+                    o.key,
+                    o.other + 1,
+                    o.other_since_ns as f64 / 1e6,
+                    pids(&o.other_backends),
+                    f.client + 1,
+                    o.at_ns as f64 / 1e6,
+                    pids(&[o.backend])
+                ));
+            }
+            return;
+        }
         let mut believers: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
         for (i, c) in f.model.clients.iter().enumerate() {
             for (k, bl) in &c.beliefs {
@@ -329,18 +459,26 @@ impl Invariant for NoOrphans {
         Self::INFO
     }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
-        for (b, k) in f.obs.held() {
-            let believed = f
-                .model
-                .clients
-                .iter()
-                .any(|c| c.beliefs.get(&k).is_some_and(|bl| bl.backends.contains(&b)));
-            if !believed {
-                out.push(format!(
-                    "backend pid {} (backend_start {}) holds key {k}, but no client believes it holds it",
-                    b.pid, b.start_us
-                ));
-            }
+        if let Some(obs) = f.obs {
+            orphans(obs, f.model, out);
+        }
+    }
+    fn check_end(&self, e: &EndFacts, out: &mut Vec<String>) {
+        orphans(e.obs, e.model, out);
+    }
+}
+
+fn orphans(obs: &Observation, model: &Model, out: &mut Vec<String>) {
+    for (b, k) in obs.held() {
+        let believed = model
+            .clients
+            .iter()
+            .any(|c| c.beliefs.get(&k).is_some_and(|bl| bl.backends.contains(&b)));
+        if !believed {
+            out.push(format!(
+                "backend pid {} (backend_start {}) holds key {k}, but no client believes it holds it",
+                b.pid, b.start_us
+            ));
         }
     }
 }
@@ -388,7 +526,12 @@ impl Invariant for RollbackReleases {
     }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
         if let Some((b, keys)) = &f.rolled_back {
-            let held = f.obs.held();
+            // Sequential: what pg_locks shows after the step; concurrent: the model's state
+            // (pg.locks_match_model vouches for it at the case's end).
+            let held = match f.obs {
+                Some(obs) => obs.held(),
+                None => f.model.held(),
+            };
             for k in keys {
                 if held.contains(&(*b, *k)) {
                     out.push(format!(
@@ -434,6 +577,73 @@ impl Invariant for NoStaleHolder {
     }
 }
 
+invariant!(
+    Progress,
+    "app.progress",
+    App,
+    "every op completes or fails within its bound (lock_timeout for a lock wait, plus run.op_deadline to get a connection or a pooled server)"
+);
+impl Invariant for Progress {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        let Some(took) = f.took_ns else {
+            return;
+        };
+        if took > f.bound_ns {
+            let mut line = format!(
+                "{} {} took {:.3} s, its bound is {:.3} s",
+                f.who(),
+                f.op,
+                took as f64 / 1e9,
+                f.bound_ns as f64 / 1e9
+            );
+            if f.reply.code() == Some(crate::vocab::reply::code::TIMEOUT) {
+                line.push_str(" (it never completed: the client gave up)");
+            }
+            if let Some(graph) = &f.stuck {
+                line.push_str(". At the deadline: ");
+                line.push_str(graph);
+            }
+            out.push(line);
+        }
+    }
+}
+
+invariant!(
+    AppliedOnce,
+    "app.applied_once",
+    App,
+    "a migration run under the lock is applied once, however many replicas race for it"
+);
+impl Invariant for AppliedOnce {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        if f.op == Op::Migrate
+            && f.migrations.len() > 1
+            && f.migrations
+                .last()
+                .is_some_and(|(c, s)| *c == f.client && *s == f.step)
+        {
+            let who: Vec<String> = f
+                .migrations
+                .iter()
+                .map(|(c, s)| format!("C{} (step {})", c + 1, s + 1))
+                .collect();
+            out.push(format!(
+                "migration version 1 applied {} times: {} ({} replied {})",
+                f.migrations.len(),
+                who.join(", "),
+                f.who(),
+                f.reply
+            ));
+        }
+    }
+}
+
 /// Every invariant, in report order: `pg.*` first, then `app.*`.
 pub static ALL: &[&dyn Invariant] = &[
     &Exclusion,
@@ -449,6 +659,8 @@ pub static ALL: &[&dyn Invariant] = &[
     &UnlockReachesOwner,
     &RollbackReleases,
     &NoStaleHolder,
+    &Progress,
+    &AppliedOnce,
 ];
 
 static CATALOG: LazyLock<Vec<InvariantInfo>> =
@@ -472,7 +684,7 @@ mod tests {
     fn the_catalog_is_well_formed() {
         let names: BTreeSet<&str> = catalog().iter().map(|i| i.name).collect();
         assert_eq!(names.len(), ALL.len(), "names are unique");
-        assert_eq!(ALL.len(), 13);
+        assert_eq!(ALL.len(), 15);
         let mut seen_app = false;
         for i in catalog() {
             assert!(i.name.starts_with(&format!("{}.", i.tier)), "{}", i.name);

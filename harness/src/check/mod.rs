@@ -6,14 +6,16 @@
 //!
 //! May import `vocab`, `pooler` (the rules), `topology` (expectations) and `history`.
 
+pub mod concurrent;
 pub mod invariants;
 pub mod model;
+pub mod waits;
 
 pub use invariants::{ALL, Invariant, JudgedProbe, StepFacts, by_name, catalog};
 
-use crate::history::{Body, CaseView, Event, Phase, RunEnd, RunHeader};
+use crate::history::{Body, Bounds, CaseView, Event, Phase, RunEnd, RunHeader};
 use crate::pooler::PoolRules;
-use crate::topology::Topology;
+use crate::topology::{Schedule, Topology};
 use crate::vocab::{Op, Reply, Tier, Verdict};
 use crate::workload::Step;
 use anyhow::{Result, bail};
@@ -67,22 +69,97 @@ impl CaseCheck {
     }
 }
 
-/// Check one sequential case from its events (a `case` event to its `case_end`).
-pub fn check_case(rules: &PoolRules, events: &[Event]) -> Result<CaseCheck> {
-    let view = CaseView::build(events)?;
-    Ok(check_view(rules, &view))
+/// What the checker needs beside a case's events: the pooling rules the run used and the
+/// bounds ops are judged by (both recorded in the history's `run` event).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckContext {
+    pub rules: PoolRules,
+    pub bounds: Bounds,
 }
 
-/// Check an already folded case.
-pub fn check_view(rules: &PoolRules, view: &CaseView) -> CaseCheck {
-    let mut model = Model::new(rules.clone(), view.start.clients);
+impl CheckContext {
+    pub fn of(header: &RunHeader) -> CheckContext {
+        CheckContext {
+            rules: header.rules.clone(),
+            bounds: header.bounds,
+        }
+    }
+}
+
+/// Check one case from its events (a `case` event to its `case_end`), by its schedule.
+pub fn check_case(cx: &CheckContext, events: &[Event]) -> Result<CaseCheck> {
+    let view = CaseView::build(events)?;
+    Ok(check_view(cx, &view, events))
+}
+
+/// Check an already folded case (`events` are the ones it was folded from).
+pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck {
+    match view.start.schedule {
+        Schedule::Sequential => check_sequential(cx, view),
+        Schedule::Concurrent => concurrent::check(cx, view, events),
+    }
+}
+
+/// Push what every invariant finds in one step.
+fn judge_step(facts: &StepFacts, out: &mut CaseCheck) {
+    let mut details = vec![];
+    for inv in ALL {
+        details.clear();
+        inv.check(facts, &mut details);
+        for d in details.drain(..) {
+            out.violations.push(Violation {
+                invariant: inv.info().name.to_string(),
+                step: facts.step,
+                detail: d,
+            });
+        }
+    }
+}
+
+/// The model's effect of one recorded op (its client's view: connect, disconnect,
+/// statements; faults by their target). `None`: nothing to apply (a fault without target).
+fn apply_op(
+    model: &mut Model,
+    s: &crate::history::StepView,
+    op: Op,
+    reply: &Reply,
+) -> Option<model::Effect> {
+    let c = s.client;
+    Some(match op {
+        Op::Disconnect => model.disconnect(c),
+        Op::Reconnect => {
+            let e = model.disconnect(c);
+            if !reply.is_error() {
+                model.connected(c);
+            }
+            e
+        }
+        Op::Terminate => model.terminate(s.target()?),
+        Op::Cancel => model.cancel(s.target()?),
+        // Client-side only: nothing happens on the server.
+        Op::Sleep => model::Effect {
+            expected_reply: Some(Reply::Ok),
+            ..Default::default()
+        },
+        _ => model.apply(c, op, s.key, s.done.and_then(|d| d.backend), reply),
+    })
+}
+
+/// A `migrate` that applied the migration (or tried to again and found its table: 42P07).
+fn applied(op: Op, reply: &Reply) -> bool {
+    op == Op::Migrate
+        && (matches!(reply, Reply::Bool { value: true }) || reply.code() == Some("42P07"))
+}
+
+fn check_sequential(cx: &CheckContext, view: &CaseView) -> CaseCheck {
+    let mut model = Model::new(cx.rules.clone(), view.start.clients);
     for c in &view.opened {
         model.connected(*c);
     }
     let mut out = CaseCheck::default();
-    let mut details = vec![];
+    let mut migrations: Vec<(usize, usize)> = vec![];
     for s in &view.steps {
-        let (Some(op), Some(done)) = (s.op, s.done.as_ref()) else {
+        let (Some(op), Some(done)) = (s.op, s.done) else {
             continue; // skipped, or cut short
         };
         let c = s.client;
@@ -90,27 +167,14 @@ pub fn check_view(rules: &PoolRules, view: &CaseView) -> CaseCheck {
             model.connected(c);
         }
         let reply = &done.value;
-        let effect = match op {
-            Op::Disconnect => model.disconnect(c),
-            Op::Reconnect => {
-                let e = model.disconnect(c);
-                if !reply.is_error() {
-                    model.connected(c);
-                }
-                e
-            }
-            Op::Terminate => match s.target() {
-                Some(t) => model.terminate(t),
-                None => continue,
-            },
-            Op::Cancel => match s.target() {
-                Some(t) => model.cancel(t),
-                None => continue,
-            },
-            _ => model.apply(c, op, s.key, done.backend, reply),
+        let Some(effect) = apply_op(&mut model, s, op, reply) else {
+            continue;
         };
         if let Some(e) = &effect.expected_reply {
             out.expected.push((s.index, e.clone()));
+        }
+        if applied(op, reply) {
+            migrations.push((c, s.index));
         }
         let rolled_back = if matches!(op, Op::Commit | Op::Rollback) && !reply.is_error() {
             let (backend, taken) = model.take_rolled_back(c);
@@ -140,22 +204,17 @@ pub fn check_view(rules: &PoolRules, view: &CaseView) -> CaseCheck {
             op,
             reply,
             effect: &effect,
-            obs: s.obs_after.unwrap_or(&empty),
+            obs: Some(s.obs_after.unwrap_or(&empty)),
             probes: &probes,
             model: &model,
             rolled_back,
+            took_ns: s.t_invoke.zip(s.t_done).map(|(i, d)| d.saturating_sub(i)),
+            bound_ns: cx.bounds.of(op, s.ms),
+            stuck: None,
+            overlaps: &[],
+            migrations: &migrations,
         };
-        for inv in ALL {
-            details.clear();
-            inv.check(&facts, &mut details);
-            for d in details.drain(..) {
-                out.violations.push(Violation {
-                    invariant: inv.info().name.to_string(),
-                    step: s.index,
-                    detail: d,
-                });
-            }
-        }
+        judge_step(&facts, &mut out);
     }
     out
 }
@@ -172,6 +231,9 @@ pub struct FirstFailure {
     /// Time from the first shrink candidate to the end of the evidence replay (ns).
     pub shrink_ns: u64,
     shrink_started: Option<u64>,
+    /// Evidence replays of the minimal case (more than one only in the concurrent schedule,
+    /// when the first did not show the violation).
+    pub evidence_runs: u32,
     /// The minimal case replayed with full evidence, and the checker's verdict on it.
     pub evidence: Option<(Vec<Event>, CaseCheck)>,
 }
@@ -236,6 +298,7 @@ impl Tally {
                             shrink_runs: 0,
                             shrink_ns: 0,
                             shrink_started: None,
+                            evidence_runs: 0,
                             evidence: None,
                         });
                         fresh.push(inv);
@@ -256,7 +319,15 @@ impl Tally {
                     .find(|f| Some(&f.invariant) == view.start.invariant.as_ref())
                 {
                     f.shrink_ns = end_t.saturating_sub(f.shrink_started.unwrap_or(start_t));
-                    f.evidence = Some((events.to_vec(), check.clone()));
+                    f.evidence_runs += 1;
+                    // A replay that shows the violation is kept over one that does not (a
+                    // concurrent case may need several).
+                    let shown = |e: &Option<(Vec<Event>, CaseCheck)>| {
+                        e.as_ref().is_some_and(|(_, c)| c.violates(&f.invariant))
+                    };
+                    if !shown(&f.evidence) {
+                        f.evidence = Some((events.to_vec(), check.clone()));
+                    }
                     first_minimal.get_or_insert(end_t);
                 }
             }
@@ -342,7 +413,7 @@ pub fn check_history(events: impl Iterator<Item = Result<Event>>) -> Result<RunC
                     bail!("the history has a case before its `run` event");
                 };
                 let view = CaseView::build(&case)?;
-                let check = check_view(&h.rules, &view);
+                let check = check_view(&CheckContext::of(h), &view, &case);
                 tally.add(&view, &case, &check);
                 case.clear();
             }
@@ -380,7 +451,7 @@ mod tests {
             .collect::<Result<_>>()
             .unwrap();
         let case = crate::history::view::cases(&events)[0].to_vec();
-        let verdict = check_case(&run.header.rules, &case).unwrap();
+        let verdict = check_case(&CheckContext::of(&run.header), &case).unwrap();
         (run, verdict)
     }
 
@@ -445,6 +516,16 @@ mod tests {
             "rollback-releases",
             "app.rollback_releases",
             "C1 rolled back, but key 7, taken in that transaction, is still held by its backend pid 101",
+        ),
+        (
+            "progress",
+            "app.progress",
+            "C2 ping took 4.080 s, its bound is 2.000 s (it never completed: the client gave up). At the deadline: (sample at 2100.000 ms) C2 ping (2.080 s so far) waits for a connection from the application pool (1/1 open, 0 idle, 1 waiting), its connections held by C1; a new connection to PostgreSQL as a client: refused 53300",
+        ),
+        (
+            "applied-once",
+            "app.applied_once",
+            "migration version 1 applied 2 times: C1 (step 1), C2 (step 2) (C2 replied error 42P07)",
         ),
         (
             "no-stale-holder",

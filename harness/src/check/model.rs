@@ -112,6 +112,20 @@ pub enum Note {
         granted_on: Vec<BackendId>,
         ran: BackendId,
     },
+    /// Concurrent: a lock was refused though no other backend held it, took it, or could
+    /// have taken it during the call.
+    ImplausibleRefusal {
+        client: usize,
+        key: Key,
+        ran: BackendId,
+    },
+    /// Concurrent: a lock was granted to `backend` while `other` held it and no op that
+    /// could have released it was running.
+    DoubleGrant {
+        key: Key,
+        backend: BackendId,
+        other: BackendId,
+    },
 }
 
 /// The model's verdict on one executed step.
@@ -127,6 +141,9 @@ pub struct Effect {
 
 #[derive(Clone, Debug)]
 pub struct Model {
+    /// Concurrent schedule: whether a lock is free for a backend depends on an order the
+    /// history does not fix, so the reply decides (the checker judges its plausibility).
+    pub lenient: bool,
     pub rules: PoolRules,
     pub backends: BTreeMap<BackendId, BackendModel>,
     pub dead: BTreeSet<BackendId>,
@@ -136,6 +153,7 @@ pub struct Model {
 impl Model {
     pub fn new(rules: PoolRules, clients: usize) -> Model {
         Model {
+            lenient: false,
             rules,
             backends: BTreeMap::new(),
             dead: BTreeSet::new(),
@@ -160,7 +178,16 @@ impl Model {
         self.backends.values().any(|m| m.holds(k))
     }
 
-    fn held_by_other(&self, b: BackendId, k: Key) -> bool {
+    /// The backends other than `b` holding `k`.
+    pub fn holders_other_than(&self, b: BackendId, k: Key) -> Vec<BackendId> {
+        self.backends
+            .iter()
+            .filter(|(id, m)| **id != b && m.holds(k))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    pub fn held_by_other(&self, b: BackendId, k: Key) -> bool {
         self.backends.iter().any(|(id, m)| *id != b && m.holds(k))
     }
 
@@ -178,9 +205,13 @@ impl Model {
         c.broken = false;
     }
 
-    /// Run a statement-level op on backend `b` by PostgreSQL's rules.
-    fn exec(&mut self, b: BackendId, op: Op, key: Option<Key>) -> Reply {
-        let other = key.is_some_and(|k| self.held_by_other(b, k));
+    /// Run a statement-level op on backend `b` by PostgreSQL's rules. `refused`: in a lenient
+    /// model, whether the lock call was refused (its reply says).
+    fn exec(&mut self, b: BackendId, op: Op, key: Option<Key>, refused: Option<bool>) -> Reply {
+        let other = match (self.lenient, refused) {
+            (true, Some(r)) => r,
+            _ => key.is_some_and(|k| self.held_by_other(b, k)),
+        };
         let m = self.backends.entry(b).or_default();
         if m.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
             return Reply::error(code::IN_FAILED_TRANSACTION);
@@ -249,6 +280,7 @@ impl Model {
                 }
             }
             (Op::FailStatement, _) => Reply::error(code::DIVISION_BY_ZERO),
+            (Op::Ping | Op::PgSleep, _) => Reply::Ok,
             (op, key) => unreachable!("exec({op}, {key:?})"),
         };
         if reply.is_error() && m.tx == Tx::Open {
@@ -430,8 +462,35 @@ impl Model {
             }
             return effect;
         };
+        if op == Op::Migrate {
+            // Whether this call applies the migration depends on the other replicas (the
+            // checker counts applications); a failure aborts an open transaction.
+            self.clients[client].last = Some(b);
+            let m = self.backends.entry(b).or_default();
+            if m.tx == Tx::Aborted {
+                effect.expected_reply = Some(Reply::error(code::IN_FAILED_TRANSACTION));
+            } else if reply.is_error() && m.tx == Tx::Open {
+                m.tx = Tx::Aborted;
+                m.xact.clear();
+            }
+            let stays = self.rules.stays_linked(self.backends[&b].tx != Tx::Idle);
+            if stays {
+                self.clients[client].linked = Some(b);
+            } else {
+                self.release(client, b);
+            }
+            return effect;
+        }
         let before = self.backends.get(&b).cloned().unwrap_or_default();
-        let expected = self.exec(b, op, key);
+        let refused = match (op, reply) {
+            (Op::TryLock | Op::TryXactLock, Reply::Bool { value }) => Some(!value),
+            (Op::Lock | Op::XactLock, Reply::Ok) => Some(false),
+            (Op::Lock | Op::XactLock, r) if r.code() == Some(code::LOCK_NOT_AVAILABLE) => {
+                Some(true)
+            }
+            _ => None,
+        };
+        let expected = self.exec(b, op, key, refused);
         let after = self.backends.get(&b).cloned().unwrap_or_default();
         effect.expected_reply = Some(expected);
         self.clients[client].last = Some(b);
@@ -601,6 +660,7 @@ mod tests {
             pool_size: 2,
             reset_releases_locks: true,
             reset_always: always,
+            app_pin: None,
         }
     }
     fn model(mode: Option<PoolMode>) -> Model {

@@ -1,10 +1,9 @@
 //! `pgchaos chaos TOPOLOGY`: launch, run the chaos loop with the history streaming into the
 //! report directory, write the report, print the verdict table.
 
-use super::{Exit, load, parse_duration};
+use super::{Exit, cpu_for, load, parse_duration, with_schedule};
 use crate::engine::{self, RunOptions, Sink};
 use crate::history::{self, Body, HistoryWriter, RunEnd};
-use crate::launch::cpu::CpuChoice;
 use crate::launch::{self, LaunchOptions};
 use crate::report::results::HistoryOut;
 use crate::report::terminal::{Progress, verdict_table};
@@ -38,10 +37,17 @@ pub struct Args {
     /// or a CPU number. Default: PGCHAOS_CPU, else auto.
     #[arg(long)]
     cpu: Option<String>,
+    /// Cap on shrink replays (the topology's `run.max_shrink_runs`; 0: no shrinking, the
+    /// failing case itself is replayed with evidence).
+    #[arg(long)]
+    max_shrink_runs: Option<u32>,
+    /// Run cases `sequential` or `concurrent`, whatever the topology's `run.schedule` says.
+    #[arg(long)]
+    schedule: Option<String>,
 }
 
 pub async fn chaos(a: Args) -> Result<Exit> {
-    let topo = load(&a.topology)?;
+    let topo = with_schedule(load(&a.topology)?, a.schedule.as_deref())?;
     let seed = match a.seed.as_deref().map(str::trim) {
         None => topo.run.seed.unwrap_or_else(workload::random_seed),
         Some("random") => workload::random_seed(),
@@ -57,7 +63,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     if cases == 0 {
         bail!("--cases must be at least 1");
     }
-    let cpu = CpuChoice::from_flag_or_env(a.cpu.as_deref())?;
+    let cpu = cpu_for(&topo, a.cpu.as_deref())?;
     // The report directory first: a bad --out fails before anything starts.
     let run_dir = RunDir::create(&a.out, &topo.name, seed)?;
     let cluster = launch::launch(
@@ -97,7 +103,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     // the pinned one (reset 270 -> 500 ms per 64 cases), compressing here costs ~1%.
     let writer = HistoryWriter::create(&run_dir.path().join(history::store::FILE))?;
     let header = runner.header(seed, &label);
-    let mut sink = Sink::new(Instant::now(), runner.rules.clone(), Some(&writer));
+    let mut sink = Sink::new(Instant::now(), runner.check_context(), Some(&writer));
     sink.rec.emit(Body::Run(Box::new(header.clone())));
     sink.write_loose()?;
     let progress = Progress::new(cases, a.quiet, &label);
@@ -108,7 +114,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
             cases,
             seed,
             time_limit,
-            max_shrink_runs: topo.run.max_shrink_runs,
+            max_shrink_runs: a.max_shrink_runs.unwrap_or(topo.run.max_shrink_runs),
         },
         &mut |e| progress.event(e),
     )

@@ -171,6 +171,8 @@ pub fn describe(ev: &Event) -> String {
             match o.at {
                 At::Before => "before",
                 At::After => "after",
+                At::Sample => "(sample)",
+                At::End => "at the end",
             },
             step(o.step),
             held(&o.obs)
@@ -181,6 +183,7 @@ pub fn describe(ev: &Event) -> String {
                 ProbeWhy::Boundary => "probe",
                 ProbeWhy::Before => "probe (before)",
                 ProbeWhy::After => "probe (after)",
+                ProbeWhy::End => "probe (end)",
             },
             p.key,
             if p.available { "free" } else { "taken" },

@@ -130,6 +130,36 @@ pub fn load(arg: &str) -> Result<Topology> {
     Topology::load(&path, check::catalog()).map_err(|e| anyhow!("{e}"))
 }
 
+/// `--schedule`: run the topology's cases `sequential` or `concurrent` instead of its
+/// `run.schedule`. A scripted workload only runs concurrent.
+fn with_schedule(mut topo: Topology, flag: Option<&str>) -> Result<Topology> {
+    let Some(f) = flag else {
+        return Ok(topo);
+    };
+    let schedule = topology::Schedule::from_name(f.trim())
+        .ok_or_else(|| anyhow!("--schedule {f:?}: expected `sequential` or `concurrent`"))?;
+    if schedule == topology::Schedule::Sequential && !topo.workload.script.is_empty() {
+        bail!(
+            "--schedule sequential: {} has a `workload.script`, and scripted replicas run only concurrent",
+            topo.source.display()
+        );
+    }
+    topo.run.schedule = schedule;
+    Ok(topo)
+}
+
+/// The CPU choice for a run: `--cpu`, else PGCHAOS_CPU, else `auto`; `auto` pins sequential
+/// runs only (concurrent cases wait for each other for real, and their servers get both
+/// CPUs, as in production). A CPU number pins either.
+fn cpu_for(topo: &Topology, flag: Option<&str>) -> Result<crate::launch::cpu::CpuChoice> {
+    use crate::launch::cpu::CpuChoice;
+    let c = CpuChoice::from_flag_or_env(flag)?;
+    Ok(match (c, topo.run.schedule) {
+        (CpuChoice::Auto, topology::Schedule::Concurrent) => CpuChoice::Off,
+        (c, _) => c,
+    })
+}
+
 /// `--time-limit`: the same forms as the YAML (`500ms`, `60s`, `2m`, `1h`).
 fn parse_duration(s: &str) -> Result<Duration> {
     topology::parse_duration(s.trim())

@@ -2,10 +2,9 @@
 //! step with the recorded one (reply, and serving backend symbolically), or regenerate a
 //! case from its seed (`--seed`), shrink it as a chaos run would, and replay the result.
 
-use super::{Exit, load};
+use super::{Exit, cpu_for, load, with_schedule};
 use crate::engine::{self, Sink, run_one};
 use crate::history::{CaseView, Phase, symbol};
-use crate::launch::cpu::CpuChoice;
 use crate::launch::{self, LaunchOptions};
 use crate::report::casefile::{CaseFile, CaseStep, observed};
 use crate::report::topo_label;
@@ -34,6 +33,9 @@ pub struct Args {
     /// or a CPU number. Default: PGCHAOS_CPU, else auto.
     #[arg(long)]
     cpu: Option<String>,
+    /// Run cases `sequential` or `concurrent`, whatever the topology's `run.schedule` says.
+    #[arg(long)]
+    schedule: Option<String>,
 }
 
 fn meta(phase: Phase, seed: Option<u64>) -> CaseMeta {
@@ -46,11 +48,10 @@ fn meta(phase: Phase, seed: Option<u64>) -> CaseMeta {
 }
 
 pub async fn reproduce(a: Args) -> Result<Exit> {
-    let cpu = CpuChoice::from_flag_or_env(a.cpu.as_deref())?;
     let (topo, case) = match a.seed {
         Some(seed) => {
-            let topo = load(&a.target)?;
-            let steps = workload::case_tree(&topo.workload, seed).current();
+            let topo = with_schedule(load(&a.target)?, a.schedule.as_deref())?;
+            let steps = workload::case(&topo.workload, seed);
             let case = CaseFile {
                 topology: topo_label(&topo),
                 description: Some(format!("regenerated from case seed {seed}")),
@@ -58,6 +59,7 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
                 expect_violated: vec![],
                 case_seed: Some(seed),
                 versions: None,
+                schedule: None,
                 steps: steps
                     .into_iter()
                     .map(|s| CaseStep {
@@ -85,9 +87,15 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
                     .unwrap_or_default();
                 load(stem).with_context(|| format!("{}: topology {}", a.target, case.topology))?
             };
-            (topo, case)
+            // The schedule the case ran in, unless --schedule says otherwise.
+            let flag = a
+                .schedule
+                .clone()
+                .or(case.schedule.map(|s| s.as_str().to_string()));
+            (with_schedule(topo, flag.as_deref())?, case)
         }
     };
+    let cpu = cpu_for(&topo, a.cpu.as_deref())?;
     let cluster = launch::launch(
         &topo,
         LaunchOptions {
@@ -97,7 +105,7 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
     )
     .await?;
     let runner = Runner::new(&cluster).await?;
-    let mut sink = Sink::new(Instant::now(), runner.rules.clone(), None);
+    let mut sink = Sink::new(Instant::now(), runner.check_context(), None);
     let mut steps = case.steps();
     let mut chosen: Option<String> = None;
     if let Some(seed) = a.seed {
@@ -132,6 +140,11 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
         }
     }
     let times = a.times.max(1);
+    // A concurrent replay's replies depend on timing: it is judged by its verdicts alone,
+    // and reproduces when each wanted invariant is violated in at least the share of
+    // replays the shrinker demanded (`shrink_quorum` of `shrink_replays`).
+    let concurrent = topo.run.schedule == crate::topology::Schedule::Concurrent;
+    let mut rate: std::collections::BTreeMap<String, u32> = Default::default();
     let mut same_all = 0;
     for attempt in 1..=times {
         let (verdict, _, events) = run_one(
@@ -149,8 +162,9 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
         for (s, rec) in view.steps.iter().zip(&case.steps) {
             let backend = s.backend().map(|b| symbol(&order, b));
             let got = observed(s).unwrap_or_default();
-            let step_same = rec.observed.as_ref().is_none_or(|o| *o == got)
-                && (rec.backend.is_none() || rec.backend == backend);
+            let step_same = concurrent
+                || rec.observed.as_ref().is_none_or(|o| *o == got)
+                    && (rec.backend.is_none() || rec.backend == backend);
             same &= step_same || a.seed.is_some();
             let flagged: Vec<&str> = verdict
                 .at_step(s.index)
@@ -162,7 +176,7 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
                 s.label(),
                 got,
                 backend.clone().unwrap_or_default(),
-                if rec.observed.is_some() {
+                if rec.observed.is_some() && !concurrent {
                     if step_same { "same" } else { "DIFFERENT" }
                 } else {
                     ""
@@ -184,6 +198,9 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
         let mut want: Vec<String> = case.expect_violated.clone();
         want.extend(case.invariant.iter().cloned());
         want.extend(chosen.iter().cloned());
+        for w in &want {
+            *rate.entry(w.clone()).or_default() += u32::from(violated.contains(w));
+        }
         let missing: Vec<&String> = want.iter().filter(|w| !violated.contains(w)).collect();
         if !missing.is_empty() {
             same = false;
@@ -200,6 +217,24 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
         if same {
             same_all += 1;
         }
+    }
+    if concurrent {
+        let (q, r) = (topo.run.shrink_quorum, topo.run.shrink_replays.max(1));
+        let mut ok = true;
+        for (inv, k) in &rate {
+            let enough = u64::from(*k) * u64::from(r) >= u64::from(q) * u64::from(times);
+            ok &= enough;
+            println!(
+                "{inv}: violated in {k}/{times} replays ({}; the shrinker's bar is {q}/{r})",
+                if enough {
+                    "reproduces"
+                } else {
+                    "below the bar"
+                }
+            );
+        }
+        println!("concurrent schedule: replies vary with timing; judged by verdicts only");
+        return Ok(if ok { Exit::Ok } else { Exit::Mismatch });
     }
     println!("reproduced {same_all}/{times} times");
     Ok(if same_all == times {

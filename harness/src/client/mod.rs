@@ -2,14 +2,23 @@
 //! and serving backend of each op it runs. Also the bounded simple-query call every
 //! harness connection uses ([`run_raw`]).
 //!
-//! May import `vocab`, `sql` and the launcher's `connect`.
+//! With an application pool (`app_pool` in the topology), each op takes a connection from a
+//! real client-side pool (deadpool-postgres: maintained, built on tokio-postgres like the
+//! rest of the harness, and its `Fast` recycling returns a connection as it is, as Go's
+//! `database/sql` does), or keeps one (`pin: session`).
+//!
+//! May import `vocab`, `sql`, `topology` (the pin), `history` (the pool's row) and the
+//! launcher's `connect`.
 
+use crate::history::AppPoolRow;
 use crate::launch::IO_TIMEOUT;
 use crate::sql;
+use crate::topology::Pin;
 use crate::vocab::backend::parse_timestamptz;
 use crate::vocab::reply::code;
 use crate::vocab::{BackendId, Key, Op, Reply};
 use futures_util::{StreamExt, pin_mut};
+use std::time::Duration;
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
 
 /// Raw result of one simple query message: the rows of each statement, then an error if one
@@ -20,8 +29,15 @@ pub struct Raw {
     pub error: Option<(String, String)>,
 }
 
-/// Run one simple-query message, keeping the rows that arrived before an error.
+/// Run one simple-query message, keeping the rows that arrived before an error, bounded by
+/// [`IO_TIMEOUT`].
 pub async fn run_raw(client: &Client, sql: &str) -> Raw {
+    run_raw_within(client, sql, IO_TIMEOUT).await
+}
+
+/// [`run_raw`] with its own bound: on timeout a cancel is sent (bounded too) and the reply
+/// is `timeout`.
+pub async fn run_raw_within(client: &Client, sql: &str, bound: Duration) -> Raw {
     let mut raw = Raw::default();
     let work = async {
         let stream = match client.simple_query_raw(sql).await {
@@ -41,17 +57,14 @@ pub async fn run_raw(client: &Client, sql: &str) -> Raw {
         }
         Ok(())
     };
-    match tokio::time::timeout(IO_TIMEOUT, work).await {
+    match tokio::time::timeout(bound, work).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => raw.error = Some(classify(client, &e)),
         Err(_) => {
             // The cancel is bounded too: a paused pooler would not answer it either.
             let cancel = client.cancel_token();
             let _ = tokio::time::timeout(IO_TIMEOUT, cancel.cancel_query(NoTls)).await;
-            raw.error = Some((
-                code::TIMEOUT.into(),
-                format!("no reply within {IO_TIMEOUT:?}"),
-            ));
+            raw.error = Some((code::TIMEOUT.into(), format!("no reply within {bound:?}")));
         }
     }
     raw
@@ -85,15 +98,101 @@ pub fn parse_identity(row: &[Option<String>]) -> Option<BackendId> {
     })
 }
 
-/// A logical client: what an application holds, one connection at a time.
+/// An application-side pool every logical client's ops go through (deadpool-postgres,
+/// recycling without a reset, like Go's `database/sql`).
+#[derive(Clone)]
+pub struct AppPool {
+    pub pool: deadpool_postgres::Pool,
+    pub pin: Pin,
+    pub max_open: u32,
+}
+
+impl AppPool {
+    /// A pool of at most `max_open` connections made from `config`.
+    pub fn new(config: Config, max_open: u32, pin: Pin) -> anyhow::Result<AppPool> {
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            NoTls,
+            deadpool_postgres::ManagerConfig {
+                // Like database/sql: a connection goes back as it is, nothing is reset.
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(max_open as usize)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()?;
+        Ok(AppPool {
+            pool,
+            pin,
+            max_open,
+        })
+    }
+
+    /// The pool's state, for observations.
+    pub fn row(&self) -> AppPoolRow {
+        let s = self.pool.status();
+        AppPoolRow {
+            max_open: self.max_open,
+            size: s.size as u32,
+            idle: s.available as u32,
+            waiting: s.waiting as u32,
+        }
+    }
+}
+
+/// A logical client: what an application holds, one connection at a time (its own, or one
+/// from the application pool).
 pub struct LogicalClient {
     pub index: usize,
     conn: Option<Client>,
+    pool: Option<AppPool>,
+    /// The pooled connection this client keeps (`pin: session`).
+    held: Option<deadpool_postgres::Object>,
+}
+
+/// Where an op's connection came from, for the duration of the op.
+enum Lease<'a> {
+    Own(&'a Client),
+    Pooled(Box<deadpool_postgres::Object>),
+    Held(&'a deadpool_postgres::Object),
+}
+
+impl Lease<'_> {
+    fn client(&self) -> &Client {
+        match self {
+            Lease::Own(c) => c,
+            Lease::Pooled(o) => o,
+            Lease::Held(o) => o,
+        }
+    }
+}
+
+fn closed(message: &str) -> Reply {
+    Reply::Error {
+        code: code::CLOSED.into(),
+        message: message.into(),
+    }
 }
 
 impl LogicalClient {
     pub fn new(index: usize) -> Self {
-        LogicalClient { index, conn: None }
+        LogicalClient {
+            index,
+            conn: None,
+            pool: None,
+            held: None,
+        }
+    }
+
+    /// A client whose ops go through an application pool.
+    pub fn pooled(index: usize, pool: AppPool) -> Self {
+        LogicalClient {
+            index,
+            conn: None,
+            pool: Some(pool),
+            held: None,
+        }
     }
 
     /// `C1`, `C2`, ... (1-based, as reports print them).
@@ -101,29 +200,100 @@ impl LogicalClient {
         format!("C{}", self.index + 1)
     }
 
+    /// Open the client's own connection (an application pool opens its connections when an
+    /// op needs one).
     pub async fn connect(&mut self, config: &Config) -> anyhow::Result<()> {
-        self.conn = Some(crate::launch::connect(config).await?);
+        if self.pool.is_none() {
+            self.conn = Some(crate::launch::connect(config).await?);
+        }
         Ok(())
     }
 
-    /// Close the connection (sends Terminate; behind a pooler the server may stay).
+    /// Close the connection (sends Terminate; behind a pooler the server may stay). A pinned
+    /// application-pool connection goes back to the pool as it is.
     pub fn disconnect(&mut self) {
         self.conn = None;
+        self.held = None;
     }
 
-    /// Has a connection that is not known to be closed.
+    /// Give a pinned application-pool connection back to the pool as it is, locks and all
+    /// (Go's `Conn.Close`, a replica finishing its script). Its own connection stays.
+    pub fn release_pin(&mut self) {
+        self.held = None;
+    }
+
+    /// Whether this client keeps a pooled connection now (`pin: session`).
+    pub fn holds_pooled(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// The application pool, if the client uses one.
+    pub fn app_pool(&self) -> Option<&AppPool> {
+        self.pool.as_ref()
+    }
+
+    /// Has a connection that is not known to be closed (through a pool: always, the pool
+    /// opens one when needed).
     pub fn is_connected(&self) -> bool {
-        self.conn.as_ref().is_some_and(|c| !c.is_closed())
+        self.pool.is_some() || self.conn.as_ref().is_some_and(|c| !c.is_closed())
     }
 
-    /// Run a SQL op. Returns the reply and the backend that reported itself.
+    /// A connection for one op: its own, its pinned pooled one, or any from the pool
+    /// (waiting for one if all are in use). `None`: the connection is gone.
+    async fn lease(&mut self) -> Result<Lease<'_>, Reply> {
+        if let Some(pool) = &self.pool {
+            let pin = pool.pin;
+            let need = pin == Pin::None || self.held.is_none();
+            if need {
+                let obj = pool
+                    .pool
+                    .get()
+                    .await
+                    .map_err(|e| pool_error(&e.to_string()))?;
+                if pin == Pin::None {
+                    return Ok(Lease::Pooled(Box::new(obj)));
+                }
+                self.held = Some(obj);
+            }
+            return Ok(Lease::Held(self.held.as_ref().expect("held")));
+        }
+        match self.conn.as_ref() {
+            Some(c) => Ok(Lease::Own(c)),
+            None => Err(closed("not connected")),
+        }
+    }
+
+    /// Cancel whatever its connection is running (the case's time bound passed).
+    pub async fn cancel(&self) {
+        let token = match (&self.conn, &self.held) {
+            (Some(c), _) => c.cancel_token(),
+            (None, Some(o)) => o.cancel_token(),
+            (None, None) => return,
+        };
+        let _ = tokio::time::timeout(IO_TIMEOUT, token.cancel_query(NoTls)).await;
+    }
+
+    /// The connection was found closed: forget it (a closed pooled one is dropped by the
+    /// pool when it comes back).
+    fn lost(&mut self) {
+        self.conn = None;
+        self.held = None;
+    }
+
+    /// Run a SQL op within `bound` (getting a connection included). Returns the reply and
+    /// the backend that reported itself.
     pub async fn run(
         &mut self,
         op: Op,
         key: Option<Key>,
+        ms: Option<u64>,
         step: usize,
+        bound: Duration,
     ) -> (Reply, Option<BackendId>) {
-        let Some(sql) = sql::op_sql(op, key, step) else {
+        if op == Op::Migrate {
+            return self.migrate(ms.unwrap_or(0), step, bound).await;
+        }
+        let Some(sql) = sql::op_sql_ms(op, key, ms, step) else {
             return (
                 Reply::Error {
                     code: code::HARNESS.into(),
@@ -132,16 +302,15 @@ impl LogicalClient {
                 None,
             );
         };
-        let Some(client) = self.conn.as_ref() else {
-            return (
-                Reply::Error {
-                    code: code::CLOSED.into(),
-                    message: "not connected".into(),
-                },
-                None,
-            );
+        let t0 = tokio::time::Instant::now();
+        let lease = match tokio::time::timeout(bound, self.lease()).await {
+            Ok(Ok(l)) => l,
+            Ok(Err(reply)) => return (reply, None),
+            Err(_) => return (pool_timeout(bound), None),
         };
-        let raw = run_raw(client, &sql).await;
+        let left = bound.saturating_sub(t0.elapsed());
+        let raw = run_raw_within(lease.client(), &sql, left).await;
+        drop(lease);
         let served = raw.rows.iter().find_map(|r| parse_identity(r));
         let result: Option<Vec<Option<String>>> = raw.rows.iter().find_map(|r| match r.len() {
             1 => Some(vec![r[0].clone()]),
@@ -151,7 +320,7 @@ impl LogicalClient {
         let reply = match raw.error {
             Some((code, message)) => {
                 if code == code::CLOSED {
-                    self.conn = None;
+                    self.lost();
                 }
                 Reply::Error { code, message }
             }
@@ -170,6 +339,71 @@ impl LogicalClient {
             },
         };
         (reply, served)
+    }
+
+    /// `migrate`: read the version record; if version 1 is not there, work for `ms`, then
+    /// apply it. Replies whether this call applied it (a second application fails with
+    /// 42P07 when the first one's table exists).
+    async fn migrate(
+        &mut self,
+        ms: u64,
+        step: usize,
+        bound: Duration,
+    ) -> (Reply, Option<BackendId>) {
+        let t0 = tokio::time::Instant::now();
+        let replica = self.name();
+        let lease = match tokio::time::timeout(bound, self.lease()).await {
+            Ok(Ok(l)) => l,
+            Ok(Err(reply)) => return (reply, None),
+            Err(_) => return (pool_timeout(bound), None),
+        };
+        let left = bound.saturating_sub(t0.elapsed());
+        let raw = run_raw_within(lease.client(), &sql::migrate_check(step), left).await;
+        let mut served = raw.rows.iter().find_map(|r| parse_identity(r));
+        if let Some((code, message)) = raw.error {
+            drop(lease);
+            if code == code::CLOSED {
+                self.lost();
+            }
+            return (Reply::Error { code, message }, served);
+        }
+        let applied = raw
+            .rows
+            .iter()
+            .find(|r| r.len() == 1)
+            .and_then(|r| r[0].as_deref())
+            .is_some_and(|n| n != "0");
+        if applied {
+            return (Reply::Bool { value: false }, served);
+        }
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        let left = bound.saturating_sub(t0.elapsed());
+        let raw = run_raw_within(lease.client(), &sql::migrate_apply(step, &replica), left).await;
+        drop(lease);
+        served = raw.rows.iter().find_map(|r| parse_identity(r)).or(served);
+        match raw.error {
+            Some((code, message)) => {
+                if code == code::CLOSED {
+                    self.lost();
+                }
+                (Reply::Error { code, message }, served)
+            }
+            None => (Reply::Bool { value: true }, served),
+        }
+    }
+}
+
+fn pool_error(message: &str) -> Reply {
+    Reply::Error {
+        code: code::CLOSED.into(),
+        message: format!("the application pool could not give a connection: {message}"),
+    }
+}
+
+fn pool_timeout(bound: Duration) -> Reply {
+    Reply::Error {
+        code: code::TIMEOUT.into(),
+        message: format!("no connection within {bound:?}"),
     }
 }
 

@@ -34,6 +34,8 @@ pub struct ObsDelta {
     pub app_pool: Option<Option<super::observation::AppPoolRow>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migrated: Option<Option<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<Option<String>>,
 }
 
 fn ptr(r: &PoolerRow) -> String {
@@ -91,6 +93,7 @@ impl ObsDelta {
             pools: (prev.pools != next.pools).then(|| next.pools.clone()),
             app_pool: (prev.app_pool != next.app_pool).then_some(next.app_pool),
             migrated: (prev.migrated != next.migrated).then_some(next.migrated),
+            outside: (prev.outside != next.outside).then(|| next.outside.clone()),
         };
         (d != ObsDelta::default()).then_some(d)
     }
@@ -113,6 +116,7 @@ impl ObsDelta {
             pools: self.pools.clone().unwrap_or_else(|| prev.pools.clone()),
             app_pool: self.app_pool.unwrap_or(prev.app_pool),
             migrated: self.migrated.unwrap_or(prev.migrated),
+            outside: self.outside.clone().unwrap_or_else(|| prev.outside.clone()),
         })
     }
 }

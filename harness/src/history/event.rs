@@ -129,14 +129,49 @@ pub struct RunHeader {
     pub contender_start: String,
     /// The advisory keys of the workload (evidence replays probe each).
     pub keys: Vec<Key>,
+    /// The bounds `app.progress` judges ops by.
+    #[serde(default)]
+    pub bounds: Bounds,
     /// UTC start, `YYYYMMDDTHHMMSSZ`.
     pub started: String,
+}
+
+/// How long an op may take before it counts as stuck: a lock wait gets `lock_timeout_ms`,
+/// and every op `op_deadline_ms` (to get a connection or a pooled server, and to answer);
+/// `sleep`, `pg_sleep` and `migrate` add their own duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bounds {
+    pub lock_timeout_ms: u64,
+    pub op_deadline_ms: u64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            lock_timeout_ms: 1,
+            op_deadline_ms: 2000,
+        }
+    }
+}
+
+impl Bounds {
+    /// The bound of one op, in nanoseconds.
+    pub fn of(&self, op: Op, ms: Option<u64>) -> u64 {
+        let mut b = self.op_deadline_ms + ms.unwrap_or(0);
+        if op.waits_for_lock() {
+            b += self.lock_timeout_ms;
+        }
+        b * 1_000_000
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CaseStart {
     /// The generated case's index (shrink and evidence cases carry the index they shrink).
     pub case: u32,
+    /// How the steps ran.
+    #[serde(default, skip_serializing_if = "is_sequential")]
+    pub schedule: crate::topology::Schedule,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     pub phase: Phase,
@@ -145,6 +180,10 @@ pub struct CaseStart {
     pub invariant: Option<String>,
     pub clients: usize,
     pub steps: usize,
+}
+
+fn is_sequential(s: &crate::topology::Schedule) -> bool {
+    *s == crate::topology::Schedule::Sequential
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -199,6 +238,10 @@ pub enum At {
     Before,
     /// After the step settled.
     After,
+    /// The concurrent sampler's periodic look (no step).
+    Sample,
+    /// At the end of a concurrent case, once every op is done and the servers are quiet.
+    End,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -227,6 +270,8 @@ pub enum ProbeWhy {
     Before,
     /// Every key after the step (evidence replays).
     After,
+    /// Every key at the end of a concurrent case: judged against the model's end state.
+    End,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -18,8 +18,8 @@ pub mod store;
 pub mod view;
 
 pub use event::{
-    At, Body, CaseEnd, CaseStart, Completion, Event, Invoke, ObsEvent, Phase, ProbeEvent, ProbeWhy,
-    Process, RunEnd, RunHeader, Skip,
+    At, Body, Bounds, CaseEnd, CaseStart, Completion, Event, Invoke, ObsEvent, Phase, ProbeEvent,
+    ProbeWhy, Process, RunEnd, RunHeader, Skip,
 };
 pub use observation::{AppPoolRow, BackendRow, LockRow, Observation, PoolerRow};
 pub use recorder::Recorder;

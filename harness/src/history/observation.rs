@@ -71,6 +71,10 @@ pub struct Observation {
     /// At a case's end: how many times migration version 1 was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migrated: Option<u32>,
+    /// When an op was overdue: what a new connection to PostgreSQL as the client role got
+    /// (`connected`, or the refusal, e.g. `53300 too many clients already`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<String>,
 }
 
 /// The application-side pool's state (deadpool's status).

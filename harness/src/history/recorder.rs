@@ -25,6 +25,11 @@ impl Recorder {
         self.buf.push(Event { t, body });
     }
 
+    /// Record an event that happened at `t` (e.g. a sample, stamped when it started).
+    pub fn emit_at(&mut self, t: u64, body: Body) {
+        self.buf.push(Event { t, body });
+    }
+
     /// The events recorded since the last take.
     pub fn take(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.buf)

@@ -153,6 +153,7 @@ impl<'e> CaseView<'e> {
                         match o.at {
                             At::Before => view.steps[i].obs_before = Some(&o.obs),
                             At::After => view.steps[i].obs_after = Some(&o.obs),
+                            At::Sample | At::End => {}
                         }
                     }
                 }
@@ -163,7 +164,7 @@ impl<'e> CaseView<'e> {
                         let list = match p.why {
                             ProbeWhy::Boundary => &mut s.probes,
                             ProbeWhy::Before => &mut s.probes_before,
-                            ProbeWhy::After => &mut s.probes_after,
+                            ProbeWhy::After | ProbeWhy::End => &mut s.probes_after,
                         };
                         list.push((p.key, p.available));
                     }
@@ -253,6 +254,7 @@ mod tests {
                 0,
                 Body::Case(CaseStart {
                     case: 0,
+                    schedule: Default::default(),
                     seed: Some(9),
                     phase: Phase::Run,
                     invariant: None,

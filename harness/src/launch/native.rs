@@ -322,12 +322,26 @@ impl NativeServers {
     /// Per-run settings of the client role and the run's passwords, over the private socket.
     async fn configure_postgres(&self) -> Result<()> {
         let admin = connect(&self.config(true, self.pg_port, SUPERUSER, DB)).await?;
-        let mut sql =
-            sql::configure_client_role(CLIENT_ROLE, self.topology.workload.lock_timeout_ms);
+        let w = &self.topology.workload;
+        // The longest server-side statement of a script: pg_sleep, migrate's work.
+        let longest = w
+            .script
+            .iter()
+            .flat_map(|g| &g.ops)
+            .filter(|o| matches!(o.op, crate::vocab::Op::PgSleep | crate::vocab::Op::Migrate))
+            .filter_map(|o| o.ms)
+            .max()
+            .unwrap_or(0);
+        let mut sql = sql::configure_client_role(CLIENT_ROLE, w.lock_timeout_ms, longest);
         for (role, pw) in &self.passwords {
             sql.push_str("; ");
             sql.push_str(&sql::set_password(role, pw));
         }
+        // The migration record `migrate` writes, owned by the client role.
+        sql.push_str(&format!(
+            "; SET ROLE {CLIENT_ROLE}; {}; RESET ROLE",
+            sql::migrations_setup()
+        ));
         timed(admin.batch_execute(&sql))
             .await
             .context("configuring the client role and passwords")?;

@@ -52,6 +52,8 @@ pub struct Observer {
     /// The snapshot and probes as prepared statements (direct connections, so named
     /// statements are safe; planning once saves ~40% of a snapshot).
     snap: Statement,
+    /// The concurrent sampler's statement (the snapshot plus wait events and blockers).
+    sample_stmt: Statement,
     probe_big: Statement,
     probe_pair: Statement,
     contender: Client,
@@ -65,6 +67,11 @@ pub struct Observer {
     reset_commands: Vec<String>,
     /// The servers run on this host: their pids can be watched in /proc.
     local_processes: bool,
+    /// A connection as a client would open one, straight to PostgreSQL (the "outside
+    /// connection" of an overdue-op sample).
+    outside_config: tokio_postgres::Config,
+    /// The workload migrates (its tables are reset between cases).
+    migrations: bool,
 }
 
 impl Observer {
@@ -95,10 +102,12 @@ impl Observer {
             None => None,
         };
         let snap = timed(pg.prepare(&sql::snapshot(CLIENT_ROLE))).await?;
+        let sample_stmt = timed(pg.prepare(&sql::sample(CLIENT_ROLE))).await?;
         let probe_big = timed(contender.prepare(sql::CONTENDER_PROBE_BIG)).await?;
         let probe_pair = timed(contender.prepare(sql::CONTENDER_PROBE_PAIR)).await?;
         Ok(Observer {
             snap,
+            sample_stmt,
             probe_big,
             probe_pair,
             pg,
@@ -109,7 +118,74 @@ impl Observer {
             pools: std::cell::Cell::new(false),
             reset_commands: cluster.pooler.reset_commands(DB),
             local_processes: cluster.servers.local(),
+            outside_config: cluster.socket_config(CLIENT_ROLE),
+            migrations: cluster.topology.workload.uses(crate::vocab::Op::Migrate),
         })
+    }
+
+    /// The concurrent sampler's look: the pooler's views (SHOW POOLS included) and
+    /// PostgreSQL's, with what each backend waits for and who blocks it. `outside`: also try
+    /// a new connection as a client would (for an overdue op's evidence).
+    pub async fn sample(&self, outside: bool) -> Result<Observation> {
+        let pool = async {
+            match &self.admin {
+                Some(a) => {
+                    let (s, c, p) = tokio::join!(
+                        show(a, sql::SHOW_SERVERS),
+                        show(a, sql::SHOW_CLIENTS),
+                        show(a, sql::SHOW_POOLS)
+                    );
+                    Ok::<_, anyhow::Error>((s?, c?, p?))
+                }
+                None => Ok((vec![], vec![], vec![])),
+            }
+        };
+        let pg = async {
+            timed(self.pg.query(&self.sample_stmt, &[]))
+                .await
+                .context("sampler")
+        };
+        let (pool, rows) = tokio::join!(pool, pg);
+        let (servers, clients, pools) = pool?;
+        let mut obs = Observation {
+            servers,
+            clients,
+            pools,
+            ..Default::default()
+        };
+        fill_backends(&mut obs, rows?, true)?;
+        if outside {
+            obs.outside = Some(self.outside().await);
+        }
+        Ok(obs)
+    }
+
+    /// Try a new connection to PostgreSQL as the client role (closed at once): `connected`,
+    /// or why it was refused.
+    pub async fn outside(&self) -> String {
+        match tokio::time::timeout(
+            Duration::from_secs(2),
+            self.outside_config.connect(tokio_postgres::NoTls),
+        )
+        .await
+        {
+            Ok(Ok(_)) => "connected".into(),
+            Ok(Err(e)) => match e.as_db_error() {
+                Some(d) => format!("refused {} {}", d.code().code(), d.message()),
+                None => format!("failed: {e}"),
+            },
+            Err(_) => "no answer within 2 s".into(),
+        }
+    }
+
+    /// How many times migration version 1 was recorded.
+    pub async fn migrated(&self) -> Result<u32> {
+        let rows = Self::raw_ok(&self.pg, &sql::migrations_count()).await?;
+        Ok(rows
+            .first()
+            .and_then(|r| r[0].as_deref())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
     }
 
     /// Whether looks read `SHOW POOLS` as well.
@@ -171,41 +247,9 @@ impl Observer {
             pools,
             app_pool: None,
             migrated: None,
+            outside: None,
         };
-        for r in rows {
-            let id = BackendId {
-                pid: r.try_get(0)?,
-                start_us: r.try_get(1)?,
-            };
-            if obs.backends.last().map(|b| b.id) != Some(id) {
-                obs.backends.push(BackendRow {
-                    id,
-                    backend_start: r.try_get::<_, Option<String>>(2)?.unwrap_or_default(),
-                    state: r.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
-                    query: r.try_get::<_, Option<String>>(4)?.unwrap_or_default(),
-                    xact_start: r.try_get(10)?,
-                    wait_event_type: None,
-                    wait_event: None,
-                    blocked_by: vec![],
-                    locks: vec![],
-                });
-            }
-            let (c, o, sub): (Option<u32>, Option<u32>, Option<i16>) =
-                (r.try_get(5)?, r.try_get(6)?, r.try_get(7)?);
-            if let (Some(c), Some(o), Some(sub)) = (c, o, sub) {
-                let key = Key::from_lock_row(c, o, sub)
-                    .ok_or_else(|| anyhow!("unexpected objsubid {sub}"))?;
-                obs.backends
-                    .last_mut()
-                    .expect("pushed")
-                    .locks
-                    .push(LockRow {
-                        key,
-                        mode: r.try_get::<_, Option<String>>(8)?.unwrap_or_default(),
-                        granted: r.try_get::<_, Option<bool>>(9)?.unwrap_or(false),
-                    });
-            }
-        }
+        fill_backends(&mut obs, rows, false)?;
         Ok(obs)
     }
 
@@ -300,6 +344,10 @@ impl Observer {
                 vec![]
             };
             if n(&backends) == "0" && n(&locks) == "0" && pool_empty && exiting.is_empty() {
+                if self.migrations {
+                    // Nobody is left to hold the migration's tables: start it afresh.
+                    Self::raw_ok(&self.pg, &sql::migrations_reset()).await?;
+                }
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -312,6 +360,62 @@ impl Observer {
             backoff(attempt).await;
         }
     }
+}
+
+/// The backends (and their advisory locks) of a snapshot's or a sample's rows.
+fn fill_backends(obs: &mut Observation, rows: Vec<tokio_postgres::Row>, waits: bool) -> Result<()> {
+    for r in rows {
+        let id = BackendId {
+            pid: r.try_get(0)?,
+            start_us: r.try_get(1)?,
+        };
+        if obs.backends.last().map(|b| b.id) != Some(id) {
+            let (wait_event_type, wait_event, blocked_by) = if waits {
+                let blockers: Option<String> = r.try_get(13)?;
+                (
+                    r.try_get(11)?,
+                    r.try_get(12)?,
+                    blockers
+                        .map(|t| {
+                            t.trim_matches(|c| c == '{' || c == '}')
+                                .split(',')
+                                .filter_map(|p| p.trim().parse().ok())
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                )
+            } else {
+                (None, None, vec![])
+            };
+            obs.backends.push(BackendRow {
+                id,
+                backend_start: r.try_get::<_, Option<String>>(2)?.unwrap_or_default(),
+                state: r.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
+                query: r.try_get::<_, Option<String>>(4)?.unwrap_or_default(),
+                xact_start: r.try_get(10)?,
+                wait_event_type,
+                wait_event,
+                blocked_by,
+                locks: vec![],
+            });
+        }
+        let (c, o, sub): (Option<u32>, Option<u32>, Option<i16>) =
+            (r.try_get(5)?, r.try_get(6)?, r.try_get(7)?);
+        if let (Some(c), Some(o), Some(sub)) = (c, o, sub) {
+            let key = Key::from_lock_row(c, o, sub)
+                .ok_or_else(|| anyhow!("unexpected objsubid {sub}"))?;
+            obs.backends
+                .last_mut()
+                .expect("pushed")
+                .locks
+                .push(LockRow {
+                    key,
+                    mode: r.try_get::<_, Option<String>>(8)?.unwrap_or_default(),
+                    granted: r.try_get::<_, Option<bool>>(9)?.unwrap_or(false),
+                });
+        }
+    }
+    Ok(())
 }
 
 /// Whether a local process is still running (a zombie has already released everything and

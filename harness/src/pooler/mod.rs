@@ -49,6 +49,13 @@ pub struct ConfigFile {
     pub is_main: bool,
 }
 
+/// The pooling rules of a whole topology: its pooler's, with the application pool in front.
+pub fn rules_for(t: &Topology) -> PoolRules {
+    let mut r = for_topology(t).rules();
+    r.app_pin = t.app_pool.map(|p| p.pin);
+    r
+}
+
 /// The pooler for a topology.
 pub fn for_topology(t: &Topology) -> Box<dyn Pooler> {
     match &t.pgbouncer {
@@ -92,6 +99,11 @@ pub struct PoolRules {
     /// `server_reset_query_always`: the reset also runs at every release in transaction and
     /// statement mode.
     pub reset_always: bool,
+    /// An application-side pool in front (direct topologies): `none` hands out any
+    /// connection per op, `session` keeps one per client; a client's disconnect gives its
+    /// connection back as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_pin: Option<crate::topology::Pin>,
 }
 
 /// What a client's disconnect does to the server linked to it.
@@ -113,6 +125,7 @@ impl PoolRules {
             pool_size: usize::MAX,
             reset_releases_locks: false,
             reset_always: false,
+            app_pin: None,
         }
     }
 
@@ -124,6 +137,9 @@ impl PoolRules {
     /// idle (`in_tx == false`) or open. Direct and session mode: always; transaction mode:
     /// only inside a transaction; statement mode: never.
     pub fn stays_linked(&self, in_tx: bool) -> bool {
+        if self.app_pin == Some(crate::topology::Pin::None) {
+            return false;
+        }
         match self.mode {
             None | Some(PoolMode::Session) => true,
             Some(PoolMode::Transaction) => in_tx,
@@ -140,7 +156,8 @@ impl PoolRules {
     /// What a client's disconnect does to its linked server, given whether that server's
     /// backend is inside a transaction.
     pub fn on_disconnect(&self, linked: bool, in_tx: bool) -> ServerFate {
-        if !linked {
+        if !linked || self.app_pin.is_some() {
+            // An application pool takes the connection back as it is.
             return ServerFate::Untouched;
         }
         match self.mode {
@@ -162,6 +179,7 @@ mod tests {
             pool_size: 2,
             reset_releases_locks: true,
             reset_always: always,
+            app_pin: None,
         }
     }
 
@@ -207,5 +225,21 @@ mod tests {
             PoolRules::direct().on_disconnect(false, false),
             ServerFate::Untouched
         );
+    }
+
+    #[test]
+    fn an_application_pool_keeps_nothing_linked_unless_pinned_and_closes_nothing() {
+        use crate::topology::Pin;
+        let none = PoolRules {
+            app_pin: Some(Pin::None),
+            ..PoolRules::direct()
+        };
+        assert!(!none.stays_linked(true), "another op, another connection");
+        let pinned = PoolRules {
+            app_pin: Some(Pin::Session),
+            ..PoolRules::direct()
+        };
+        assert!(pinned.stays_linked(false));
+        assert_eq!(pinned.on_disconnect(true, true), ServerFate::Untouched);
     }
 }

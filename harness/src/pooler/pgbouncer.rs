@@ -129,6 +129,7 @@ impl Pooler for PgBouncer {
             pool_size: self.spec.default_pool_size as usize,
             reset_releases_locks: q.contains("discard all") || q.contains("pg_advisory_unlock_all"),
             reset_always: self.spec.server_reset_query_always,
+            app_pin: None,
         }
     }
 

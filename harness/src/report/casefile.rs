@@ -48,6 +48,10 @@ pub struct CaseFile {
     pub case_seed: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub versions: Option<String>,
+    /// How the case ran, when not the topology's `run.schedule` default (`sequential`):
+    /// a concurrent case replays concurrently, its think times from `case_seed`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub schedule: Option<crate::topology::Schedule>,
     pub steps: Vec<CaseStep>,
 }
 
@@ -80,6 +84,8 @@ impl CaseFile {
             expect_violated: vec![],
             case_seed: None,
             versions: None,
+            schedule: (view.start.schedule == crate::topology::Schedule::Concurrent)
+                .then_some(view.start.schedule),
             steps: view
                 .steps
                 .iter()

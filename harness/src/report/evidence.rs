@@ -2,9 +2,12 @@
 //! retained-evidence list): holder and contender `(pid, backend_start)`, the boundary
 //! action, pg_locks before and after, the contender's result before and after, the pooler's
 //! views, the cleanup, the versions and pool mode. Built from the evidence replay's events.
+//! A concurrent case adds `samples_during_boundary`: the sampler's rows (pg_locks joined with
+//! pg_stat_activity, the pooler's and the application pool's views) taken while the
+//! boundary op was running, the rows a wait or a starved pool is proved by.
 
 use crate::check::CaseCheck;
-use crate::history::{CaseView, RunHeader, symbol};
+use crate::history::{At, Body, CaseView, Event, RunHeader, symbol};
 use crate::launch::DB;
 use serde_json::{Value, json};
 
@@ -12,6 +15,7 @@ pub fn evidence_json(
     header: &RunHeader,
     invariant: &str,
     case_seed: Option<u64>,
+    events: &[Event],
     view: &CaseView,
     check: &CaseCheck,
 ) -> Value {
@@ -26,6 +30,29 @@ pub fn evidence_json(
         .and_then(|s| s.backend())
         .or_else(|| view.steps.iter().rev().find_map(|s| s.backend()));
     let v = &header.versions;
+    // Samples taken while the boundary op ran (concurrent schedule only), at most
+    // MAX_SAMPLES: the first ones and the last.
+    const MAX_SAMPLES: usize = 8;
+    let mut samples: Vec<Value> = vec![];
+    if let Some(s) = boundary
+        && let Some(ti) = s.t_invoke
+    {
+        let td = s.t_done.unwrap_or(u64::MAX);
+        let during: Vec<(u64, &crate::history::Observation)> = events
+            .iter()
+            .filter(|e| e.t >= ti && e.t <= td)
+            .filter_map(|e| match &e.body {
+                Body::Obs(o) if o.at == At::Sample => Some((e.t, &o.obs)),
+                _ => None,
+            })
+            .collect();
+        let n = during.len();
+        for (i, (t, obs)) in during.into_iter().enumerate() {
+            if i + 1 < MAX_SAMPLES || i + 1 == n {
+                samples.push(json!({ "t_ms": t as f64 / 1e6, "observation": obs }));
+            }
+        }
+    }
     json!({
         "test_case_id": format!("{}/{}/{}", header.topology, invariant, case_seed.unwrap_or(0)),
         "invariant": invariant,
@@ -53,6 +80,7 @@ pub fn evidence_json(
         "show_servers_after": boundary.and_then(|s| s.obs_after.as_ref()).map(|o| &o.servers),
         "show_clients_after": boundary.and_then(|s| s.obs_after.as_ref()).map(|o| &o.clients),
         "show_pools_after": boundary.and_then(|s| s.obs_after.as_ref()).map(|o| &o.pools),
+        "samples_during_boundary": samples,
         "contender_try_before": boundary.map(|s| &s.probes_before),
         "contender_try_after": boundary.map(|s| &s.probes_after),
         "cleanup_action": "pooler KILL/RESUME of the database (pooled) and pg_terminate_backend of every client-role backend, then verified: zero client-role backends, zero advisory locks, empty pool",

@@ -73,6 +73,7 @@ pub fn write_report(
                 header,
                 &f.invariant,
                 f.case_seed,
+                events,
                 &view,
                 check,
             ))?,

@@ -8,14 +8,15 @@
 //! May import everything below it: `vocab`, `pooler`, `launch`, `client`, `observe`,
 //! `nemesis`, `history`, `workload`, `sql`.
 
+pub mod concurrent;
 pub mod plan;
 
-use crate::client::LogicalClient;
+use crate::client::{AppPool, LogicalClient};
 use crate::history::{
     At, Body, CaseEnd, CaseStart, Completion, Invoke, ObsEvent, Observation, Phase, ProbeEvent,
     ProbeWhy, Process, Recorder, RunHeader, Skip,
 };
-use crate::launch::Cluster;
+use crate::launch::{Cluster, IO_TIMEOUT};
 use crate::nemesis::{Fault, Nemesis};
 use crate::observe::{Observer, Waits};
 use crate::pooler::{PoolRules, ServerFate};
@@ -23,7 +24,7 @@ use crate::vocab::{BackendId, Key, Op, Reply};
 use crate::workload::Step;
 use anyhow::{Result, bail};
 use plan::{ProbeInput, Slot};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Which case this is, for the history.
 #[derive(Clone, Debug)]
@@ -40,6 +41,8 @@ pub struct Runner<'a> {
     pub observer: Observer,
     nemesis: Nemesis,
     pub rules: PoolRules,
+    /// How cases run (the topology's `run.schedule`, or `--schedule`).
+    pub schedule: crate::topology::Schedule,
     trace: bool,
 }
 
@@ -48,7 +51,8 @@ impl<'a> Runner<'a> {
         Ok(Runner {
             observer: Observer::connect(cluster).await?,
             nemesis: Nemesis::connect(cluster).await?,
-            rules: cluster.pooler.rules(),
+            rules: crate::pooler::rules_for(&cluster.topology),
+            schedule: cluster.topology.run.schedule,
             cluster,
             trace: std::env::var_os("PGCHAOS_TRACE").is_some(),
         })
@@ -72,6 +76,7 @@ impl<'a> Runner<'a> {
             contender: self.observer.contender_id,
             contender_start: self.observer.contender_start.clone(),
             keys: self.cluster.topology.workload.keys.clone(),
+            bounds: self.bounds(),
             started: crate::vocab::backend::utc_stamp(),
         }
     }
@@ -95,6 +100,7 @@ impl<'a> Runner<'a> {
             .max(self.cluster.topology.workload.clients as usize);
         rec.emit(Body::Case(CaseStart {
             case: meta.case,
+            schedule: Default::default(),
             seed: meta.seed,
             phase: meta.phase,
             invariant: meta.invariant.clone(),
@@ -103,7 +109,7 @@ impl<'a> Runner<'a> {
         }));
         let keys = &self.cluster.topology.workload.keys;
         self.observer.set_pools(evidence);
-        let mut clients: Vec<LogicalClient> = (0..nclients).map(LogicalClient::new).collect();
+        let mut clients = self.clients(nclients)?;
         let mut slots = vec![Slot::default(); nclients];
         // Case setup: every logical client connects before the first step (through a pooler
         // this creates no server connection: PgBouncer assigns servers at a client's first
@@ -209,13 +215,20 @@ impl<'a> Runner<'a> {
                     }
                     (reply, None)
                 }
+                Op::Sleep => {
+                    self.invoke(rec, p, i, step, None);
+                    tokio::time::sleep(Duration::from_millis(step.ms.unwrap_or(0))).await;
+                    (Reply::Ok, None)
+                }
                 _ => {
                     if !slots[c].connected {
                         self.open(rec, &mut clients[c], Some(i)).await?;
                         slots[c].connected = true;
                     }
                     self.invoke(rec, p, i, step, None);
-                    let (reply, mut served) = clients[c].run(step.op, step.key, i).await;
+                    let bound = self.op_bound(step, IO_TIMEOUT);
+                    let (reply, mut served) =
+                        clients[c].run(step.op, step.key, step.ms, i, bound).await;
                     // No in-band identity (DISCARD ALL must run alone): find the step's tag.
                     if served.is_none() && !reply.is_closed() {
                         let obs = self.observer.snapshot().await?;
@@ -311,6 +324,48 @@ impl<'a> Runner<'a> {
             reset_us,
         }));
         Ok(())
+    }
+
+    /// What the checker needs to judge this runner's cases.
+    pub fn check_context(&self) -> crate::check::CheckContext {
+        crate::check::CheckContext {
+            rules: self.rules.clone(),
+            bounds: self.bounds(),
+        }
+    }
+
+    /// The bounds `app.progress` judges this topology's ops by.
+    pub fn bounds(&self) -> crate::history::Bounds {
+        let t = &self.cluster.topology;
+        crate::history::Bounds {
+            lock_timeout_ms: t.workload.lock_timeout_ms,
+            op_deadline_ms: t.run.op_deadline.as_millis() as u64,
+        }
+    }
+
+    /// The logical clients of a case: own connections, or an application pool they share
+    /// (a fresh one per case: the reset closes every server connection).
+    pub fn clients(&self, n: usize) -> Result<Vec<LogicalClient>> {
+        Ok(match self.cluster.topology.app_pool {
+            None => (0..n).map(LogicalClient::new).collect(),
+            Some(p) => {
+                let pool = AppPool::new(self.cluster.client_config(), p.max_open, p.pin)?;
+                (0..n)
+                    .map(|i| LogicalClient::pooled(i, pool.clone()))
+                    .collect()
+            }
+        })
+    }
+
+    /// How long a client may take for a step's op: `base` (getting a connection and an
+    /// answer), plus the lock wait for ops that wait on a lock, plus the op's own duration.
+    pub fn op_bound(&self, step: &Step, base: Duration) -> Duration {
+        let w = &self.cluster.topology.workload;
+        let mut b = base + Duration::from_millis(step.ms.unwrap_or(0));
+        if step.op.waits_for_lock() {
+            b += Duration::from_millis(w.lock_timeout_ms);
+        }
+        b
     }
 
     fn invoke(

@@ -4,9 +4,10 @@
 //! and which keys the fresh contender probes at the boundary it crossed. Pure functions,
 //! unit-tested on hand-made observations.
 
-use crate::history::Observation;
+use crate::history::{AppPoolRow, Observation};
 use crate::observe::Waits;
 use crate::pooler::{PoolRules, ServerFate};
+use crate::topology::Pin;
 use crate::vocab::{BackendId, Key, Op, Reply};
 
 /// What the runner knows of one logical client from its own replies.
@@ -72,6 +73,26 @@ pub fn would_wait(
         format!(
             "pool exhausted: all {} servers are pinned by other clients, so C{} would wait for one forever in a sequential schedule",
             rules.pool_size,
+            c + 1
+        )
+    })
+}
+
+/// `Some(reason)` when a step would wait forever for an application-pool connection in a
+/// sequential schedule: every connection is kept by a pinned client and this one keeps
+/// none.
+pub fn would_wait_for_app_pool(
+    pool: &AppPoolRow,
+    pin: Pin,
+    holds: bool,
+    c: usize,
+    op: Op,
+) -> Option<String> {
+    let needs = !matches!(op, Op::Disconnect | Op::Reconnect | Op::Sleep) && !op.is_fault();
+    (needs && pin == Pin::Session && !holds && pool.size >= pool.max_open && pool.idle == 0).then(|| {
+        format!(
+            "application pool exhausted: all {} connections are kept by other clients, so C{} would wait for one forever in a sequential schedule",
+            pool.max_open,
             c + 1
         )
     })
@@ -236,6 +257,7 @@ mod tests {
             pool_size: size,
             reset_releases_locks: true,
             reset_always: false,
+            app_pin: None,
         }
     }
     fn slot(last: i32) -> Slot {

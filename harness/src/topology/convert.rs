@@ -427,6 +427,13 @@ impl Cx<'_> {
             Some(p) => Some(self.app_pool(p, &raw.app_pool.referenced)?),
             None => None,
         };
+        if let (Some(_), Some(_)) = (&app_pool, &raw.pgbouncer.value) {
+            return Err(self.err(
+                &raw.app_pool.referenced,
+                "an `app_pool` in front of PgBouncer is not supported yet",
+                vec!["the runner does not yet plan waits across two layers of pooling; use `app_pool` on a direct topology".into()],
+            ));
+        }
         if !workload.script.is_empty() && run.schedule != Schedule::Concurrent {
             return Err(self.err(
                 &raw_workload.script.referenced,

@@ -311,6 +311,11 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// Whether the workload (weights or script) runs this op.
+    pub fn uses(&self, op: Op) -> bool {
+        self.ops.contains_key(&op) || self.script.iter().any(|g| g.ops.iter().any(|o| o.op == op))
+    }
+
     /// The steps of a scripted case: each replica's ops, in order (client numbers by group).
     pub fn script_steps(&self) -> Vec<crate::workload::Step> {
         let mut out = vec![];

@@ -242,6 +242,7 @@ fn io_errors_name_the_file() {
 #[test]
 fn shipped_topologies_parse() {
     let mut seen = Vec::new();
+    let mut concurrent = Vec::new();
     for entry in std::fs::read_dir(TOPOLOGIES).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "yaml") {
@@ -251,6 +252,17 @@ fn shipped_topologies_parse() {
         let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
         assert_eq!(t.name, stem, "name should match the file name");
         assert!(t.description.is_some(), "{stem}: describe it");
+        assert_eq!(t.source, path);
+        if t.run.schedule == Schedule::Concurrent {
+            // Scripted experiments: a fixed seed, few cases, every replica scripted.
+            assert!(
+                !t.workload.script.is_empty(),
+                "{stem}: concurrent topologies are scripted"
+            );
+            assert!(t.run.seed.is_some(), "{stem}: experiments pin their seed");
+            concurrent.push(stem);
+            continue;
+        }
         assert_eq!(t.workload.clients, 4, "{stem}");
         assert!(
             t.workload
@@ -274,7 +286,6 @@ fn shipped_topologies_parse() {
             t.expect.values().all(|v| *v == Verdict::Violated),
             "{stem}: list only violations"
         );
-        assert_eq!(t.source, path);
         seen.push(stem);
     }
     seen.sort();
@@ -287,6 +298,16 @@ fn shipped_topologies_parse() {
             "transaction-mode",
             "transaction-mode-reset-always",
             "transaction-mode-xact",
+        ]
+    );
+    concurrent.sort();
+    assert_eq!(
+        concurrent,
+        [
+            "migrate-race",
+            "migrate-race-session-mode",
+            "migrate-race-transaction-mode",
+            "starvation",
         ]
     );
 }
@@ -335,6 +356,33 @@ fn shipped_topologies_expect_what_was_decided() {
         ]
     );
     assert_eq!(violated("transaction-mode-xact"), ["app.no_stale_holder"]);
+    assert!(violated("migrate-race").is_empty());
+    assert!(violated("migrate-race-session-mode").is_empty());
+    assert_eq!(
+        violated("migrate-race-transaction-mode"),
+        [
+            "app.mutual_exclusion",
+            "app.no_orphans",
+            "app.unlock_reaches_owner",
+            "app.applied_once"
+        ]
+    );
+    assert_eq!(violated("starvation"), ["app.progress"]);
+    // The migration lock is the one golang-migrate derives for database "chaos".
+    for name in [
+        "migrate-race",
+        "migrate-race-session-mode",
+        "migrate-race-transaction-mode",
+    ] {
+        let t = Topology::load(
+            &Path::new(TOPOLOGIES).join(format!("{name}.yaml")),
+            catalog(),
+        )
+        .unwrap();
+        let id =
+            crate::workload::keys::golang_migrate_lock_id("chaos", "public", "schema_migrations");
+        assert_eq!(t.workload.keys, [Key::Big(id)], "{name}");
+    }
 
     let t = Topology::load(
         &Path::new(TOPOLOGIES).join("transaction-mode.yaml"),

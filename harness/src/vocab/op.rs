@@ -49,6 +49,10 @@ pub enum Op {
     /// Not a workload op: a client opening its connection (at case setup, or before a step
     /// whose client has none).
     Open,
+    /// Not a workload op: a client's script ended and its pinned application-pool
+    /// connection went back to the pool as it is (Go's `Conn.Close`): the client is gone,
+    /// any session lock stays on the connection.
+    Release,
 }
 
 impl Op {
@@ -98,6 +102,7 @@ impl Op {
             Op::PgSleep => "pg_sleep",
             Op::Migrate => "migrate",
             Op::Open => "open",
+            Op::Release => "release",
         }
     }
 

@@ -125,10 +125,22 @@ pub fn case_tree(w: &Workload, seed: u64) -> Box<dyn ValueTree<Value = Vec<Step>
     )
 }
 
+/// The case with this seed: the script's steps for a scripted workload (the same every
+/// case; only think times vary with the seed), else the value tree's current value.
+pub fn case(w: &Workload, seed: u64) -> Vec<Step> {
+    if w.script.is_empty() {
+        case_tree(w, seed).current()
+    } else {
+        w.script_steps()
+    }
+}
+
 /// Shrink the case with this seed while `fails` says a candidate still fails: proptest's
 /// value tree first (it removes steps from the ends, lowers clients, ops and keys), then a
-/// greedy pass dropping single steps, then clients renamed in order of first appearance
-/// (kept if it still fails). Stops after `max_runs` candidates. Returns the smallest failing
+/// greedy pass dropping whole clients, then single steps, then clients renamed in order of
+/// first appearance (kept if it still fails). A scripted case has no value tree and keeps
+/// its protocol: whole replicas are dropped, and a replica's script only cut short from
+/// its end (a replica that stopped early), never a lock skipped in the middle. Stops after `max_runs` candidates. Returns the smallest failing
 /// case found and the number of candidates tried.
 pub async fn shrink<F>(
     w: &Workload,
@@ -139,33 +151,78 @@ pub async fn shrink<F>(
 where
     F: AsyncFnMut(&[Step]) -> anyhow::Result<bool>,
 {
-    let mut tree = case_tree(w, seed);
-    let mut best = tree.current();
     let mut runs = 0;
-    let mut moved = tree.simplify();
-    while moved && runs < max_runs {
-        runs += 1;
-        let candidate = tree.current();
-        if fails(&candidate).await? {
-            best = candidate;
-            moved = tree.simplify();
-        } else {
-            moved = tree.complicate();
+    let mut best = case(w, seed);
+    if w.script.is_empty() {
+        let mut tree = case_tree(w, seed);
+        let mut moved = tree.simplify();
+        while moved && runs < max_runs {
+            runs += 1;
+            let candidate = tree.current();
+            if fails(&candidate).await? {
+                best = candidate;
+                moved = tree.simplify();
+            } else {
+                moved = tree.complicate();
+            }
         }
     }
-    let mut i = 0;
-    while i < best.len() && runs < max_runs {
-        let mut candidate = best.clone();
-        candidate.remove(i);
+    // Whole clients, last first (replicas are alike, so the last goes first).
+    let mut clients: Vec<usize> = best.iter().map(|s| s.client).collect();
+    clients.sort_unstable();
+    clients.dedup();
+    for c in clients.into_iter().rev() {
+        if runs >= max_runs {
+            break;
+        }
+        let candidate: Vec<Step> = best.iter().filter(|s| s.client != c).cloned().collect();
         if candidate.is_empty() {
-            i += 1;
             continue;
         }
         runs += 1;
         if fails(&candidate).await? {
             best = candidate;
-        } else {
-            i += 1;
+        }
+    }
+    if w.script.is_empty() {
+        let mut i = 0;
+        while i < best.len() && runs < max_runs {
+            let mut candidate = best.clone();
+            candidate.remove(i);
+            if candidate.is_empty() {
+                i += 1;
+                continue;
+            }
+            runs += 1;
+            if fails(&candidate).await? {
+                best = candidate;
+            } else {
+                i += 1;
+            }
+        }
+    } else {
+        // A script is a protocol: a replica never skips one of its ops, but it may stop
+        // early (a crash). So a replica's script is only cut short, from its end.
+        let mut clients: Vec<usize> = best.iter().map(|s| s.client).collect();
+        clients.sort_unstable();
+        clients.dedup();
+        for c in clients {
+            while runs < max_runs {
+                let Some(last) = best.iter().rposition(|s| s.client == c) else {
+                    break;
+                };
+                let mut candidate = best.clone();
+                candidate.remove(last);
+                if candidate.is_empty() || !candidate.iter().any(|s| s.client == c) {
+                    break;
+                }
+                runs += 1;
+                if fails(&candidate).await? {
+                    best = candidate;
+                } else {
+                    break;
+                }
+            }
         }
     }
     let relabelled = relabel_clients(&best);
@@ -295,6 +352,70 @@ mod tests {
             .block_on(shrink(&w, seed, 3, async |c: &[Step]| Ok(fails(c))))
             .unwrap();
         assert!(capped <= 3);
+    }
+
+    /// A scripted case shrinks by whole replicas and single ops: five replicas of
+    /// `lock, sleep, unlock` where the stand-in failure needs two lockers.
+    #[test]
+    fn a_script_shrinks_to_two_replicas_and_their_locks() {
+        use crate::topology::{ScriptGroup, ScriptOp};
+        let mut w = workload();
+        w.script = vec![ScriptGroup {
+            clients: 5,
+            ops: vec![
+                ScriptOp {
+                    op: Op::Lock,
+                    key: Some(Key::Big(7)),
+                    ms: None,
+                },
+                ScriptOp {
+                    op: Op::Sleep,
+                    key: None,
+                    ms: Some(100),
+                },
+                ScriptOp {
+                    op: Op::Unlock,
+                    key: Some(Key::Big(7)),
+                    ms: None,
+                },
+            ],
+        }];
+        w.clients = 5;
+        let case = case(&w, 1);
+        assert_eq!(case.len(), 15);
+        assert_eq!(
+            case,
+            super::case(&w, 2),
+            "a script is the same for every seed"
+        );
+        let fails = |c: &[Step]| {
+            let lockers: std::collections::BTreeSet<_> = c
+                .iter()
+                .filter(|s| s.op == Op::Lock)
+                .map(|s| s.client)
+                .collect();
+            lockers.len() >= 2
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (best, _) = rt
+            .block_on(shrink(&w, 1, 1000, async |c: &[Step]| Ok(fails(c))))
+            .unwrap();
+        // Two replicas, each cut short after its lock; no op skipped in the middle.
+        assert_eq!(best.len(), 2, "{best:?}");
+        assert!(best.iter().all(|s| s.op == Op::Lock));
+        assert_eq!((best[0].client, best[1].client), (0, 1));
+        // A failure that needs the sleep keeps the lock before it.
+        let needs_sleep = |c: &[Step]| c.iter().any(|s| s.op == Op::Sleep);
+        let (best, _) = rt
+            .block_on(shrink(&w, 1, 1000, async |c: &[Step]| Ok(needs_sleep(c))))
+            .unwrap();
+        assert_eq!(
+            best.iter().map(|s| s.op).collect::<Vec<_>>(),
+            vec![Op::Lock, Op::Sleep],
+            "{best:?}"
+        );
     }
 
     #[test]

@@ -1,0 +1,367 @@
+//! The wait-for graph at one moment of a concurrent case, across both layers: clients
+//! waiting for a connection (the application pool) or a pooled server (PgBouncer's SHOW
+//! CLIENTS `waiting`), backends waiting on an advisory lock (`wait_event = advisory`,
+//! `pg_blocking_pids()`), the holders and the clients whose connections they are. A cycle
+//! that runs through a pool is a pool deadlock, which PostgreSQL's deadlock detector cannot
+//! see: it is said so in plain words, with pid and backend_start for every backend in it.
+
+use crate::history::Observation;
+use crate::vocab::{BackendId, Key, Op};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// An op running at that moment.
+#[derive(Clone, Debug)]
+pub struct Running {
+    pub client: usize,
+    pub step: usize,
+    pub op: Op,
+    pub key: Option<Key>,
+    /// Nanoseconds it has been running.
+    pub for_ns: u64,
+}
+
+/// What a client waits for.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Waits {
+    /// A backend's advisory lock held by these clients.
+    Lock {
+        backend: BackendId,
+        blockers: Vec<BackendId>,
+    },
+    /// A connection from the pool, whose connections these clients hold.
+    Pool { what: String },
+}
+
+fn who(c: usize) -> String {
+    format!("C{}", c + 1)
+}
+
+fn backend(b: BackendId) -> String {
+    format!("pid {} (backend_start {})", b.pid, b.backend_start())
+}
+
+/// Describe the wait-for graph in words. `owner`: the client whose connection each backend is
+/// (from the history: its pinned client, or the client whose op it is running).
+pub fn describe(
+    obs: &Observation,
+    running: &[Running],
+    owner: &BTreeMap<BackendId, usize>,
+) -> String {
+    let tag_of = |step: usize| crate::sql::tag(step);
+    let mut edges: BTreeMap<usize, (Waits, Vec<usize>)> = BTreeMap::new();
+    let mut lines: Vec<String> = vec![];
+    // Whose connection each backend is: the history's owners, and each running op's backend.
+    let mut owner = owner.clone();
+    for r in running {
+        if let Some(b) = obs.ran(&tag_of(r.step)) {
+            owner.entry(b).or_insert(r.client);
+        }
+    }
+    let owner = &owner;
+    // Who is using a connection right now (the pool's connections are theirs).
+    let mut holding: BTreeSet<usize> = owner.values().copied().collect();
+    for r in running {
+        if let Some(b) = obs.ran(&tag_of(r.step)) {
+            holding.insert(r.client);
+            let row = obs.backend(b).expect("ran() found it");
+            if row.wait_event_type.as_deref() == Some("Lock") {
+                let blockers: Vec<BackendId> = row
+                    .blocked_by
+                    .iter()
+                    .filter_map(|pid| obs.backends.iter().find(|x| x.id.pid == *pid).map(|x| x.id))
+                    .collect();
+                let by: Vec<usize> = blockers
+                    .iter()
+                    .filter_map(|x| owner.get(x).copied())
+                    .collect();
+                lines.push(format!(
+                    "{} {}{} waits on {} ({} {}), blocked by {}",
+                    who(r.client),
+                    r.op,
+                    r.key.map(|k| format!(" {k}")).unwrap_or_default(),
+                    backend(b),
+                    row.wait_event_type.as_deref().unwrap_or(""),
+                    row.wait_event.as_deref().unwrap_or(""),
+                    if blockers.is_empty() {
+                        "nobody visible".to_string()
+                    } else {
+                        blockers
+                            .iter()
+                            .map(|x| match owner.get(x) {
+                                Some(c) => {
+                                    format!("{} (the connection of {})", backend(*x), who(*c))
+                                }
+                                None => backend(*x),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                ));
+                edges.insert(
+                    r.client,
+                    (
+                        Waits::Lock {
+                            backend: b,
+                            blockers,
+                        },
+                        by,
+                    ),
+                );
+            }
+        }
+    }
+    // Ops that reached no backend wait for a connection or a pooled server.
+    let pool_waiters: Vec<&Running> = running
+        .iter()
+        .filter(|r| obs.ran(&tag_of(r.step)).is_none() && !matches!(r.op, Op::Sleep))
+        .collect();
+    if !pool_waiters.is_empty() {
+        let what = match (&obs.app_pool, obs.pools.first()) {
+            (Some(p), _) => format!(
+                "a connection from the application pool ({}/{} open, {} idle, {} waiting)",
+                p.size, p.max_open, p.idle, p.waiting
+            ),
+            (None, Some(pool)) => format!(
+                "a server from PgBouncer's pool (cl_waiting {}, sv_active {}, sv_idle {}, maxwait {} s)",
+                pool.get("cl_waiting").map(String::as_str).unwrap_or("?"),
+                pool.get("sv_active").map(String::as_str).unwrap_or("?"),
+                pool.get("sv_idle").map(String::as_str).unwrap_or("?"),
+                pool.get("maxwait").map(String::as_str).unwrap_or("?"),
+            ),
+            (None, None) => "a connection".to_string(),
+        };
+        for r in &pool_waiters {
+            let others: Vec<usize> = holding.iter().copied().filter(|c| *c != r.client).collect();
+            lines.push(format!(
+                "{} {} ({:.3} s so far) waits for {what}{}",
+                who(r.client),
+                r.op,
+                r.for_ns as f64 / 1e9,
+                if others.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", its connections held by {}",
+                        others
+                            .iter()
+                            .map(|c| who(*c))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            ));
+            edges.insert(r.client, (Waits::Pool { what: what.clone() }, others));
+        }
+    }
+    // Holders: locks granted to the backends others wait for.
+    let mut blockers: BTreeSet<BackendId> = BTreeSet::new();
+    for (w, _) in edges.values() {
+        if let Waits::Lock { blockers: bs, .. } = w {
+            blockers.extend(bs.iter().copied());
+        }
+    }
+    for b in blockers {
+        if let Some(row) = obs.backend(b) {
+            let keys: Vec<String> = row
+                .locks
+                .iter()
+                .filter(|l| l.granted)
+                .map(|l| l.key.to_string())
+                .collect();
+            // pg_blocking_pids also names waiters queued ahead for the same lock.
+            let what = if keys.is_empty() {
+                "holds no advisory lock: it is queued ahead".to_string()
+            } else {
+                format!("holds {}", keys.join(", "))
+            };
+            lines.push(format!(
+                "{} {what} ({}{})",
+                backend(b),
+                row.state,
+                owner
+                    .get(&b)
+                    .map(|c| format!(", the connection of {}", who(*c)))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if let Some(o) = &obs.outside {
+        lines.push(format!("a new connection to PostgreSQL as a client: {o}"));
+    }
+    if let Some(cycle) = find_cycle(&edges) {
+        let through_pool = cycle
+            .iter()
+            .any(|c| matches!(edges.get(c), Some((Waits::Pool { .. }, _))));
+        let path: Vec<String> = cycle.iter().map(|c| who(*c)).collect();
+        lines.insert(
+            0,
+            format!(
+                "{}: {} -> {} (each waits for the next{})",
+                if through_pool {
+                    "POOL DEADLOCK, a cycle through the pool that PostgreSQL's deadlock detector cannot see"
+                } else {
+                    "a wait cycle"
+                },
+                path.join(" -> "),
+                path[0],
+                if through_pool {
+                    ": for a lock the next one's backend holds, or for a pool connection the next one holds"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
+    if lines.is_empty() {
+        "nothing visible waits (the op was slow, not blocked)".to_string()
+    } else {
+        lines.join("; ")
+    }
+}
+
+/// A cycle among clients, following "waits for" edges.
+fn find_cycle(edges: &BTreeMap<usize, (Waits, Vec<usize>)>) -> Option<Vec<usize>> {
+    fn dfs(
+        n: usize,
+        edges: &BTreeMap<usize, (Waits, Vec<usize>)>,
+        path: &mut Vec<usize>,
+        seen: &mut BTreeSet<usize>,
+    ) -> Option<Vec<usize>> {
+        if let Some(i) = path.iter().position(|x| *x == n) {
+            return Some(path[i..].to_vec());
+        }
+        if !seen.insert(n) {
+            return None;
+        }
+        path.push(n);
+        if let Some((_, next)) = edges.get(&n) {
+            for m in next {
+                if let Some(c) = dfs(*m, edges, path, seen) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        None
+    }
+    for start in edges.keys() {
+        let mut seen = BTreeSet::new();
+        if let Some(c) = dfs(*start, edges, &mut vec![], &mut seen) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{AppPoolRow, BackendRow, LockRow};
+
+    fn id(pid: i32) -> BackendId {
+        BackendId {
+            pid,
+            start_us: 1796000000000000 + pid as i64,
+        }
+    }
+
+    fn row(pid: i32, step: usize, waiting_on: Option<i32>, holds: Option<i64>) -> BackendRow {
+        BackendRow {
+            id: id(pid),
+            backend_start: String::new(),
+            state: "active".into(),
+            query: format!("{} SELECT", crate::sql::tag(step)),
+            xact_start: None,
+            wait_event_type: waiting_on.map(|_| "Lock".to_string()),
+            wait_event: waiting_on.map(|_| "advisory".to_string()),
+            blocked_by: waiting_on.into_iter().collect(),
+            locks: holds
+                .map(|k| LockRow {
+                    key: Key::Big(k),
+                    mode: "ExclusiveLock".into(),
+                    granted: true,
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    /// The article's starvation: C1 holds 42 and needs a pool connection for its next op;
+    /// C2..C5 hold the pool's other connections, each waiting for 42.
+    #[test]
+    fn a_cycle_through_the_pool_is_a_pool_deadlock() {
+        let mut holder = row(101, 0, None, Some(42));
+        holder.state = "idle".into();
+        holder.query = "/*pgchaos s0*/ SELECT".into();
+        let mut obs = Observation {
+            backends: vec![holder],
+            app_pool: Some(AppPoolRow {
+                max_open: 5,
+                size: 5,
+                idle: 0,
+                waiting: 1,
+            }),
+            outside: Some("refused 53300 sorry, too many clients already".into()),
+            ..Default::default()
+        };
+        let mut running = vec![Running {
+            client: 0,
+            step: 9,
+            op: Op::Ping,
+            key: None,
+            for_ns: 2_100_000_000,
+        }];
+        let mut owner = BTreeMap::from([(id(101), 0)]);
+        for c in 1..5usize {
+            obs.backends.push(row(101 + c as i32, c, Some(101), None));
+            running.push(Running {
+                client: c,
+                step: c,
+                op: Op::Lock,
+                key: Some(Key::Big(42)),
+                for_ns: 2_000_000_000,
+            });
+            owner.insert(id(101 + c as i32), c);
+        }
+        let text = describe(&obs, &running, &owner);
+        assert!(text.starts_with("POOL DEADLOCK"), "{text}");
+        assert!(text.contains("C1 ping"), "{text}");
+        assert!(
+            text.contains("application pool (5/5 open, 0 idle, 1 waiting)"),
+            "{text}"
+        );
+        assert!(text.contains("C2 lock 42 waits on pid 102"), "{text}");
+        assert!(text.contains("Lock advisory"), "{text}");
+        assert!(
+            text.contains("pid 101 (backend_start 2026-11-30 00:53:20.000101+00)"),
+            "{text}"
+        );
+        assert!(text.contains("holds 42"), "{text}");
+        assert!(text.contains("53300"), "{text}");
+    }
+
+    #[test]
+    fn a_plain_lock_wait_is_no_deadlock() {
+        let obs = Observation {
+            backends: vec![row(101, 0, None, Some(42)), row(102, 1, Some(101), None)],
+            ..Default::default()
+        };
+        let running = vec![Running {
+            client: 1,
+            step: 1,
+            op: Op::Lock,
+            key: Some(Key::Big(42)),
+            for_ns: 5_000_000_000,
+        }];
+        let owner = BTreeMap::from([(id(101), 0), (id(102), 1)]);
+        let text = describe(&obs, &running, &owner);
+        assert!(
+            !text.contains("DEADLOCK") && !text.contains("cycle"),
+            "{text}"
+        );
+        assert!(
+            text.contains("blocked by pid 101 (backend_start 2026-11-30 00:53:20.000101+00) (the connection of C1)"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,438 @@
+//! The concurrent schedule: every logical client is a task of its own, running its steps in
+//! order against the pooler with real waits (a blocking lock waits up to `lock_timeout`, a
+//! client waits for a pooled server or an application-pool connection), with optional think
+//! time between ops; a sampler reads the servers beside them every `run.sample_every`; the
+//! case ends when every client is done, or at `run.case_time_limit` (ops still running are
+//! recorded as `info` and cancelled). Then, once the servers are quiet, one last
+//! observation and a contender probe of every key: the state the checker compares with the
+//! model. All tasks share one thread and record into the same history, on the same clock.
+
+use super::{CaseMeta, Runner};
+use crate::client::LogicalClient;
+use crate::history::{
+    At, Body, CaseEnd, CaseStart, Completion, Invoke, ObsEvent, Observation, ProbeEvent, ProbeWhy,
+    Process, Recorder, Skip,
+};
+use crate::nemesis::Fault;
+use crate::observe::backoff;
+use crate::topology::Schedule;
+use crate::vocab::reply::code;
+use crate::vocab::{BackendId, Op, Reply};
+use crate::workload::Step;
+use anyhow::Result;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// An op a client has invoked and not yet completed.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    client: usize,
+    op: Op,
+    /// Nanoseconds on the run's clock.
+    t_invoke: u64,
+    bound_ns: u64,
+}
+
+/// What the client tasks and the sampler share (one thread: no locking, no awaits while a
+/// borrow is held).
+struct Shared<'r, 's> {
+    rec: RefCell<&'r mut Recorder>,
+    inflight: RefCell<BTreeMap<usize, InFlight>>,
+    /// The backend that last served each client (the target of its faults).
+    last: RefCell<Vec<Option<BackendId>>>,
+    /// Steps whose deadline has passed and which the sampler has already looked at.
+    overdue_seen: RefCell<Vec<usize>>,
+    done: Cell<bool>,
+    wake: tokio::sync::Notify,
+    runner: &'s Runner<'s>,
+}
+
+impl Shared<'_, '_> {
+    fn emit(&self, body: Body) {
+        self.rec.borrow_mut().emit(body);
+    }
+    fn now(&self) -> u64 {
+        self.rec.borrow().now()
+    }
+}
+
+/// A deterministic think time for a step: `lo..=hi`, from the case seed and the step.
+fn think_for(range: Option<(Duration, Duration)>, seed: u64, step: usize) -> Duration {
+    let Some((lo, hi)) = range else {
+        return Duration::ZERO;
+    };
+    let span = hi.saturating_sub(lo).as_micros() as u64;
+    if span == 0 {
+        return lo;
+    }
+    let r = crate::workload::case_seed(seed, step as u32);
+    lo + Duration::from_micros(r % (span + 1))
+}
+
+impl Runner<'_> {
+    /// Run a case in the concurrent schedule, recording every event into `rec`.
+    pub async fn run_case_concurrent(
+        &self,
+        rec: &mut Recorder,
+        meta: CaseMeta,
+        steps: &[Step],
+        evidence: bool,
+    ) -> Result<()> {
+        let t_reset = Instant::now();
+        self.observer.reset().await?;
+        let topo = &self.cluster.topology;
+        let nclients = steps
+            .iter()
+            .map(|s| s.client + 1)
+            .max()
+            .unwrap_or(0)
+            .max(topo.workload.clients as usize);
+        rec.emit(Body::Case(CaseStart {
+            case: meta.case,
+            schedule: Schedule::Concurrent,
+            seed: meta.seed,
+            phase: meta.phase,
+            invariant: meta.invariant.clone(),
+            clients: nclients,
+            steps: steps.len(),
+        }));
+        self.observer.set_pools(true);
+        let mut clients = self.clients(nclients)?;
+        for (i, c) in clients.iter_mut().enumerate() {
+            if steps.iter().any(|s| s.client == i) {
+                self.open(rec, c, None).await?;
+            }
+        }
+        let reset_us = t_reset.elapsed().as_micros() as u64;
+        let t_steps = Instant::now();
+        let seed = meta.seed.unwrap_or(0);
+        let pool = clients.first().and_then(|c| c.app_pool().cloned());
+        let shared = Shared {
+            rec: RefCell::new(rec),
+            inflight: RefCell::new(BTreeMap::new()),
+            last: RefCell::new(vec![None; nclients]),
+            overdue_seen: RefCell::new(vec![]),
+            done: Cell::new(false),
+            wake: tokio::sync::Notify::new(),
+            runner: self,
+        };
+        let mine: Vec<Vec<usize>> = (0..nclients)
+            .map(|c| {
+                steps
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.client == c)
+                    .map(|(i, _)| i)
+                    .collect()
+            })
+            .collect();
+        let outcome = {
+            let tasks = clients
+                .iter_mut()
+                .enumerate()
+                .map(|(c, client)| client_task(&shared, c, client, &mine[c], steps, seed));
+            let all = async {
+                let results = futures_util::future::join_all(tasks).await;
+                shared.done.set(true);
+                shared.wake.notify_one();
+                results.into_iter().collect::<Result<Vec<()>>>()
+            };
+            let sampler = sampler(&shared, pool.as_ref());
+            tokio::time::timeout(topo.run.case_time_limit, async {
+                let (a, s) = tokio::join!(all, sampler);
+                a.and(s)
+            })
+            .await
+        };
+        let cut = match outcome {
+            Ok(r) => {
+                r?;
+                false
+            }
+            Err(_) => true,
+        };
+        if cut {
+            // Ops still running at the case's time bound: their outcome is unknown.
+            let pending: Vec<(usize, InFlight)> = shared
+                .inflight
+                .borrow()
+                .iter()
+                .map(|(s, f)| (*s, *f))
+                .collect();
+            for (step, f) in pending {
+                shared.emit(Body::Info(Completion {
+                    p: if f.op.is_fault() {
+                        Process::Nemesis
+                    } else {
+                        Process::Client(f.client)
+                    },
+                    step: Some(step),
+                    f: f.op,
+                    value: Reply::Error {
+                        code: code::TIMEOUT.into(),
+                        message: format!(
+                            "cut at the case time limit ({:?})",
+                            topo.run.case_time_limit
+                        ),
+                    },
+                    backend: None,
+                }));
+            }
+            for c in &clients {
+                c.cancel().await;
+            }
+        }
+        // The end state: every op done (or cancelled), the servers quiet.
+        let mut end = self.quiet_look().await?;
+        end.app_pool = pool.as_ref().map(|p| p.row());
+        if topo.workload.uses(Op::Migrate) {
+            end.migrated = Some(self.observer.migrated().await?);
+        }
+        shared.emit(Body::Obs(ObsEvent {
+            step: None,
+            at: At::End,
+            same: false,
+            delta: None,
+            obs: end,
+        }));
+        for k in &topo.workload.keys {
+            let available = self.observer.probe(*k).await?;
+            shared.emit(Body::Probe(ProbeEvent {
+                step: None,
+                why: ProbeWhy::End,
+                key: *k,
+                available,
+            }));
+        }
+        let _ = evidence; // every concurrent case records what an evidence replay would
+        drop(clients);
+        shared.emit(Body::CaseEnd(CaseEnd {
+            case: meta.case,
+            steps_us: t_steps.elapsed().as_micros() as u64,
+            reset_us,
+        }));
+        Ok(())
+    }
+
+    /// A look once the servers are quiet: no backend running a statement, no server
+    /// mid-login or mid-reset, no server left linked to an idle backend (bounded: 5 s, then
+    /// the last look is taken as it is).
+    async fn quiet_look(&self) -> Result<Observation> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let obs = self.observer.snapshot().await?;
+            let busy = obs.backends.iter().any(|b| b.state == "active")
+                || obs.servers.iter().any(|s| {
+                    matches!(
+                        s.get("state").map(String::as_str),
+                        Some("tested" | "login" | "new")
+                    )
+                });
+            if !busy || Instant::now() > deadline {
+                return Ok(obs);
+            }
+            backoff(attempt).await;
+        }
+    }
+}
+
+/// One logical client: its steps in order, with think time between them.
+async fn client_task(
+    sh: &Shared<'_, '_>,
+    c: usize,
+    client: &mut LogicalClient,
+    mine: &[usize],
+    steps: &[Step],
+    seed: u64,
+) -> Result<()> {
+    let runner = sh.runner;
+    let topo = &runner.cluster.topology;
+    let bounds = runner.bounds();
+    let config = runner.cluster.client_config();
+    for (n, &i) in mine.iter().enumerate() {
+        if n > 0 {
+            let t = think_for(topo.workload.think, seed, i);
+            if !t.is_zero() {
+                tokio::time::sleep(t).await;
+            }
+        }
+        let step = &steps[i];
+        let p = Process::Client(c);
+        let target = if step.op.is_fault() {
+            sh.last.borrow()[c]
+        } else {
+            None
+        };
+        if step.op.is_fault() && target.is_none() {
+            sh.emit(Body::Skip(Skip {
+                p,
+                step: i,
+                f: step.op,
+                key: step.key,
+                ms: step.ms,
+                reason: format!("C{} has not been served by a backend yet", c + 1),
+            }));
+            continue;
+        }
+        let bound_ns = bounds.of(step.op, step.ms);
+        // The client gives up a while after the bound, so a slow op is seen as slow.
+        let give_up = Duration::from_nanos(bound_ns) + Duration::from_secs(2);
+        let t_invoke = sh.now();
+        sh.inflight.borrow_mut().insert(
+            i,
+            InFlight {
+                client: c,
+                op: step.op,
+                t_invoke,
+                bound_ns,
+            },
+        );
+        sh.emit(Body::Invoke(Invoke {
+            p: if step.op.is_fault() {
+                Process::Nemesis
+            } else {
+                p
+            },
+            step: Some(i),
+            f: step.op,
+            key: step.key,
+            ms: step.ms,
+            target,
+            client: step.op.is_fault().then_some(c),
+        }));
+        let (reply, served) = match step.op {
+            Op::Sleep => {
+                tokio::time::sleep(Duration::from_millis(step.ms.unwrap_or(0))).await;
+                (Reply::Ok, None)
+            }
+            Op::Disconnect => {
+                client.disconnect();
+                (Reply::Ok, None)
+            }
+            Op::Reconnect => {
+                client.disconnect();
+                match client.connect(&config).await {
+                    Ok(()) => (Reply::Ok, None),
+                    Err(e) => (connect_error(&e), None),
+                }
+            }
+            Op::Terminate | Op::Cancel => {
+                let fault = Fault::for_op(step.op, target.expect("checked")).expect("a fault");
+                (runner.nemesis.run(fault).await?, None)
+            }
+            _ => {
+                if !client.is_connected()
+                    && let Err(e) = client.connect(&config).await
+                {
+                    (connect_error(&e), None)
+                } else {
+                    client.run(step.op, step.key, step.ms, i, give_up).await
+                }
+            }
+        };
+        if let Some(b) = served {
+            sh.last.borrow_mut()[c] = Some(b);
+        }
+        if reply.is_closed() {
+            client.disconnect();
+        }
+        sh.inflight.borrow_mut().remove(&i);
+        sh.emit(Body::completion(Completion {
+            p: if step.op.is_fault() {
+                Process::Nemesis
+            } else {
+                p
+            },
+            step: Some(i),
+            f: step.op,
+            value: reply,
+            backend: served,
+        }));
+    }
+    // The script is done: a pinned pooled connection goes back to the pool, as a replica's
+    // `defer conn.Close()` would (session locks stay on it). Recorded: the checker ends the
+    // client's beliefs and its pin there.
+    if client.holds_pooled() {
+        let p = Process::Client(c);
+        sh.emit(Body::Invoke(Invoke {
+            p,
+            step: None,
+            f: Op::Release,
+            key: None,
+            ms: None,
+            target: None,
+            client: None,
+        }));
+        client.release_pin();
+        sh.emit(Body::Ok(Completion {
+            p,
+            step: None,
+            f: Op::Release,
+            value: Reply::Ok,
+            backend: None,
+        }));
+    }
+    Ok(())
+}
+
+/// A refused connection as a reply: its SQLSTATE (e.g. 53300, too many clients), or
+/// `closed`.
+fn connect_error(e: &anyhow::Error) -> Reply {
+    let db = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<tokio_postgres::Error>())
+        .and_then(|pg| {
+            pg.as_db_error()
+                .map(|d| (d.code().code().to_string(), d.message().to_string()))
+        });
+    match db {
+        Some((code, message)) => Reply::Error { code, message },
+        None => Reply::Error {
+            code: code::CLOSED.into(),
+            message: format!("{e:#}"),
+        },
+    }
+}
+
+/// The sampler: a look every `sample_every` until the clients are done; when an op has
+/// passed its bound, that look also tries an outside connection.
+async fn sampler(sh: &Shared<'_, '_>, pool: Option<&crate::client::AppPool>) -> Result<()> {
+    let runner = sh.runner;
+    let every = runner.cluster.topology.run.sample_every;
+    while !sh.done.get() {
+        let t = sh.now();
+        let overdue: Vec<usize> = sh
+            .inflight
+            .borrow()
+            .iter()
+            .filter(|(s, f)| {
+                t.saturating_sub(f.t_invoke) > f.bound_ns && !sh.overdue_seen.borrow().contains(s)
+            })
+            .map(|(s, _)| *s)
+            .collect();
+        sh.overdue_seen.borrow_mut().extend(&overdue);
+        let mut obs = runner.observer.sample(!overdue.is_empty()).await?;
+        obs.app_pool = pool.map(|p| p.row());
+        sh.rec.borrow_mut().emit_at(
+            t,
+            Body::Obs(ObsEvent {
+                step: None,
+                at: At::Sample,
+                same: false,
+                delta: None,
+                obs,
+            }),
+        );
+        if sh.done.get() {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = sh.wake.notified() => {}
+        }
+    }
+    Ok(())
+}
