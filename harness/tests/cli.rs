@@ -619,3 +619,93 @@ fn migrate_race_holds_directly_and_in_session_mode_and_breaks_in_transaction_mod
     assert!(t.contains(" replays ("), "{t}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The third article's application pool: unpinned, the unlock lands on the other pooled
+/// connection and the lock stays behind on an idle one; pinned, both hold.
+#[test]
+fn an_unpinned_app_pool_strands_the_lock_and_pinning_fixes_it() {
+    let out = tmp("apppool");
+    for name in ["app-pool-unpinned", "app-pool-pinned"] {
+        let o = pgchaos(&["chaos", name, "--out", out.to_str().unwrap(), "--quiet"]);
+        assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
+        let (dir, results) = latest(&out, name);
+        assert_no_pg_violation(&results);
+        assert_analyze_agrees(&dir, &results);
+        let want = if name == "app-pool-unpinned" {
+            "violated"
+        } else {
+            "holds"
+        };
+        for inv in ["app.unlock_reaches_owner", "app.no_orphans"] {
+            assert_eq!(invariant(&results, inv)["verdict"], want, "{name}: {inv}");
+        }
+    }
+    let (dir, _) = latest(&out, "app-pool-unpinned");
+    let evidence: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("failures/app.unlock_reaches_owner/evidence.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let detail = evidence["violations"][0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("which it took on pid ") && detail.contains("but the unlock ran on pid "),
+        "{detail}"
+    );
+    assert_eq!(
+        detail.matches("(backend_start 20").count(),
+        2,
+        "both backends by (pid, backend_start): {detail}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Transaction pooling with blocking locks: waiters occupy servers or queue in PgBouncer,
+/// queued workers re-enter the lock on its server, and a health check starves; with
+/// transaction-scoped locks the same waits end at COMMIT and everything holds.
+#[test]
+fn transaction_pooling_waits_starve_with_session_locks_and_not_with_xact_locks() {
+    let out = tmp("txwait");
+    for name in ["transaction-mode-starvation", "transaction-mode-xact-wait"] {
+        let o = pgchaos(&[
+            "chaos",
+            name,
+            "--max-shrink-runs",
+            "0",
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
+        let (dir, results) = latest(&out, name);
+        assert_no_pg_violation(&results);
+        assert_analyze_agrees(&dir, &results);
+        let want = if name == "transaction-mode-starvation" {
+            "violated"
+        } else {
+            "holds"
+        };
+        for inv in ["app.mutual_exclusion", "app.progress"] {
+            assert_eq!(invariant(&results, inv)["verdict"], want, "{name}: {inv}");
+        }
+        // The waits were real: a backend waiting on the lock, clients queued in PgBouncer.
+        let o = pgchaos(&["history", dir.to_str().unwrap(), "--case", "0"]);
+        let t = text(&o);
+        assert!(t.contains(" waits for 42"), "{name}: {t}");
+        assert!(t.contains("clients wait for a server"), "{name}: {t}");
+    }
+    let (dir, _) = latest(&out, "transaction-mode-starvation");
+    let evidence: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("failures/app.progress/evidence.json")).unwrap(),
+    )
+    .unwrap();
+    let detail = evidence["violations"][0]["detail"].as_str().unwrap();
+    for needle in [
+        "C5 ping took",
+        "waits for a server from PgBouncer's pool (cl_waiting ",
+        "(Lock advisory), blocked by pid",
+        "holds 42 (active",
+    ] {
+        assert!(detail.contains(needle), "lacks {needle:?}: {detail}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -142,7 +142,7 @@ fn exclusion(obs: &Observation, out: &mut Vec<String>) {
 
 fn pids(bs: &[BackendId]) -> String {
     bs.iter()
-        .map(|b| format!("pid {} (backend_start {})", b.pid, b.start_us))
+        .map(|b| b.to_string())
         .collect::<Vec<_>>()
         .join(" and ")
 }
@@ -476,8 +476,7 @@ fn orphans(obs: &Observation, model: &Model, out: &mut Vec<String>) {
             .any(|c| c.beliefs.get(&k).is_some_and(|bl| bl.backends.contains(&b)));
         if !believed {
             out.push(format!(
-                "backend pid {} (backend_start {}) holds key {k}, but no client believes it holds it",
-                b.pid, b.start_us
+                "backend {b} holds key {k}, but no client believes it holds it"
             ));
         }
     }
@@ -503,11 +502,9 @@ impl Invariant for UnlockReachesOwner {
             } = n
             {
                 out.push(format!(
-                    "C{} unlocked {key}, which it took on {}, but the unlock ran on pid {} (backend_start {})",
+                    "C{} unlocked {key}, which it took on {}, but the unlock ran on {ran}",
                     client + 1,
                     pids(granted_on),
-                    ran.pid,
-                    ran.start_us
                 ));
             }
         }
@@ -535,10 +532,8 @@ impl Invariant for RollbackReleases {
             for k in keys {
                 if held.contains(&(*b, *k)) {
                     out.push(format!(
-                        "{} rolled back, but key {k}, taken in that transaction, is still held by its backend pid {} (backend_start {})",
+                        "{} rolled back, but key {k}, taken in that transaction, is still held by its backend {b}",
                         f.who(),
-                        b.pid,
-                        b.start_us
                     ));
                 }
             }

@@ -505,12 +505,12 @@ mod tests {
         (
             "no-orphans",
             "app.no_orphans",
-            "backend pid 101 (backend_start 1796000000000001) holds key 7, but no client believes it holds it",
+            "backend pid 101 (backend_start 2026-11-30 00:53:20.000001+00) holds key 7, but no client believes it holds it",
         ),
         (
             "unlock-reaches-owner",
             "app.unlock_reaches_owner",
-            "C1 unlocked 7, which it took on pid 101 (backend_start 1796000000000001), but the unlock ran on pid 102",
+            "C1 unlocked 7, which it took on pid 101 (backend_start 2026-11-30 00:53:20.000001+00), but the unlock ran on pid 102",
         ),
         (
             "rollback-releases",
@@ -530,7 +530,7 @@ mod tests {
         (
             "no-stale-holder",
             "app.no_stale_holder",
-            "C1 believes it holds 7, but the backend that granted it (pid 101 (backend_start 1796000000000001)) was terminated",
+            "C1 believes it holds 7, but the backend that granted it (pid 101 (backend_start 2026-11-30 00:53:20.000001+00)) was terminated",
         ),
     ];
 

@@ -37,7 +37,7 @@ fn who(c: usize) -> String {
 }
 
 fn backend(b: BackendId) -> String {
-    format!("pid {} (backend_start {})", b.pid, b.backend_start())
+    b.to_string()
 }
 
 /// Describe the wait-for graph in words. `owner`: the client whose connection each backend is
@@ -141,7 +141,12 @@ pub fn describe(
                     String::new()
                 } else {
                     format!(
-                        ", its connections held by {}",
+                        ", its {} held by {}",
+                        if obs.app_pool.is_none() && !obs.pools.is_empty() {
+                            "servers"
+                        } else {
+                            "connections"
+                        },
                         others
                             .iter()
                             .map(|c| who(*c))

@@ -59,26 +59,29 @@ fn held(o: &Observation) -> String {
         .backends
         .iter()
         .map(|b| {
-            let keys: Vec<String> = b
-                .locks
-                .iter()
-                .map(|l| {
-                    if l.granted {
-                        l.key.to_string()
-                    } else {
-                        format!("{} (waiting)", l.key)
-                    }
-                })
-                .collect();
+            let list = |granted: bool| -> String {
+                b.locks
+                    .iter()
+                    .filter(|l| l.granted == granted)
+                    .map(|l| l.key.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let (holds, waits) = (list(true), list(false));
             format!(
-                "pid {} ({}) {}{}",
+                "pid {} ({}) {}{}{}",
                 b.id.pid,
                 b.backend_start,
                 b.state,
-                if keys.is_empty() {
+                if holds.is_empty() {
                     String::new()
                 } else {
-                    format!(" holds {}", keys.join(", "))
+                    format!(" holds {holds}")
+                },
+                if waits.is_empty() {
+                    String::new()
+                } else {
+                    format!(" waits for {waits}")
                 }
             )
         })
@@ -101,6 +104,18 @@ fn held(o: &Observation) -> String {
     };
     if !servers.is_empty() {
         s.push_str(&format!(" | servers: {}", servers.join(", ")));
+    }
+    for p in &o.pools {
+        let waiting = p.get("cl_waiting").map(String::as_str).unwrap_or("0");
+        if waiting != "0" {
+            s.push_str(&format!(" | {waiting} clients wait for a server"));
+        }
+    }
+    if let Some(p) = &o.app_pool {
+        s.push_str(&format!(
+            " | app pool {}/{} open, {} idle, {} waiting",
+            p.size, p.max_open, p.idle, p.waiting
+        ));
     }
     s
 }

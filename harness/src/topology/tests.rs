@@ -304,10 +304,14 @@ fn shipped_topologies_parse() {
     assert_eq!(
         concurrent,
         [
+            "app-pool-pinned",
+            "app-pool-unpinned",
             "migrate-race",
             "migrate-race-session-mode",
             "migrate-race-transaction-mode",
             "starvation",
+            "transaction-mode-starvation",
+            "transaction-mode-xact-wait",
         ]
     );
 }
@@ -368,6 +372,16 @@ fn shipped_topologies_expect_what_was_decided() {
         ]
     );
     assert_eq!(violated("starvation"), ["app.progress"]);
+    assert_eq!(
+        violated("app-pool-unpinned"),
+        ["app.no_orphans", "app.unlock_reaches_owner"]
+    );
+    assert!(violated("app-pool-pinned").is_empty());
+    assert_eq!(
+        violated("transaction-mode-starvation"),
+        ["app.mutual_exclusion", "app.progress"]
+    );
+    assert!(violated("transaction-mode-xact-wait").is_empty());
     // The migration lock is the one golang-migrate derives for database "chaos".
     for name in [
         "migrate-race",

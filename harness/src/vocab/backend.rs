@@ -27,7 +27,12 @@ impl From<BackendId> for (i32, i64) {
 
 impl fmt::Display for BackendId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pid {} started {}", self.pid, self.start_us)
+        write!(
+            f,
+            "pid {} (backend_start {})",
+            self.pid,
+            self.backend_start()
+        )
     }
 }
 
