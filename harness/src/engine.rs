@@ -124,17 +124,25 @@ pub async fn shrink(
     seed: u64,
     invariant: &str,
     max_runs: u32,
+    deadline: Option<Instant>,
 ) -> Result<(Vec<Step>, u32)> {
     let topo = &runner.cluster.topology;
     let (replays, quorum) = match runner.schedule {
         Schedule::Sequential => (1, 1),
         Schedule::Concurrent => (topo.run.shrink_replays, topo.run.shrink_quorum),
     };
-    workload::shrink(
+    // Past the run's time limit, the remaining candidates are not run (they count as
+    // passing, so the smallest failing case so far is the minimal one) and not counted.
+    let skipped = std::cell::Cell::new(0u32);
+    let (minimal, runs) = workload::shrink(
         &topo.workload,
         seed,
         max_runs,
         async |candidate: &[Step]| {
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                skipped.set(skipped.get() + 1);
+                return Ok(false);
+            }
             let (mut failed, mut ran) = (0, 0);
             while ran < replays && failed < quorum && quorum - failed <= replays - ran {
                 let meta = CaseMeta {
@@ -150,7 +158,8 @@ pub async fn shrink(
             Ok(failed >= quorum)
         },
     )
-    .await
+    .await?;
+    Ok((minimal, runs - skipped.get()))
 }
 
 /// Replay the minimal case with full evidence (phase `evidence`). In the concurrent
@@ -213,8 +222,16 @@ pub async fn run(
         };
         let (_, fresh, _) = run_one(runner, sink, meta, &steps, false).await?;
         for inv in fresh {
-            let (minimal, _) =
-                shrink(runner, sink, index, seed, &inv, opts.max_shrink_runs).await?;
+            let (minimal, _) = shrink(
+                runner,
+                sink,
+                index,
+                seed,
+                &inv,
+                opts.max_shrink_runs,
+                Some(t0 + opts.time_limit),
+            )
+            .await?;
             evidence(runner, sink, index, seed, &inv, &minimal).await?;
             if let Some(f) = sink.tally.failure(&inv) {
                 events(RunEvent::Minimal {

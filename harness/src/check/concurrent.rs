@@ -134,6 +134,8 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
                     unknown = true;
                 }
                 let before: Vec<(usize, Key)> = since.keys().copied().collect();
+                model.clock = ev.t;
+                model.invoked_at = t_inv;
                 let Some(mut effect) = apply_op(&mut model, s, op, &c.value) else {
                     continue;
                 };

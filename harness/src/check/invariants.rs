@@ -239,7 +239,9 @@ impl Invariant for RepliesMatchModel {
                     "C{} was refused key {key} on {ran}, but no other backend held it, took it or could have taken it during the call",
                     client + 1
                 )),
-                Note::UnlockMissedOwner { .. } | Note::DoubleGrant { .. } => {}
+                Note::UnlockMissedOwner { .. }
+                | Note::DoubleGrant { .. }
+                | Note::RerouteAfterServerDeath { .. } => {}
             }
         }
     }
@@ -275,6 +277,11 @@ impl Invariant for LocksMatchModel {
         }
     }
     fn check_end(&self, e: &EndFacts, out: &mut Vec<String>) {
+        // Concurrent, transaction pooling: a DISCARD ALL ran on a server the history cannot
+        // name, so the model cannot say which locks remain; not judged (documented).
+        if e.model.uncertain {
+            return;
+        }
         locks_match(e.obs, e.model, "at the end of the case", out);
         for p in e.probes {
             if p.available != p.expected_available {

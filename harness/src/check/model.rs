@@ -60,6 +60,8 @@ pub struct ClientModel {
     /// The backend this client is pinned to (direct and session mode: for the connection;
     /// transaction mode: for the open transaction).
     pub linked: Option<BackendId>,
+    /// Concurrent schedule: when `linked` was set (the completion time of the op).
+    pub linked_at: u64,
     /// The backend that served it last (target of its terminate/cancel steps).
     pub last: Option<BackendId>,
     pub beliefs: BTreeMap<Key, Belief>,
@@ -99,6 +101,9 @@ pub enum Note {
     },
     /// A statement ran on a backend that had been terminated.
     RanOnTerminated { client: usize, ran: BackendId },
+    /// Concurrent, pooled: the client's server died under its open transaction and the
+    /// pooler routed its next statement to another server instead of closing it.
+    RerouteAfterServerDeath { client: usize },
     /// A client was given a backend pinned to another client.
     GivenPinned {
         client: usize,
@@ -144,6 +149,13 @@ pub struct Model {
     /// Concurrent schedule: whether a lock is free for a backend depends on an order the
     /// history does not fix, so the reply decides (the checker judges its plausibility).
     pub lenient: bool,
+    /// Concurrent schedule: the completion time of the op being applied, and its invoke
+    /// time (ops that overlap in time may have run in either order).
+    pub clock: u64,
+    pub invoked_at: u64,
+    /// Concurrent, transaction pooling: a statement that changes session state (DISCARD
+    /// ALL) ran on a server the history cannot name, so the model's locks may be wrong.
+    pub uncertain: bool,
     pub rules: PoolRules,
     pub backends: BTreeMap<BackendId, BackendModel>,
     pub dead: BTreeSet<BackendId>,
@@ -154,6 +166,9 @@ impl Model {
     pub fn new(rules: PoolRules, clients: usize) -> Model {
         Model {
             lenient: false,
+            clock: 0,
+            invoked_at: 0,
+            uncertain: false,
             rules,
             backends: BTreeMap::new(),
             dead: BTreeSet::new(),
@@ -419,6 +434,25 @@ impl Model {
     ) -> Effect {
         self.client(client);
         let mut effect = Effect::default();
+        // Concurrent schedule, through a pooler: a statement that reaches the pooler before
+        // it has read its server's death is routed to another server (measured: PgBouncer
+        // 1.24.1, transaction mode, the next statement right after pg_terminate_backend of
+        // the client's server in an open transaction). The client's transaction is gone with
+        // its server; its statements now run outside it. The reply decides which happened.
+        if self.clients[client].broken
+            && self.lenient
+            && self.rules.mode.is_some()
+            && served.is_some()
+            && !reply.is_closed()
+            && !matches!(reply, Reply::Error { .. })
+        {
+            let c = &mut self.clients[client];
+            c.broken = false;
+            c.in_tx = false;
+            c.tx_backend = None;
+            c.tx_taken.clear();
+            effect.notes.push(Note::RerouteAfterServerDeath { client });
+        }
         // A client whose server was closed under it hears of it now.
         if self.clients[client].broken {
             effect.expected_reply = Some(Reply::error(code::CLOSED));
@@ -443,7 +477,10 @@ impl Model {
                 if self.dead.contains(&s) {
                     effect.notes.push(Note::RanOnTerminated { client, ran: s });
                 }
-                if let Some(owner) = self.clients.iter().position(|c| c.linked == Some(s)) {
+                // A statement invoked before the owner's link was made may have run before it.
+                if let Some(owner) = self.clients.iter().position(|c| {
+                    c.linked == Some(s) && !(self.lenient && self.invoked_at < c.linked_at)
+                }) {
                     effect.notes.push(Note::GivenPinned {
                         client,
                         ran: s,
@@ -455,6 +492,9 @@ impl Model {
             (None, None) => None,
         };
         let Some(b) = backend else {
+            if self.lenient && op == Op::DiscardAll && !reply.is_error() {
+                self.uncertain = true;
+            }
             // No backend known (the reset query overwrote the tag, or the connection failed).
             if reply.is_closed() {
                 self.clients[client].connected = false;
@@ -476,6 +516,7 @@ impl Model {
             let stays = self.rules.stays_linked(self.backends[&b].tx != Tx::Idle);
             if stays {
                 self.clients[client].linked = Some(b);
+                self.clients[client].linked_at = self.clock;
             } else {
                 self.release(client, b);
             }
@@ -490,8 +531,24 @@ impl Model {
             }
             _ => None,
         };
+        // Concurrent schedule: a statement invoked before another client's transaction was
+        // linked to this server, and answered after it, ran before that transaction began
+        // (the pooler gave the server to the transaction after this statement released it).
+        let ran_before_link =
+            self.lenient
+                && self.clients.iter().enumerate().any(|(d, c)| {
+                    d != client && c.linked == Some(b) && self.invoked_at < c.linked_at
+                });
+        let saved_tx = if ran_before_link {
+            self.backends.get_mut(&b).map(|m| std::mem::take(&mut m.tx))
+        } else {
+            None
+        };
         let expected = self.exec(b, op, key, refused);
         let after = self.backends.get(&b).cloned().unwrap_or_default();
+        if let (Some(tx), Some(m)) = (saved_tx, self.backends.get_mut(&b)) {
+            m.tx = tx;
+        }
         effect.expected_reply = Some(expected);
         self.clients[client].last = Some(b);
 
@@ -527,6 +584,7 @@ impl Model {
         // The pooler: pin or release the server.
         if self.rules.stays_linked(after.tx != Tx::Idle) {
             self.clients[client].linked = Some(b);
+            self.clients[client].linked_at = self.clock;
         } else {
             self.release(client, b);
         }
@@ -925,5 +983,62 @@ mod tests {
             "the app still believes it"
         );
         real(&mut m, 1, Op::TryLock, Some(K), b(1), T);
+    }
+
+    /// Concurrent schedule, the orders the history cannot fix (measured on PgBouncer 1.24.1
+    /// in transaction mode, see `tests/cli.rs` and README "Concurrent schedule").
+    #[test]
+    fn concurrent_statement_answered_after_a_begin_ran_before_it() {
+        let mut m = model(Some(PoolMode::Transaction));
+        m.lenient = true;
+        m.connected(0);
+        m.connected(1);
+        // C2's BEGIN completes at t=20 on B1; C1's try_lock, invoked at t=10, completes on
+        // B1 at t=21: it ran before the BEGIN, outside C2's transaction.
+        (m.clock, m.invoked_at) = (20, 15);
+        real(&mut m, 1, Op::Begin, None, b(1), Reply::Ok);
+        (m.clock, m.invoked_at) = (21, 10);
+        let e = real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        assert!(e.notes.is_empty(), "{:?}", e.notes);
+        assert_eq!(
+            m.clients[0].linked, None,
+            "an autocommit statement is not linked"
+        );
+        assert_eq!(m.clients[1].linked, Some(b(1)), "C2 keeps its transaction");
+        // Invoked after the link was made: the pooler gave a pinned server away.
+        (m.clock, m.invoked_at) = (30, 25);
+        let e = m.apply(0, Op::TryLock, Some(K), Some(b(1)), &T);
+        assert!(
+            e.notes
+                .iter()
+                .any(|n| matches!(n, Note::GivenPinned { owner: 1, .. })),
+            "{:?}",
+            e.notes
+        );
+    }
+
+    #[test]
+    fn concurrent_reroute_after_server_death_and_unknown_discard() {
+        let mut m = model(Some(PoolMode::Transaction));
+        m.connected(0);
+        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
+        m.terminate(b(1));
+        // Sequential: the next statement hears of the closed server.
+        let mut seq = m.clone();
+        let e = seq.apply(0, Op::TryLock, Some(K), Some(b(2)), &T);
+        assert_eq!(e.expected_reply, Some(Reply::error(code::CLOSED)));
+        // Concurrent: the pooler may route it to another server; the transaction is gone.
+        m.lenient = true;
+        let e = real(&mut m, 0, Op::TryLock, Some(K), b(2), T);
+        assert!(
+            e.notes
+                .iter()
+                .any(|n| matches!(n, Note::RerouteAfterServerDeath { client: 0 }))
+        );
+        assert!(!m.clients[0].in_tx);
+        assert!(!m.uncertain);
+        // A DISCARD ALL whose server is unknown leaves the model's locks uncertain.
+        m.apply(0, Op::DiscardAll, None, None, &Reply::Ok);
+        assert!(m.uncertain);
     }
 }

@@ -133,8 +133,17 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
             None => violated.first().cloned(),
         };
         if let Some(inv) = &chosen {
-            let (min, runs) =
-                engine::shrink(&runner, &mut sink, 0, seed, inv, topo.run.max_shrink_runs).await?;
+            let deadline = std::time::Instant::now() + topo.run.time_limit;
+            let (min, runs) = engine::shrink(
+                &runner,
+                &mut sink,
+                0,
+                seed,
+                inv,
+                topo.run.max_shrink_runs,
+                Some(deadline),
+            )
+            .await?;
             println!("shrunk for {inv} to {} steps in {runs} runs", min.len());
             steps = min;
         }
@@ -192,6 +201,9 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
                     "      recorded: {o} on {}",
                     rec.backend.clone().unwrap_or_default()
                 );
+            }
+            for v in verdict.at_step(s.index) {
+                println!("      {}: {}", v.invariant, v.detail);
             }
         }
         let violated = verdict.violated();

@@ -232,10 +232,11 @@ impl LogicalClient {
         self.pool.as_ref()
     }
 
-    /// Has a connection that is not known to be closed (through a pool: always, the pool
-    /// opens one when needed).
-    pub fn is_connected(&self) -> bool {
-        self.pool.is_some() || self.conn.as_ref().is_some_and(|c| !c.is_closed())
+    /// No connection to run on: never opened, or closed by a `disconnect`. A connection the
+    /// server closed under the client stays until an op hears of it (`closed`), as in the
+    /// sequential schedule and as an application sees it.
+    pub fn needs_connect(&self) -> bool {
+        self.pool.is_none() && self.conn.is_none()
     }
 
     /// A connection for one op: its own, its pinned pooled one, or any from the pool

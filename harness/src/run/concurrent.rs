@@ -324,7 +324,7 @@ async fn client_task(
                 (runner.nemesis.run(fault).await?, None)
             }
             _ => {
-                if !client.is_connected()
+                if client.needs_connect()
                     && let Err(e) = client.connect(&config).await
                 {
                     (connect_error(&e), None)
