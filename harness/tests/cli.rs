@@ -503,6 +503,33 @@ fn postgres_drift_keeps_the_declared_version_and_is_listed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Run `chaos NAME EXTRA.. --out OUT --quiet`: exit 0 (verdicts as expected), no `pg.*`
+/// violation, `analyze` agrees. Returns the run directory and its results.
+fn chaos_as_expected(out: &Path, name: &str, extra: &[&str]) -> (PathBuf, Value) {
+    let mut args = vec!["chaos", name];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--out", out.to_str().unwrap(), "--quiet"]);
+    let o = pgchaos(&args);
+    assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
+    let (dir, results) = latest(out, name);
+    assert_no_pg_violation(&results);
+    assert_analyze_agrees(&dir, &results);
+    (dir, results)
+}
+
+/// The first violation's detail in a failure's evidence.json.
+fn evidence_detail(dir: &Path, invariant: &str) -> (Value, String) {
+    let evidence: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("failures/{invariant}/evidence.json"))).unwrap(),
+    )
+    .unwrap();
+    let detail = evidence["violations"][0]["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (evidence, detail)
+}
+
 /// The third article, concurrent schedule: five pinned workers queued on one session lock
 /// starve an application pool of five; the sixth caller's `SELECT 1` misses its deadline
 /// (app.progress), the verdict carries the wait-for graph and the sampler's rows, a connection
@@ -510,30 +537,14 @@ fn postgres_drift_keeps_the_declared_version_and_is_listed() {
 #[test]
 fn starvation_is_found_with_its_wait_for_graph_and_reproduced() {
     let out = tmp("starve");
-    let o = pgchaos(&[
-        "chaos",
-        "starvation",
-        "--max-shrink-runs",
-        "0",
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let (dir, results) = latest(&out, "starvation");
-    assert_no_pg_violation(&results);
+    let (dir, results) = chaos_as_expected(&out, "starvation", &["--max-shrink-runs", "0"]);
     let p = invariant(&results, "app.progress");
     assert_eq!(p["verdict"], "violated", "{p}");
     for name in ["app.mutual_exclusion", "app.no_orphans"] {
         assert_eq!(invariant(&results, name)["verdict"], "holds", "{name}");
     }
-    assert_analyze_agrees(&dir, &results);
-    let evidence: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("failures/app.progress/evidence.json")).unwrap(),
-    )
-    .unwrap();
+    let (evidence, detail) = evidence_detail(&dir, "app.progress");
     assert_eq!(evidence["boundary_action"], "C6 ping", "{evidence}");
-    let detail = evidence["violations"][0]["detail"].as_str().unwrap();
     for needle in [
         "C6 ping took",
         "waits for a connection from the application pool (5/5 open, 0 idle, 1 waiting)",
@@ -589,12 +600,8 @@ fn migrate_race_holds_directly_and_in_session_mode_and_breaks_in_transaction_mod
         "migrate-race-session-mode",
         "migrate-race-transaction-mode",
     ] {
-        let o = pgchaos(&["chaos", name, "--out", out.to_str().unwrap(), "--quiet"]);
-        assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
-        let (dir, results) = latest(&out, name);
-        assert_no_pg_violation(&results);
+        let (_, results) = chaos_as_expected(&out, name, &[]);
         assert_eq!(results["passed"], true, "{name}");
-        assert_analyze_agrees(&dir, &results);
         let want = if name.ends_with("transaction-mode") {
             "violated"
         } else {
@@ -626,11 +633,7 @@ fn migrate_race_holds_directly_and_in_session_mode_and_breaks_in_transaction_mod
 fn an_unpinned_app_pool_strands_the_lock_and_pinning_fixes_it() {
     let out = tmp("apppool");
     for name in ["app-pool-unpinned", "app-pool-pinned"] {
-        let o = pgchaos(&["chaos", name, "--out", out.to_str().unwrap(), "--quiet"]);
-        assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
-        let (dir, results) = latest(&out, name);
-        assert_no_pg_violation(&results);
-        assert_analyze_agrees(&dir, &results);
+        let (_, results) = chaos_as_expected(&out, name, &[]);
         let want = if name == "app-pool-unpinned" {
             "violated"
         } else {
@@ -641,12 +644,7 @@ fn an_unpinned_app_pool_strands_the_lock_and_pinning_fixes_it() {
         }
     }
     let (dir, _) = latest(&out, "app-pool-unpinned");
-    let evidence: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("failures/app.unlock_reaches_owner/evidence.json"))
-            .unwrap(),
-    )
-    .unwrap();
-    let detail = evidence["violations"][0]["detail"].as_str().unwrap();
+    let (_, detail) = evidence_detail(&dir, "app.unlock_reaches_owner");
     assert!(
         detail.contains("which it took on pid ") && detail.contains("but the unlock ran on pid "),
         "{detail}"
@@ -666,19 +664,7 @@ fn an_unpinned_app_pool_strands_the_lock_and_pinning_fixes_it() {
 fn transaction_pooling_waits_starve_with_session_locks_and_not_with_xact_locks() {
     let out = tmp("txwait");
     for name in ["transaction-mode-starvation", "transaction-mode-xact-wait"] {
-        let o = pgchaos(&[
-            "chaos",
-            name,
-            "--max-shrink-runs",
-            "0",
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
-        let (dir, results) = latest(&out, name);
-        assert_no_pg_violation(&results);
-        assert_analyze_agrees(&dir, &results);
+        let (dir, results) = chaos_as_expected(&out, name, &["--max-shrink-runs", "0"]);
         let want = if name == "transaction-mode-starvation" {
             "violated"
         } else {
@@ -694,11 +680,7 @@ fn transaction_pooling_waits_starve_with_session_locks_and_not_with_xact_locks()
         assert!(t.contains("clients wait for a server"), "{name}: {t}");
     }
     let (dir, _) = latest(&out, "transaction-mode-starvation");
-    let evidence: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("failures/app.progress/evidence.json")).unwrap(),
-    )
-    .unwrap();
-    let detail = evidence["violations"][0]["detail"].as_str().unwrap();
+    let (_, detail) = evidence_detail(&dir, "app.progress");
     for needle in [
         "C5 ping took",
         "waits for a server from PgBouncer's pool (cl_waiting ",
