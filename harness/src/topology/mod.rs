@@ -315,26 +315,6 @@ impl Workload {
     pub fn uses(&self, op: Op) -> bool {
         self.ops.contains_key(&op) || self.script.iter().any(|g| g.ops.iter().any(|o| o.op == op))
     }
-
-    /// The steps of a scripted case: each replica's ops, in order (client numbers by group).
-    pub fn script_steps(&self) -> Vec<crate::workload::Step> {
-        let mut out = vec![];
-        let mut client = 0;
-        for g in &self.script {
-            for _ in 0..g.clients {
-                for op in &g.ops {
-                    out.push(crate::workload::Step {
-                        client,
-                        op: op.op,
-                        key: op.key,
-                        ms: op.ms,
-                    });
-                }
-                client += 1;
-            }
-        }
-        out
-    }
 }
 
 /// How long and how hard the chaos engine searches.

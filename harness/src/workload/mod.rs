@@ -131,7 +131,7 @@ pub fn case(w: &Workload, seed: u64) -> Vec<Step> {
     if w.script.is_empty() {
         case_tree(w, seed).current()
     } else {
-        w.script_steps()
+        script_steps(w)
     }
 }
 
@@ -255,6 +255,26 @@ pub fn relabel_clients(steps: &[Step]) -> Vec<Step> {
 /// A fresh random seed for `seed: random`.
 pub fn random_seed() -> u64 {
     rand::random::<u64>() >> 1 // keep it a positive i64 for JSON consumers
+}
+
+/// The steps of a scripted case: each replica's ops, in order (client numbers by group).
+pub fn script_steps(w: &Workload) -> Vec<Step> {
+    let mut out = vec![];
+    let mut client = 0;
+    for g in &w.script {
+        for _ in 0..g.clients {
+            for op in &g.ops {
+                out.push(Step {
+                    client,
+                    op: op.op,
+                    key: op.key,
+                    ms: op.ms,
+                });
+            }
+            client += 1;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
