@@ -309,11 +309,19 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
     if let (Some(obs), false) = (end, unknown) {
         let probes: Vec<JudgedProbe> = end_probes
             .iter()
-            .map(|(k, a)| JudgedProbe {
-                key: *k,
-                available: *a,
-                expected_available: !model.key_held(*k),
-                reasons: vec![],
+            .map(|(k, a)| {
+                // A key still held by a backend that is exiting (closed or terminated a
+                // moment ago) may or may not be free yet: not judged.
+                let exiting = obs
+                    .held()
+                    .iter()
+                    .any(|(b, held)| held == k && model.dead.contains(b));
+                JudgedProbe {
+                    key: *k,
+                    available: *a,
+                    expected_available: if exiting { *a } else { !model.key_held(*k) },
+                    reasons: vec![],
+                }
             })
             .collect();
         let ef = EndFacts {
