@@ -127,10 +127,7 @@ pub async fn shrink(
     deadline: Option<Instant>,
 ) -> Result<(Vec<Step>, u32)> {
     let topo = &runner.cluster.topology;
-    let (replays, quorum) = match runner.schedule {
-        Schedule::Sequential => (1, 1),
-        Schedule::Concurrent => (topo.run.shrink_replays, topo.run.shrink_quorum),
-    };
+    let (replays, quorum) = replays(runner);
     // Past the run's time limit, the remaining candidates are not run (they count as
     // passing, so the smallest failing case so far is the minimal one) and not counted.
     let skipped = std::cell::Cell::new(0u32);
@@ -145,12 +142,7 @@ pub async fn shrink(
             }
             let (mut failed, mut ran) = (0, 0);
             while ran < replays && failed < quorum && quorum - failed <= replays - ran {
-                let meta = CaseMeta {
-                    case,
-                    seed: Some(seed),
-                    phase: Phase::Shrink,
-                    invariant: Some(invariant.to_string()),
-                };
+                let meta = replay_meta(case, seed, Phase::Shrink, invariant);
                 let (verdict, _, _) = run_one(runner, sink, meta, candidate, false).await?;
                 ran += 1;
                 failed += u32::from(verdict.violates(invariant));
@@ -160,6 +152,26 @@ pub async fn shrink(
     )
     .await?;
     Ok((minimal, runs - skipped.get()))
+}
+
+/// `(replays, quorum)` of a shrink candidate: one run decides in the sequential schedule;
+/// concurrent, `run.shrink_replays` and `run.shrink_quorum`.
+fn replays(runner: &Runner<'_>) -> (u32, u32) {
+    let run = &runner.cluster.topology.run;
+    match runner.schedule {
+        Schedule::Sequential => (1, 1),
+        Schedule::Concurrent => (run.shrink_replays.max(1), run.shrink_quorum),
+    }
+}
+
+/// A shrink candidate's or an evidence replay's case metadata.
+fn replay_meta(case: u32, seed: u64, phase: Phase, invariant: &str) -> CaseMeta {
+    CaseMeta {
+        case,
+        seed: Some(seed),
+        phase,
+        invariant: Some(invariant.to_string()),
+    }
 }
 
 /// Replay the minimal case with full evidence (phase `evidence`). In the concurrent
@@ -173,17 +185,8 @@ pub async fn evidence(
     invariant: &str,
     minimal: &[Step],
 ) -> Result<()> {
-    let tries = match runner.schedule {
-        Schedule::Sequential => 1,
-        Schedule::Concurrent => runner.cluster.topology.run.shrink_replays.max(1),
-    };
-    for _ in 0..tries {
-        let meta = CaseMeta {
-            case,
-            seed: Some(seed),
-            phase: Phase::Evidence,
-            invariant: Some(invariant.to_string()),
-        };
+    for _ in 0..replays(runner).0 {
+        let meta = replay_meta(case, seed, Phase::Evidence, invariant);
         let (verdict, _, _) = run_one(runner, sink, meta, minimal, true).await?;
         if verdict.violates(invariant) {
             break;

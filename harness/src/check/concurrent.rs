@@ -19,7 +19,7 @@ use super::model::{Model, Note};
 use super::{ALL, CaseCheck, CheckContext, Violation, applied, apply_op, judge_step};
 use crate::history::{At, Body, CaseView, Event, Observation, ProbeWhy, StepView};
 use crate::vocab::{BackendId, Key, Op, Outcome, Reply};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Ops that can end a client's belief in a key (so while one is running, the belief may
 /// already be over).
@@ -307,15 +307,18 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
         }
     }
     if let (Some(obs), false) = (end, unknown) {
+        // Keys still held by a backend that is exiting (closed or terminated a moment ago)
+        // may or may not be free yet: their probes are not judged.
+        let exiting: BTreeSet<Key> = obs
+            .held()
+            .into_iter()
+            .filter(|(b, _)| model.dead.contains(b))
+            .map(|(_, k)| k)
+            .collect();
         let probes: Vec<JudgedProbe> = end_probes
             .iter()
             .map(|(k, a)| {
-                // A key still held by a backend that is exiting (closed or terminated a
-                // moment ago) may or may not be free yet: not judged.
-                let exiting = obs
-                    .held()
-                    .iter()
-                    .any(|(b, held)| held == k && model.dead.contains(b));
+                let exiting = exiting.contains(k);
                 JudgedProbe {
                     key: *k,
                     available: *a,

@@ -61,6 +61,26 @@ pub struct JudgedProbe {
     pub reasons: Vec<ProbeReason>,
 }
 
+impl JudgedProbe {
+    /// `{when}: a fresh contender could take key K (expected held)`.
+    fn describe(&self, when: &str) -> String {
+        format!(
+            "{when}: a fresh contender {} key {} (expected {})",
+            if self.available {
+                "could take"
+            } else {
+                "could not take"
+            },
+            self.key,
+            if self.expected_available {
+                "available"
+            } else {
+                "held"
+            }
+        )
+    }
+}
+
 /// Everything about one executed step that the invariants read.
 pub struct StepFacts<'a> {
     pub step: usize,
@@ -105,22 +125,7 @@ impl StepFacts<'_> {
     }
 
     fn probe_line(&self, p: &JudgedProbe) -> String {
-        format!(
-            "after {} {}: a fresh contender {} key {} (expected {})",
-            self.who(),
-            self.op,
-            if p.available {
-                "could take"
-            } else {
-                "could not take"
-            },
-            p.key,
-            if p.expected_available {
-                "available"
-            } else {
-                "held"
-            }
-        )
+        p.describe(&format!("after {} {}", self.who(), self.op))
     }
 }
 
@@ -285,20 +290,7 @@ impl Invariant for LocksMatchModel {
         locks_match(e.obs, e.model, "at the end of the case", out);
         for p in e.probes {
             if p.available != p.expected_available {
-                out.push(format!(
-                    "at the end of the case: a fresh contender {} key {} (expected {})",
-                    if p.available {
-                        "could take"
-                    } else {
-                        "could not take"
-                    },
-                    p.key,
-                    if p.expected_available {
-                        "available"
-                    } else {
-                        "held"
-                    }
-                ));
+                out.push(p.describe("at the end of the case"));
             }
         }
     }

@@ -149,8 +149,8 @@ fn with_schedule(mut topo: Topology, flag: Option<&str>) -> Result<Topology> {
         // schedule"): races it does not model yet can show as pg.* violations.
         eprintln!(
             "pgchaos: warning: --schedule concurrent on generated ops ({}) is experimental: \
-             races the model does not know yet (a lock granted as lock_timeout fires or \
-             a cancel lands) can show as pg.* or app.no_orphans \
+             races the model does not know yet (such as a lock granted as lock_timeout fires) \
+             can show as pg.* or app.no_orphans \
              violations; scripted topologies are the supported use",
             topo.source.display()
         );

@@ -10,8 +10,8 @@
 use super::{CaseMeta, Runner};
 use crate::client::LogicalClient;
 use crate::history::{
-    At, Body, CaseEnd, CaseStart, Completion, Invoke, ObsEvent, Observation, ProbeEvent, ProbeWhy,
-    Process, Recorder, Skip,
+    At, Body, CaseEnd, Completion, Invoke, ObsEvent, Observation, ProbeEvent, ProbeWhy, Process,
+    Recorder, Skip,
 };
 use crate::nemesis::Fault;
 use crate::observe::backoff;
@@ -79,32 +79,11 @@ impl Runner<'_> {
         steps: &[Step],
         evidence: bool,
     ) -> Result<()> {
-        let t_reset = Instant::now();
-        self.observer.reset().await?;
         let topo = &self.cluster.topology;
-        let nclients = steps
-            .iter()
-            .map(|s| s.client + 1)
-            .max()
-            .unwrap_or(0)
-            .max(topo.workload.clients as usize);
-        rec.emit(Body::Case(CaseStart {
-            case: meta.case,
-            schedule: Schedule::Concurrent,
-            seed: meta.seed,
-            phase: meta.phase,
-            invariant: meta.invariant.clone(),
-            clients: nclients,
-            steps: steps.len(),
-        }));
-        self.observer.set_pools(true);
-        let mut clients = self.clients(nclients)?;
-        for (i, c) in clients.iter_mut().enumerate() {
-            if steps.iter().any(|s| s.client == i) {
-                self.open(rec, c, None).await?;
-            }
-        }
-        let reset_us = t_reset.elapsed().as_micros() as u64;
+        let (mut clients, _, reset_us) = self
+            .begin_case(rec, &meta, steps, Schedule::Concurrent, true)
+            .await?;
+        let nclients = clients.len();
         let t_steps = Instant::now();
         let seed = meta.seed.unwrap_or(0);
         let pool = clients.first().and_then(|c| c.app_pool().cloned());

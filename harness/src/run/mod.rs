@@ -20,6 +20,7 @@ use crate::launch::{Cluster, IO_TIMEOUT};
 use crate::nemesis::{Fault, Nemesis};
 use crate::observe::{Observer, Waits};
 use crate::pooler::{PoolRules, ServerFate};
+use crate::topology::Schedule;
 use crate::vocab::{BackendId, Key, Op, Reply};
 use crate::workload::Step;
 use anyhow::{Result, bail};
@@ -42,7 +43,7 @@ pub struct Runner<'a> {
     nemesis: Nemesis,
     pub rules: PoolRules,
     /// How cases run (the topology's `run.schedule`, or `--schedule`).
-    pub schedule: crate::topology::Schedule,
+    pub schedule: Schedule,
     trace: bool,
 }
 
@@ -90,38 +91,16 @@ impl<'a> Runner<'a> {
         steps: &[Step],
         evidence: bool,
     ) -> Result<()> {
-        let t_reset = Instant::now();
-        self.observer.reset().await?;
-        let nclients = steps
-            .iter()
-            .map(|s| s.client + 1)
-            .max()
-            .unwrap_or(0)
-            .max(self.cluster.topology.workload.clients as usize);
-        rec.emit(Body::Case(CaseStart {
-            case: meta.case,
-            schedule: Default::default(),
-            seed: meta.seed,
-            phase: meta.phase,
-            invariant: meta.invariant.clone(),
-            clients: nclients,
-            steps: steps.len(),
-        }));
         let keys = &self.cluster.topology.workload.keys;
-        self.observer.set_pools(evidence);
-        let mut clients = self.clients(nclients)?;
-        let mut slots = vec![Slot::default(); nclients];
-        // Case setup: every logical client connects before the first step (through a pooler
-        // this creates no server connection: PgBouncer assigns servers at a client's first
-        // query). Counted with the reset, not in the steps.
         let config = self.cluster.client_config();
-        for (i, c) in clients.iter_mut().enumerate() {
-            if steps.iter().any(|s| s.client == i) {
-                self.open(rec, c, None).await?;
-                slots[i].connected = true;
-            }
+        let (mut clients, opened, reset_us) = self
+            .begin_case(rec, &meta, steps, Schedule::Sequential, evidence)
+            .await?;
+        let nclients = clients.len();
+        let mut slots = vec![Slot::default(); nclients];
+        for (slot, opened) in slots.iter_mut().zip(opened) {
+            slot.connected = opened;
         }
-        let reset_us = t_reset.elapsed().as_micros() as u64;
         let t_steps = Instant::now();
         // After the reset, the servers hold nothing.
         let mut last_obs = Observation::default();
@@ -341,6 +320,48 @@ impl<'a> Runner<'a> {
             lock_timeout_ms: t.workload.lock_timeout_ms,
             op_deadline_ms: t.run.op_deadline.as_millis() as u64,
         }
+    }
+
+    /// Case setup, shared by both schedules: reset the servers, record the case's start,
+    /// make its logical clients and connect every client that has a step (through a pooler
+    /// this creates no server connection: PgBouncer assigns servers at a client's first
+    /// query). Returns the clients, which of them connected, and the setup's time in us
+    /// (counted with the reset, not in the steps).
+    pub(crate) async fn begin_case(
+        &self,
+        rec: &mut Recorder,
+        meta: &CaseMeta,
+        steps: &[Step],
+        schedule: Schedule,
+        pools: bool,
+    ) -> Result<(Vec<LogicalClient>, Vec<bool>, u64)> {
+        let t_reset = Instant::now();
+        self.observer.reset().await?;
+        let nclients = steps
+            .iter()
+            .map(|s| s.client + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.cluster.topology.workload.clients as usize);
+        rec.emit(Body::Case(CaseStart {
+            case: meta.case,
+            schedule,
+            seed: meta.seed,
+            phase: meta.phase,
+            invariant: meta.invariant.clone(),
+            clients: nclients,
+            steps: steps.len(),
+        }));
+        self.observer.set_pools(pools);
+        let mut clients = self.clients(nclients)?;
+        let mut opened = vec![false; nclients];
+        for (i, c) in clients.iter_mut().enumerate() {
+            if steps.iter().any(|s| s.client == i) {
+                self.open(rec, c, None).await?;
+                opened[i] = true;
+            }
+        }
+        Ok((clients, opened, t_reset.elapsed().as_micros() as u64))
     }
 
     /// The logical clients of a case: own connections, or an application pool they share
