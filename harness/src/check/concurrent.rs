@@ -38,6 +38,27 @@ fn may_release(op: Op) -> bool {
     )
 }
 
+/// How long after a reset query at release was due the key may still be held.
+const RESET_NS: u64 = 50_000_000;
+
+/// Statements that change a backend's locks or transaction state.
+fn changes_backend(op: Op) -> bool {
+    matches!(
+        op,
+        Op::TryLock
+            | Op::Lock
+            | Op::Unlock
+            | Op::UnlockAll
+            | Op::XactLock
+            | Op::TryXactLock
+            | Op::Begin
+            | Op::Commit
+            | Op::Rollback
+            | Op::DiscardAll
+            | Op::FailStatement
+    )
+}
+
 pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck {
     let mut evs: Vec<&Event> = events.iter().collect();
     evs.sort_by_key(|e| e.t);
@@ -82,7 +103,7 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
                 }
                 running.insert(i, ev.t);
                 if let Some(k) = inv.key {
-                    held_at_invoke.insert(i, model.key_held(k));
+                    held_at_invoke.insert(i, model.key_maybe_held(k));
                 }
             }
             Body::Ok(c) | Body::Fail(c) | Body::Info(c) => {
@@ -136,6 +157,32 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
                 let before: Vec<(usize, Key)> = since.keys().copied().collect();
                 model.clock = ev.t;
                 model.invoked_at = t_inv;
+                // Ops that ran while this one ran: a cancel may have landed on it, a
+                // terminate or close may have ended its target first.
+                let beside = |ops: &[Op]| {
+                    steps.values().any(|o| {
+                        o.index != i
+                            && o.op.is_some_and(|x| ops.contains(&x))
+                            && o.t_invoke.is_some_and(|t| t < ev.t)
+                            && o.t_done.is_none_or(|d| d > t_inv)
+                    })
+                };
+                model.cancel_possible = beside(&[Op::Cancel]);
+                model.racing_close = beside(&[Op::Terminate, Op::Disconnect, Op::Reconnect]);
+                model.racing_terminate = beside(&[Op::Terminate]);
+                // Statements on the same backend (or one the history cannot name).
+                model.racing_on_backend = c.backend.is_some_and(|b| {
+                    steps.values().any(|o| {
+                        o.index != i
+                            && o.op.is_some_and(changes_backend)
+                            && o.t_invoke.is_some_and(|t| t < ev.t)
+                            && o.t_done.is_none_or(|d| d > t_inv)
+                            && o.done
+                                .as_ref()
+                                .and_then(|d| d.backend)
+                                .is_none_or(|x| x == b)
+                    })
+                });
                 let Some(mut effect) = apply_op(&mut model, s, op, &c.value) else {
                     continue;
                 };
@@ -199,11 +246,22 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
                         // Not a refusal: an error (aborted transaction, ...): judged by the model.
                     } else {
                         let held_then = held_at_invoke.get(&i).copied().unwrap_or(false);
-                        let held_now = !model.holders_other_than(b, k).is_empty();
+                        let held_now = model.maybe_held_by_other(b, k);
                         let taken_meanwhile = grants
                             .get(&k)
                             .is_some_and(|g| g.iter().any(|(t, x)| *t >= t_inv && *x != b));
-                        if !(held_then || held_now || taken_meanwhile || others_running) {
+                        // A reset query at release clears a key a moment after the pooler
+                        // answered the grant (measured: a 55P03 1 µs after such a grant).
+                        let resetting = model
+                            .reset_released
+                            .get(&k)
+                            .is_some_and(|t| t.saturating_add(RESET_NS) >= t_inv);
+                        if !(held_then
+                            || held_now
+                            || taken_meanwhile
+                            || others_running
+                            || resetting)
+                        {
                             effect.notes.push(Note::ImplausibleRefusal {
                                 client: s.client,
                                 key: k,
@@ -318,7 +376,12 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
         let probes: Vec<JudgedProbe> = end_probes
             .iter()
             .map(|(k, a)| {
-                let exiting = exiting.contains(k);
+                // So may keys a failed lock call may have left on a live backend.
+                let exiting = exiting.contains(k)
+                    || obs
+                        .held()
+                        .iter()
+                        .any(|(b, x)| x == k && model.interrupted_unsettled(*b, *k).is_some());
                 JudgedProbe {
                     key: *k,
                     available: *a,

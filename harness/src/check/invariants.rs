@@ -211,6 +211,17 @@ impl Invariant for RepliesMatchModel {
     fn info(&self) -> InvariantInfo {
         Self::INFO
     }
+    fn check_end(&self, e: &EndFacts, out: &mut Vec<String>) {
+        // Concurrent: an unlock that returned true on a backend holding nothing, taken as
+        // running after a grant seen later; no such grant came.
+        for ((b, k), n) in &e.model.owed {
+            if *n > 0 {
+                out.push(format!(
+                    "pg_advisory_unlock({k}) returned true on {b} {n} time(s) more than any grant on that backend explains"
+                ));
+            }
+        }
+    }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
         if let Some(expected) = &f.effect.expected_reply
             && !expected.same_as(f.reply)
@@ -245,6 +256,7 @@ impl Invariant for RepliesMatchModel {
                     client + 1
                 )),
                 Note::UnlockMissedOwner { .. }
+                | Note::FailedLockHeld { .. }
                 | Note::DoubleGrant { .. }
                 | Note::RerouteAfterServerDeath { .. } => {}
             }
@@ -299,10 +311,14 @@ impl Invariant for LocksMatchModel {
 /// What a look at the servers shows held, less (concurrent schedule) the locks of backends
 /// the model knows are gone: a backend whose connection was closed or terminated a moment
 /// ago can still be exiting when the look is taken, and its locks go with it.
+/// Locks a failed lock call may have left (`app.failed_lock_not_held` judges those) are left
+/// out too.
 fn held_by_live(obs: &Observation, model: &Model) -> std::collections::BTreeSet<(BackendId, Key)> {
     let mut held = obs.held();
     if model.lenient {
-        held.retain(|(b, _)| !model.dead.contains(b));
+        held.retain(|(b, k)| {
+            !model.dead.contains(b) && model.interrupted_unsettled(*b, *k).is_none()
+        });
     }
     held
 }
@@ -493,6 +509,52 @@ fn orphans(obs: &Observation, model: &Model, out: &mut Vec<String>) {
 }
 
 invariant!(
+    FailedLockNotHeld,
+    "app.failed_lock_not_held",
+    App,
+    "a lock call that failed (lock_timeout, a cancel) left no lock on its backend: PostgreSQL can grant it in the instant the error is raised, and a session lock survives the error (concurrent schedule)"
+);
+impl Invariant for FailedLockNotHeld {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
+        for n in &f.effect.notes {
+            if let Note::FailedLockHeld {
+                key,
+                backend,
+                failed,
+                unlocked_by,
+            } = n
+            {
+                out.push(format!(
+                    "C{}'s pg_advisory_lock({key}) on {backend} failed with {} at {:.3} ms, yet C{}'s pg_advisory_unlock({key}) on that backend returned true: the lock was granted as the error was raised",
+                    failed.client + 1,
+                    failed.code,
+                    failed.at_ns as f64 / 1e6,
+                    unlocked_by + 1,
+                ));
+            }
+        }
+    }
+    fn check_end(&self, e: &EndFacts, out: &mut Vec<String>) {
+        for (b, k) in e.obs.held() {
+            if e.model.dead.contains(&b) {
+                continue;
+            }
+            if let Some(failed) = e.model.interrupted_unsettled(b, k) {
+                out.push(format!(
+                    "C{}'s pg_advisory_lock({k}) on {b} failed with {} at {:.3} ms, yet pg_locks shows {b} holding {k} at the end of the case, and no client believes it holds it",
+                    failed.client + 1,
+                    failed.code,
+                    failed.at_ns as f64 / 1e6,
+                ));
+            }
+        }
+    }
+}
+
+invariant!(
     UnlockReachesOwner,
     "app.unlock_reaches_owner",
     App,
@@ -661,6 +723,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &CancelKeepsSessionLocks,
     &MutualExclusion,
     &NoOrphans,
+    &FailedLockNotHeld,
     &UnlockReachesOwner,
     &RollbackReleases,
     &NoStaleHolder,
@@ -689,7 +752,7 @@ mod tests {
     fn the_catalog_is_well_formed() {
         let names: BTreeSet<&str> = catalog().iter().map(|i| i.name).collect();
         assert_eq!(names.len(), ALL.len(), "names are unique");
-        assert_eq!(ALL.len(), 15);
+        assert_eq!(ALL.len(), 16);
         let mut seen_app = false;
         for i in catalog() {
             assert!(i.name.starts_with(&format!("{}.", i.tier)), "{}", i.name);
@@ -704,5 +767,99 @@ mod tests {
         }
         assert_eq!(by_name("app.no_orphans").unwrap().info().tier, Tier::App);
         assert!(by_name("nope").is_none());
+    }
+
+    fn backend(pid: i32, keys: &[i64]) -> crate::history::BackendRow {
+        crate::history::BackendRow {
+            id: BackendId {
+                pid,
+                start_us: 1000 + pid as i64,
+            },
+            backend_start: String::new(),
+            state: "idle".into(),
+            query: String::new(),
+            xact_start: None,
+            locks: keys
+                .iter()
+                .map(|k| crate::history::LockRow {
+                    key: Key::Big(*k),
+                    mode: "ExclusiveLock".into(),
+                    granted: true,
+                })
+                .collect(),
+            wait_event_type: None,
+            wait_event: None,
+            blocked_by: vec![],
+        }
+    }
+
+    /// The end of a concurrent case: a backend known closed but still exiting, and one left
+    /// holding a lock its failed call was granted. Neither is a pg.* mismatch or an orphan;
+    /// the second is `app.failed_lock_not_held`, with the failed call as evidence.
+    #[test]
+    fn the_last_look_leaves_out_exiting_backends_and_judges_failed_locks_apart() {
+        use crate::check::model::Interrupted;
+        let obs = Observation {
+            backends: vec![backend(1, &[]), backend(2, &[7]), backend(3, &[8])],
+            ..Default::default()
+        };
+        let (b2, b3) = (obs.backends[1].id, obs.backends[2].id);
+        let rules = crate::pooler::PoolRules {
+            mode: None,
+            pool_size: usize::MAX,
+            reset_releases_locks: true,
+            reset_always: false,
+            app_pin: None,
+        };
+        let mut model = Model::new(rules, 2);
+        // Sequential: every row counts.
+        assert_eq!(held_by_live(&obs, &model).len(), 2);
+        let mut out = vec![];
+        locks_match(&obs, &model, "at the end", &mut out);
+        orphans(&obs, &model, &mut out);
+        assert_eq!(out.len(), 3, "{out:?}");
+        // Concurrent: b3 is exiting, b2's lock came from a failed call.
+        model.lenient = true;
+        model.dead.insert(b3);
+        model.interrupted.insert(
+            (b2, Key::Big(7)),
+            Interrupted {
+                client: 1,
+                code: "55P03".into(),
+                at_ns: 2_500_000,
+                count: 1,
+            },
+        );
+        assert!(held_by_live(&obs, &model).is_empty());
+        out.clear();
+        locks_match(&obs, &model, "at the end", &mut out);
+        orphans(&obs, &model, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let end = EndFacts {
+            obs: &obs,
+            probes: &[],
+            model: &model,
+        };
+        FailedLockNotHeld.check_end(&end, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(out[0].contains("C2's pg_advisory_lock(7)") && out[0].contains("55P03"));
+        assert!(out[0].contains(&b2.to_string()), "{}", out[0]);
+        // An unlock taken as running after a grant seen later, when no grant came.
+        out.clear();
+        RepliesMatchModel.check_end(&end, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        model.owed.insert((b2, Key::Big(9)), 1);
+        let end = EndFacts {
+            obs: &obs,
+            probes: &[],
+            model: &model,
+        };
+        RepliesMatchModel.check_end(&end, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(
+            out[0].contains("pg_advisory_unlock(9) returned true"),
+            "{}",
+            out[0]
+        );
     }
 }

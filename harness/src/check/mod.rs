@@ -134,8 +134,8 @@ fn apply_op(
             }
             e
         }
-        Op::Terminate => model.terminate(s.target()?),
-        Op::Cancel => model.cancel(s.target()?),
+        Op::Terminate => model.terminate(s.target()?, reply),
+        Op::Cancel => model.cancel(s.target()?, reply),
         // Client-side only: nothing happens on the server.
         Op::Sleep => model::Effect {
             expected_reply: Some(Reply::Ok),
@@ -506,6 +506,11 @@ mod tests {
             "no-orphans",
             "app.no_orphans",
             "backend pid 101 (backend_start 2026-11-30 00:53:20.000001+00) holds key 7, but no client believes it holds it",
+        ),
+        (
+            "failed-lock-not-held",
+            "app.failed_lock_not_held",
+            "C2's pg_advisory_lock(7) on pid 102 (backend_start 2026-11-30 00:53:20.000102+00) failed with 55P03 at 1010.000 ms, yet pg_locks shows pid 102",
         ),
         (
             "unlock-reaches-owner",

@@ -90,6 +90,10 @@ pub enum ProbeReason {
     ServerClosed,
 }
 
+/// Concurrent: how long after the model learnt of a backend's end a signal may still find
+/// its process exiting.
+const EXITING_NS: u64 = 1_000_000_000;
+
 /// A fact the model noticed while applying a step that some invariant judges.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Note {
@@ -124,6 +128,14 @@ pub enum Note {
         key: Key,
         ran: BackendId,
     },
+    /// Concurrent: an unlock returned true for a key the backend holds only because a lock
+    /// call on it failed (lock_timeout or a cancel) in the instant PostgreSQL granted it.
+    FailedLockHeld {
+        key: Key,
+        backend: BackendId,
+        failed: Interrupted,
+        unlocked_by: usize,
+    },
     /// Concurrent: a lock was granted to `backend` while `other` held it and no op that
     /// could have released it was running.
     DoubleGrant {
@@ -144,6 +156,21 @@ pub struct Effect {
     pub gone: Vec<BackendId>,
 }
 
+/// Concurrent schedule: a session lock call that failed with `lock_timeout` (55P03) or a
+/// cancel (57014) while it waited. PostgreSQL may have granted the lock in the same instant:
+/// `LockErrorCleanup` (proc.c) keeps a lock granted while the error was being raised, and a
+/// session lock survives the abort. Whether it did is settled by the backend's next unlock
+/// of the key (true: it did), its reset or exit, or the case's last look.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interrupted {
+    pub client: usize,
+    pub code: String,
+    /// When the failed call completed.
+    pub at_ns: u64,
+    /// How many such calls on this backend and key are unsettled.
+    pub count: u32,
+}
+
 #[derive(Clone, Debug)]
 pub struct Model {
     /// Concurrent schedule: whether a lock is free for a backend depends on an order the
@@ -156,6 +183,36 @@ pub struct Model {
     /// Concurrent, transaction pooling: a statement that changes session state (DISCARD
     /// ALL) ran on a server the history cannot name, so the model's locks may be wrong.
     pub uncertain: bool,
+    /// Concurrent: the backends such a DISCARD ALL may have reset (live, not linked to a
+    /// client's transaction then): their session locks may be gone.
+    pub maybe_discarded: BTreeSet<BackendId>,
+    /// Concurrent: failed session lock calls that may have been granted, by (backend, key).
+    pub interrupted: BTreeMap<(BackendId, Key), Interrupted>,
+    /// Concurrent: a `cancel` ran while the op being applied ran, so a 57014 is plausible.
+    pub cancel_possible: bool,
+    /// Concurrent: another op that can end a backend (terminate, disconnect, reconnect) ran
+    /// while the op being applied ran.
+    pub racing_close: bool,
+    /// Concurrent: a terminate ran while the op being applied ran.
+    pub racing_terminate: bool,
+    /// Concurrent: another statement that can change this backend's locks or transaction
+    /// ran on the same backend (or one the history cannot name) while the op being applied
+    /// ran, so the two may have run in either order.
+    pub racing_on_backend: bool,
+    /// Concurrent: unlocks that returned true before the grant they released was seen
+    /// (the grant completed later but ran first); the grant pays the debt.
+    pub owed: BTreeMap<(BackendId, Key), u32>,
+    /// Concurrent: session locks a release not yet seen (completed later, ran first) took.
+    pub taken_early: BTreeMap<(BackendId, Key), u32>,
+    /// Concurrent: backends whose transaction state an order the history cannot fix left
+    /// unsure; a reply on them that disagrees is explained by the other order if it can be.
+    pub unsure: BTreeSet<BackendId>,
+    /// Concurrent: when a reset query at release last cleared each key (`clock`). The
+    /// pooler runs it after giving the client its answer, so for a moment the key is still
+    /// held.
+    pub reset_released: BTreeMap<Key, u64>,
+    /// Concurrent: when the model learnt each dead backend died (`clock`).
+    pub died_at: BTreeMap<BackendId, u64>,
     pub rules: PoolRules,
     pub backends: BTreeMap<BackendId, BackendModel>,
     pub dead: BTreeSet<BackendId>,
@@ -169,6 +226,17 @@ impl Model {
             clock: 0,
             invoked_at: 0,
             uncertain: false,
+            maybe_discarded: BTreeSet::new(),
+            interrupted: BTreeMap::new(),
+            cancel_possible: false,
+            racing_close: false,
+            racing_terminate: false,
+            racing_on_backend: false,
+            owed: BTreeMap::new(),
+            reset_released: BTreeMap::new(),
+            taken_early: BTreeMap::new(),
+            unsure: BTreeSet::new(),
+            died_at: BTreeMap::new(),
             rules,
             backends: BTreeMap::new(),
             dead: BTreeSet::new(),
@@ -193,13 +261,38 @@ impl Model {
         self.backends.values().any(|m| m.holds(k))
     }
 
-    /// The backends other than `b` holding `k`.
+    /// The backends other than `b` surely holding `k` (leaving out session locks a DISCARD
+    /// ALL the history cannot place may have released).
     pub fn holders_other_than(&self, b: BackendId, k: Key) -> Vec<BackendId> {
         self.backends
             .iter()
             .filter(|(id, m)| **id != b && m.holds(k))
+            .filter(|(id, m)| !self.maybe_discarded.contains(id) || m.xact.contains_key(&k))
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Whether a backend other than `b` holds `k`, or may hold it after a failed lock call.
+    pub fn maybe_held_by_other(&self, b: BackendId, k: Key) -> bool {
+        self.held_by_other(b, k) || self.interrupted.keys().any(|(x, y)| *x != b && *y == k)
+    }
+
+    /// Whether `k` is held, or may be held after a failed lock call.
+    pub fn key_maybe_held(&self, k: Key) -> bool {
+        self.key_held(k) || self.interrupted.keys().any(|(_, y)| *y == k)
+    }
+
+    /// Failed lock calls a look at the servers can settle: `(b, k)` held there while the
+    /// model does not hold it.
+    pub fn interrupted_unsettled(&self, b: BackendId, k: Key) -> Option<&Interrupted> {
+        self.interrupted
+            .get(&(b, k))
+            .filter(|_| !self.backends.get(&b).is_some_and(|m| m.holds(k)))
+    }
+
+    fn forget_interrupted(&mut self, b: BackendId) {
+        self.interrupted.retain(|(x, _), _| *x != b);
+        self.taken_early.retain(|(x, _), _| *x != b);
     }
 
     pub fn held_by_other(&self, b: BackendId, k: Key) -> bool {
@@ -222,7 +315,15 @@ impl Model {
 
     /// Run a statement-level op on backend `b` by PostgreSQL's rules. `refused`: in a lenient
     /// model, whether the lock call was refused (its reply says).
-    fn exec(&mut self, b: BackendId, op: Op, key: Option<Key>, refused: Option<bool>) -> Reply {
+    /// `cancelled`: a cancel landed on the statement while it ran (its reply says so).
+    fn exec(
+        &mut self,
+        b: BackendId,
+        op: Op,
+        key: Option<Key>,
+        refused: Option<bool>,
+        cancelled: bool,
+    ) -> Reply {
         let other = match (self.lenient, refused) {
             (true, Some(r)) => r,
             _ => key.is_some_and(|k| self.held_by_other(b, k)),
@@ -231,11 +332,26 @@ impl Model {
         if m.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
             return Reply::error(code::IN_FAILED_TRANSACTION);
         }
+        if cancelled {
+            // The statement ended with the cancel and changed nothing (a lock granted in the
+            // same instant is kept in `interrupted` by the caller).
+            if m.tx == Tx::Open {
+                m.tx = Tx::Aborted;
+                m.xact.clear();
+            }
+            return Reply::error(code::QUERY_CANCELED);
+        }
         let bump = |map: &mut BTreeMap<Key, u32>, k: Key| *map.entry(k).or_insert(0) += 1;
+        // A session grant an earlier-seen unlock already released (concurrent).
+        let owed = &mut self.owed;
+        let mut grant_session = |m: &mut BackendModel, k: Key| match owed.get_mut(&(b, k)) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => bump(&mut m.session, k),
+        };
         let reply = match (op, key) {
             (Op::TryLock, Some(k)) => {
                 if !other {
-                    bump(&mut m.session, k);
+                    grant_session(m, k);
                 }
                 Reply::Bool { value: !other }
             }
@@ -243,7 +359,7 @@ impl Model {
                 if other {
                     Reply::error(code::LOCK_NOT_AVAILABLE)
                 } else {
-                    bump(&mut m.session, k);
+                    grant_session(m, k);
                     Reply::Ok
                 }
             }
@@ -259,6 +375,7 @@ impl Model {
             },
             (Op::UnlockAll, _) => {
                 m.session.clear();
+                self.taken_early.retain(|(x, _), _| *x != b);
                 Reply::Ok
             }
             (Op::XactLock, Some(k)) => {
@@ -311,7 +428,10 @@ impl Model {
     /// beliefs granted by it become stale.
     fn backend_gone(&mut self, b: BackendId) {
         self.backends.remove(&b);
+        self.forget_interrupted(b);
+        self.owed.retain(|(x, _), _| *x != b);
         self.dead.insert(b);
+        self.died_at.entry(b).or_insert(self.clock);
         for c in &mut self.clients {
             if c.linked == Some(b) {
                 c.linked = None;
@@ -333,7 +453,11 @@ impl Model {
             && self.rules.reset_releases_locks
             && let Some(m) = self.backends.get_mut(&b)
         {
+            for k in m.session.keys() {
+                self.reset_released.insert(*k, self.clock);
+            }
             m.session.clear();
+            self.forget_interrupted(b);
         }
     }
 
@@ -361,6 +485,7 @@ impl Model {
                         && let Some(m) = self.backends.get_mut(&b)
                     {
                         m.session.clear();
+                        self.forget_interrupted(b);
                     }
                 }
                 ServerFate::Untouched => {}
@@ -387,9 +512,40 @@ impl Model {
         }
     }
 
-    /// `pg_terminate_backend` of `target` from the admin side.
-    pub fn terminate(&mut self, target: BackendId) -> Effect {
+    /// Concurrent: whether `target` answers a signal as the reply says, by an order the
+    /// history does not fix. `pg_terminate_backend` and `pg_cancel_backend` reply by whether
+    /// the process still exists: one the model knows ended within the last second may still
+    /// be exiting (true); one the model thinks alive may have been ended by a racing
+    /// terminate or close not yet applied (false, and then it is gone).
+    fn signal_target_alive(&mut self, target: BackendId, reply: &Reply) -> bool {
         let alive = self.backends.contains_key(&target);
+        if !self.lenient {
+            return alive;
+        }
+        match reply {
+            Reply::Bool { value: true } if !alive => self
+                .died_at
+                .get(&target)
+                .is_some_and(|t| self.invoked_at < t.saturating_add(EXITING_NS)),
+            Reply::Bool { value: false } if alive && self.racing_close => {
+                self.backend_gone(target);
+                false
+            }
+            _ => alive,
+        }
+    }
+
+    /// `pg_terminate_backend` of `target` from the admin side; `reply`: what it returned.
+    pub fn terminate(&mut self, target: BackendId, reply: &Reply) -> Effect {
+        let exiting = !self.backends.contains_key(&target);
+        let alive = self.signal_target_alive(target, reply);
+        if alive && exiting {
+            // Still exiting: answered true, nothing more happens.
+            return Effect {
+                expected_reply: Some(Reply::Bool { value: true }),
+                ..Default::default()
+            };
+        }
         let mut effect = Effect {
             expected_reply: Some(Reply::Bool { value: alive }),
             ..Default::default()
@@ -406,8 +562,8 @@ impl Model {
     }
 
     /// `pg_cancel_backend` of `target`: an idle backend ignores it; nothing is released.
-    pub fn cancel(&mut self, target: BackendId) -> Effect {
-        let alive = self.backends.contains_key(&target);
+    pub fn cancel(&mut self, target: BackendId, reply: &Reply) -> Effect {
+        let alive = self.signal_target_alive(target, reply);
         let mut effect = Effect {
             expected_reply: Some(Reply::Bool { value: alive }),
             ..Default::default()
@@ -453,9 +609,31 @@ impl Model {
             c.tx_taken.clear();
             effect.notes.push(Note::RerouteAfterServerDeath { client });
         }
-        // A client whose server was closed under it hears of it now.
+        // Concurrent: a terminate that ran beside this statement may have ended its server
+        // under it (the model may not have applied that terminate yet): the statement fails
+        // with 57P01 or the connection is found closed.
+        if self.lenient
+            && self.racing_terminate
+            && (reply.is_closed() || reply.code() == Some(code::ADMIN_SHUTDOWN))
+        {
+            effect.expected_reply = Some(reply.clone());
+            let c = &mut self.clients[client];
+            c.broken = false;
+            c.connected = false;
+            c.linked = None;
+            self.forget_beliefs(client);
+            return effect;
+        }
+        // A client whose server was closed under it hears of it now (concurrent: or reads
+        // the backend's own 57P01 first, which the pooler passes on).
         if self.clients[client].broken {
-            effect.expected_reply = Some(Reply::error(code::CLOSED));
+            effect.expected_reply = Some(
+                if self.lenient && reply.code() == Some(code::ADMIN_SHUTDOWN) {
+                    reply.clone()
+                } else {
+                    Reply::error(code::CLOSED)
+                },
+            );
             let c = &mut self.clients[client];
             c.broken = false;
             c.connected = false;
@@ -474,7 +652,11 @@ impl Model {
             }
             (Some(p), _) => Some(p),
             (None, Some(s)) => {
-                if self.dead.contains(&s) {
+                // Concurrent: a statement invoked before the model learnt of its server's
+                // end may have run just before it.
+                let ran_before_end =
+                    self.lenient && self.died_at.get(&s).is_some_and(|t| self.invoked_at < *t);
+                if self.dead.contains(&s) && !ran_before_end {
                     effect.notes.push(Note::RanOnTerminated { client, ran: s });
                 }
                 // A statement invoked before the owner's link was made may have run before it.
@@ -494,6 +676,10 @@ impl Model {
         let Some(b) = backend else {
             if self.lenient && op == Op::DiscardAll && !reply.is_error() {
                 self.uncertain = true;
+                let linked: BTreeSet<BackendId> =
+                    self.clients.iter().filter_map(|c| c.linked).collect();
+                self.maybe_discarded
+                    .extend(self.backends.keys().filter(|b| !linked.contains(b)));
             }
             // No backend known (the reset query overwrote the tag, or the connection failed).
             if reply.is_closed() {
@@ -539,12 +725,89 @@ impl Model {
                 && self.clients.iter().enumerate().any(|(d, c)| {
                     d != client && c.linked == Some(b) && self.invoked_at < c.linked_at
                 });
+        if ran_before_link {
+            // Or after it ended, if that end was seen later: unsure either way.
+            self.unsure.insert(b);
+        }
         let saved_tx = if ran_before_link {
             self.backends.get_mut(&b).map(|m| std::mem::take(&mut m.tx))
         } else {
             None
         };
-        let expected = self.exec(b, op, key, refused);
+        // Concurrent: a cancel from the nemesis that ran beside this statement may have
+        // landed on it.
+        let cancelled = self.lenient
+            && self.cancel_possible
+            && reply.code() == Some(code::QUERY_CANCELED)
+            && !matches!(op, Op::Begin | Op::Commit | Op::Rollback | Op::DiscardAll);
+        // An unlock settles an earlier failed lock call on this backend: true when the model
+        // holds nothing means PostgreSQL granted it after all.
+        if op == Op::Unlock
+            && let Some(k) = key
+            && let Some(mut failed) = self.interrupted_unsettled(b, k).cloned()
+        {
+            self.interrupted.remove(&(b, k));
+            if reply == &(Reply::Bool { value: true }) {
+                *self
+                    .backends
+                    .entry(b)
+                    .or_default()
+                    .session
+                    .entry(k)
+                    .or_insert(0) += 1;
+                effect.notes.push(Note::FailedLockHeld {
+                    key: k,
+                    backend: b,
+                    failed: failed.clone(),
+                    unlocked_by: client,
+                });
+                failed.count -= 1;
+                if failed.count > 0 {
+                    self.interrupted.insert((b, k), failed);
+                }
+            }
+        }
+        let pre = self.backends.get(&b).cloned().unwrap_or_default();
+        let mut expected = self.exec(b, op, key, refused, cancelled);
+        if self.lenient
+            && (self.racing_on_backend
+                || self.maybe_discarded.contains(&b)
+                || self.unsure.contains(&b))
+            && !expected.same_as(reply)
+        {
+            expected = self.other_order(
+                client,
+                b,
+                (op, key, refused, cancelled),
+                pre,
+                reply,
+                expected,
+            );
+        }
+        if self.dead.contains(&b) {
+            // It ran just before its backend's end (above): its effects went with it.
+            self.backends.remove(&b);
+        }
+        if self.lenient
+            && op == Op::Lock
+            && let Some(k) = key
+            && matches!(
+                reply.code(),
+                Some(code::LOCK_NOT_AVAILABLE | code::QUERY_CANCELED)
+            )
+            && expected.same_as(reply)
+        {
+            let e = self.interrupted.entry((b, k)).or_insert(Interrupted {
+                client,
+                code: reply.code().unwrap_or_default().to_string(),
+                at_ns: self.clock,
+                count: 0,
+            });
+            e.count += 1;
+        }
+        if matches!(op, Op::UnlockAll | Op::DiscardAll) && !expected.is_error() {
+            self.forget_interrupted(b);
+        }
         let after = self.backends.get(&b).cloned().unwrap_or_default();
         if let (Some(tx), Some(m)) = (saved_tx, self.backends.get_mut(&b)) {
             m.tx = tx;
@@ -591,6 +854,78 @@ impl Model {
 
         self.believe(client, op, key, b, reply, &mut effect);
         effect
+    }
+
+    /// Concurrent: another statement ran on backend `b` beside this one, and the reply
+    /// disagrees with the order the completions give. Try the states the other order would
+    /// leave: the statement ran outside another client's transaction on `b` (before it
+    /// began or after it ended), or an unlock ran before or after another client's lock or
+    /// unlock of the key (its count is what the reply says). The first state that explains
+    /// the reply is kept; none does: the first answer stands (and is judged).
+    fn other_order(
+        &mut self,
+        client: usize,
+        b: BackendId,
+        (op, key, refused, cancelled): (Op, Option<Key>, Option<bool>, bool),
+        pre: BackendModel,
+        reply: &Reply,
+        first: Reply,
+    ) -> Reply {
+        let post = self.backends.get(&b).cloned().unwrap_or_default();
+        let others_tx = pre.tx != Tx::Idle
+            && (self.unsure.contains(&b)
+                || self
+                    .clients
+                    .iter()
+                    .enumerate()
+                    .any(|(d, c)| d != client && c.linked == Some(b)));
+        let count = match (op, key, reply) {
+            (Op::Unlock, Some(k), Reply::Bool { value }) => Some((k, *value)),
+            _ => None,
+        };
+        for (outside, recount) in [(true, false), (false, true), (true, true)] {
+            if (outside && !others_tx) || (recount && count.is_none()) {
+                continue;
+            }
+            let mut alt = pre.clone();
+            if outside {
+                alt.tx = Tx::Idle;
+            }
+            // What the other order leaves to settle later: a grant seen later pays an
+            // unlock that came first (owed); a release seen later finds its lock gone.
+            let mut settle = None;
+            if let (true, Some((k, held))) = (recount, count) {
+                let n = alt.session.get(&k).copied().unwrap_or(0);
+                if held && n == 0 {
+                    alt.session.insert(k, 1);
+                    settle = Some((k, true));
+                } else if !held && n > 0 {
+                    alt.session.remove(&k);
+                    settle = Some((k, false));
+                }
+            }
+            self.backends.insert(b, alt);
+            let r = self.exec(b, op, key, refused, cancelled);
+            if r.same_as(reply) {
+                if outside && let Some(m) = self.backends.get_mut(&b) {
+                    m.tx = pre.tx;
+                }
+                match settle {
+                    Some((k, true)) => match self.taken_early.get_mut(&(b, k)) {
+                        Some(n) if *n > 0 => *n -= 1,
+                        _ => *self.owed.entry((b, k)).or_insert(0) += 1,
+                    },
+                    Some((k, false)) => {
+                        let n = pre.session.get(&k).copied().unwrap_or(0);
+                        *self.taken_early.entry((b, k)).or_insert(0) += n;
+                    }
+                    None => {}
+                }
+                return r;
+            }
+        }
+        self.backends.insert(b, post);
+        first
     }
 
     /// The application's view, updated from the reply it actually got.
@@ -939,16 +1274,16 @@ mod tests {
     fn terminate_releases_everything_and_leaves_stale_beliefs() {
         let mut m = model(Some(PoolMode::Transaction));
         real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        let e = m.terminate(b(1));
+        let e = m.terminate(b(1), &T);
         assert!(e.expected_reply.unwrap().same_as(&T));
         assert!(e.probes.contains(&(ProbeReason::TerminateReleases, K)));
         assert!(!m.key_held(K));
         assert!(m.clients[0].beliefs[&K].stale, "C1 has not heard of it");
-        assert!(m.terminate(b(1)).expected_reply.unwrap().same_as(&F));
+        assert!(m.terminate(b(1), &F).expected_reply.unwrap().same_as(&F));
         // Session mode: the pinned client is broken and hears of it at its next statement.
         let mut s = model(Some(PoolMode::Session));
         real(&mut s, 0, Op::TryLock, Some(K), b(1), T);
-        s.terminate(b(1));
+        s.terminate(b(1), &T);
         real(
             &mut s,
             0,
@@ -964,7 +1299,7 @@ mod tests {
     fn cancel_keeps_session_locks() {
         let mut m = model(Some(PoolMode::Session));
         real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        let c = m.cancel(b(1));
+        let c = m.cancel(b(1), &T);
         assert!(
             c.probes
                 .contains(&(ProbeReason::CancelKeepsSessionLocks, K))
@@ -1022,7 +1357,7 @@ mod tests {
         let mut m = model(Some(PoolMode::Transaction));
         m.connected(0);
         real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        m.terminate(b(1));
+        m.terminate(b(1), &T);
         // Sequential: the next statement hears of the closed server.
         let mut seq = m.clone();
         let e = seq.apply(0, Op::TryLock, Some(K), Some(b(2)), &T);
@@ -1040,5 +1375,103 @@ mod tests {
         // A DISCARD ALL whose server is unknown leaves the model's locks uncertain.
         m.apply(0, Op::DiscardAll, None, None, &Reply::Ok);
         assert!(m.uncertain);
+    }
+
+    /// A blocking lock that fails with lock_timeout while the holder lets go may have been
+    /// granted anyway (LockErrorCleanup): the model keeps it as unsettled, and the next
+    /// unlock on that backend settles it either way.
+    #[test]
+    fn concurrent_failed_lock_may_be_held_until_settled() {
+        let timeout = Reply::error(code::LOCK_NOT_AVAILABLE);
+        for unlock_reply in [T, F] {
+            let mut m = model(None);
+            m.lenient = true;
+            for c in 0..2 {
+                m.connected(c);
+            }
+            real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+            // C2 waits; C1 unlocks; C2's wait ends with 55P03 (the reply decides).
+            real(&mut m, 0, Op::Unlock, Some(K), b(1), T);
+            real(&mut m, 1, Op::Lock, Some(K), b(2), timeout.clone());
+            assert!(!m.key_held(K), "the reply said refused");
+            assert!(m.key_maybe_held(K) && m.maybe_held_by_other(b(1), K));
+            assert!(m.interrupted_unsettled(b(2), K).is_some());
+            let e = real(&mut m, 1, Op::Unlock, Some(K), b(2), unlock_reply.clone());
+            assert!(m.interrupted.is_empty(), "settled");
+            assert!(!m.key_held(K));
+            let noted = e
+                .notes
+                .iter()
+                .any(|n| matches!(n, Note::FailedLockHeld { backend, .. } if *backend == b(2)));
+            assert_eq!(noted, unlock_reply == T, "{:?}", e.notes);
+        }
+        // The sequential model never keeps one: there the 55P03 is the model's own prediction.
+        let mut m = model(None);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        real(&mut m, 1, Op::Lock, Some(K), b(2), timeout);
+        assert!(m.interrupted.is_empty());
+    }
+
+    /// Two statements on one backend whose completions were seen in the other order than
+    /// they ran: the reply decides, and what that order owes is settled later.
+    #[test]
+    fn concurrent_racing_statements_on_one_backend_settle_by_the_replies() {
+        let mut m = model(Some(PoolMode::Transaction));
+        m.lenient = true;
+        for c in 0..2 {
+            m.connected(c);
+        }
+        // C2's unlock is seen before C1's grant, but ran after it.
+        m.racing_on_backend = true;
+        real(&mut m, 1, Op::Unlock, Some(K), b(1), T);
+        assert_eq!(m.owed.get(&(b(1), K)), Some(&1));
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        assert!(!m.key_held(K), "the grant paid the unlock");
+        assert_eq!(m.owed.get(&(b(1), K)), Some(&0));
+        // Without a statement beside it, the same reply is judged.
+        m.racing_on_backend = false;
+        let e = m.apply(1, Op::Unlock, Some(K), Some(b(1)), &T);
+        assert_eq!(e.expected_reply, Some(F));
+        // A release seen later took the lock first: the earlier-seen unlock found it gone.
+        let mut m = model(Some(PoolMode::Transaction));
+        m.lenient = true;
+        for c in 0..2 {
+            m.connected(c);
+        }
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        m.racing_on_backend = true;
+        real(&mut m, 0, Op::Unlock, Some(K), b(1), F);
+        real(&mut m, 1, Op::Unlock, Some(K), b(1), T);
+        assert!(m.owed.values().all(|n| *n == 0) && !m.key_held(K));
+    }
+
+    #[test]
+    fn concurrent_cancel_only_when_one_ran_and_unlock_all_settles() {
+        let cancelled = Reply::error(code::QUERY_CANCELED);
+        let mut m = model(None);
+        m.lenient = true;
+        m.connected(0);
+        // No cancel ran beside it: a 57014 is not what the model predicts.
+        let e = m.apply(0, Op::Lock, Some(K), Some(b(1)), &cancelled);
+        assert_eq!(e.expected_reply, Some(Reply::Ok));
+        let mut m = model(None);
+        m.lenient = true;
+        m.connected(0);
+        m.cancel_possible = true;
+        real(&mut m, 0, Op::Lock, Some(K), b(1), cancelled.clone());
+        assert!(m.interrupted_unsettled(b(1), K).is_some());
+        real(&mut m, 0, Op::UnlockAll, None, b(1), Reply::Ok);
+        assert!(m.interrupted.is_empty(), "unlock_all settles it");
+        // A cancelled statement inside a transaction aborts it.
+        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
+        real(&mut m, 0, Op::PgSleep, None, b(1), cancelled);
+        real(
+            &mut m,
+            0,
+            Op::Ping,
+            None,
+            b(1),
+            Reply::error(code::IN_FAILED_TRANSACTION),
+        );
     }
 }

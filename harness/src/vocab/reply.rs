@@ -11,6 +11,8 @@ pub mod code {
     pub const DIVISION_BY_ZERO: &str = "22012";
     pub const QUERY_CANCELED: &str = "57014";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";
+    /// `terminating connection due to administrator command` (pg_terminate_backend).
+    pub const ADMIN_SHUTDOWN: &str = "57P01";
     /// Not a SQLSTATE: the client's connection is gone.
     pub const CLOSED: &str = "closed";
     /// Not a SQLSTATE: no reply within the bound (a cancel was sent).
