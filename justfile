@@ -35,6 +35,10 @@ reproduce *ARGS: build
 analyze RUN *ARGS: build
     {{bin}} analyze {{RUN}} {{ARGS}}
 
+# Op rate of the concurrent workers (observation off, sampling on) beside pgbench's.
+bench NAME *ARGS: build
+    {{bin}} bench {{NAME}} {{ARGS}}
+
 # Print a run's history in words (add --case N, or --json).
 history RUN *ARGS: build
     {{bin}} history {{RUN}} {{ARGS}}

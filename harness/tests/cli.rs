@@ -691,3 +691,64 @@ fn transaction_pooling_waits_starve_with_session_locks_and_not_with_xact_locks()
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `bench` on real servers: three arms, each with a rate per round, ratios from the medians,
+/// pgbench's statements the workers' own; bad arguments and an app-pool topology refused.
+#[test]
+fn bench_measures_workers_and_pgbench_side_by_side() {
+    let out = tmp("bench");
+    let o = pgchaos(&[
+        "bench",
+        "transaction-mode",
+        "--seconds",
+        "1",
+        "--rounds",
+        "1",
+        "--clients",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let files: Vec<PathBuf> = std::fs::read_dir(out.join("bench"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(files[0].extension().unwrap() == "json", "{files:?}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    let arms = r["arms"].as_array().unwrap();
+    assert_eq!(arms.len(), 3);
+    assert_eq!(arms[0]["name"], "pgbench");
+    for a in arms {
+        let rate = a["median"].as_f64().unwrap();
+        assert!(rate > 0.0, "{a}");
+        assert_eq!(a["rates"].as_array().unwrap().len(), 1);
+    }
+    let base = arms[0]["median"].as_f64().unwrap();
+    let off = arms[1]["median"].as_f64().unwrap();
+    assert!((r["ratio_off_vs_pgbench"].as_f64().unwrap() - off / base).abs() < 1e-9);
+    assert!(
+        r["samples_per_s"].as_f64().unwrap() > 0.0,
+        "the sampler ran"
+    );
+    assert_eq!(r["pool_mode"], "transaction");
+    assert!(
+        r["sql"][0]
+            .as_str()
+            .unwrap()
+            .contains("pg_try_advisory_lock")
+    );
+    assert!(text(&o).contains("vs pgbench"), "{}", text(&o));
+    for bad in [&["--seconds", "0"][..], &["--rounds", "0"][..]] {
+        let mut args = vec!["bench", "direct"];
+        args.extend_from_slice(bad);
+        let o = pgchaos(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(bad[0]), "{}", text(&o));
+    }
+    let o = pgchaos(&["bench", "app-pool-pinned", "--seconds", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("app_pool"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&out);
+}

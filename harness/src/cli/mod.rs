@@ -6,6 +6,7 @@
 //! May import everything; nothing imports it.
 
 mod analyze;
+mod bench;
 mod chaos;
 mod compare;
 mod history;
@@ -54,6 +55,8 @@ enum Cmd {
     History(history::Args),
     /// Compare runs: run directories, or topology names meaning their latest run.
     Compare(compare::Args),
+    /// The concurrent workers' op rate (observation off, sampling on) beside pgbench's.
+    Bench(bench::Args),
 }
 
 /// Exit code for an outcome.
@@ -224,6 +227,7 @@ async fn run(cli: Cli) -> Result<Exit> {
         }
         Cmd::Up(a) => up::up(a).await,
         Cmd::Chaos(a) => chaos::chaos(a).await,
+        Cmd::Bench(a) => bench::bench(a).await,
         Cmd::Reproduce(a) => reproduce::reproduce(a).await,
         Cmd::Analyze(a) => analyze::analyze(a),
         Cmd::History(a) => history::history(a),

@@ -89,6 +89,8 @@ pub struct Cluster {
     pub pooler: Box<dyn Pooler>,
     /// The launcher that started it.
     pub launcher: &'static str,
+    /// PostgreSQL's binaries (`pgbench` for `pgchaos bench`).
+    pub pg_bin_dir: PathBuf,
     /// The private run directory: Unix sockets, data, logs, credentials.
     pub run_dir: PathBuf,
     pub pg_port: u16,

@@ -224,6 +224,7 @@ async fn launch(
         topology: topology.clone(),
         pooler: pooler::for_topology(topology),
         launcher: "native",
+        pg_bin_dir: pg.bin_dir.clone(),
         run_dir,
         pg_port: servers.pg_port,
         pooler_port: servers.pooler_port,
