@@ -105,7 +105,7 @@ pub async fn run_one(
         }
         Schedule::Concurrent => {
             runner
-                .run_case_concurrent(&mut sink.rec, meta, steps, evidence)
+                .run_case_concurrent(&mut sink.rec, meta, steps)
                 .await?
         }
     }

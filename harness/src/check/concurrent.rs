@@ -15,7 +15,7 @@
 //! `app.progress`, with the wait-for graph at its deadline.
 
 use super::invariants::{EndFacts, JudgedProbe, Overlap, SampleFacts, StepFacts};
-use super::model::{Model, Note};
+use super::model::{Beside, Model, Note};
 use super::{ALL, CaseCheck, CheckContext, Violation, applied, apply_op, judge_step};
 use crate::history::{At, Body, CaseView, Event, Observation, ProbeWhy, StepView};
 use crate::vocab::{BackendId, Key, Op, Outcome, Reply};
@@ -36,6 +36,36 @@ fn may_release(op: Op) -> bool {
             | Op::Reconnect
             | Op::Terminate
     )
+}
+
+/// What ran beside step `i` (invoked at `t_inv`, completed at `t_done` on `backend`): the
+/// other steps invoked before it completed and completed after it was invoked (or never).
+fn beside(
+    steps: &BTreeMap<usize, &StepView>,
+    i: usize,
+    t_inv: u64,
+    t_done: u64,
+    backend: Option<BackendId>,
+) -> Beside {
+    let mut b = Beside::default();
+    for o in steps.values() {
+        let Some(op) = o.op else { continue };
+        let overlaps = o.t_invoke.is_some_and(|t| t < t_done) && o.t_done.is_none_or(|d| d > t_inv);
+        if o.index == i || !overlaps {
+            continue;
+        }
+        b.cancel |= op == Op::Cancel;
+        b.terminate |= op == Op::Terminate;
+        b.close |= matches!(op, Op::Terminate | Op::Disconnect | Op::Reconnect);
+        // The same backend, or one the history cannot name.
+        b.on_backend |= backend.is_some()
+            && changes_backend(op)
+            && o.done
+                .as_ref()
+                .and_then(|d| d.backend)
+                .is_none_or(|x| Some(x) == backend);
+    }
+    b
 }
 
 /// How long after a reset query at release was due the key may still be held.
@@ -157,32 +187,7 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
                 let before: Vec<(usize, Key)> = since.keys().copied().collect();
                 model.clock = ev.t;
                 model.invoked_at = t_inv;
-                // Ops that ran while this one ran: a cancel may have landed on it, a
-                // terminate or close may have ended its target first.
-                let beside = |ops: &[Op]| {
-                    steps.values().any(|o| {
-                        o.index != i
-                            && o.op.is_some_and(|x| ops.contains(&x))
-                            && o.t_invoke.is_some_and(|t| t < ev.t)
-                            && o.t_done.is_none_or(|d| d > t_inv)
-                    })
-                };
-                model.cancel_possible = beside(&[Op::Cancel]);
-                model.racing_close = beside(&[Op::Terminate, Op::Disconnect, Op::Reconnect]);
-                model.racing_terminate = beside(&[Op::Terminate]);
-                // Statements on the same backend (or one the history cannot name).
-                model.racing_on_backend = c.backend.is_some_and(|b| {
-                    steps.values().any(|o| {
-                        o.index != i
-                            && o.op.is_some_and(changes_backend)
-                            && o.t_invoke.is_some_and(|t| t < ev.t)
-                            && o.t_done.is_none_or(|d| d > t_inv)
-                            && o.done
-                                .as_ref()
-                                .and_then(|d| d.backend)
-                                .is_none_or(|x| x == b)
-                    })
-                });
+                model.beside = beside(&steps, i, t_inv, ev.t, c.backend);
                 let Some(mut effect) = apply_op(&mut model, s, op, &c.value) else {
                     continue;
                 };
@@ -221,7 +226,7 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
                                 continue;
                             };
                             if bl.session + bl.xact == 0
-                                || bl.backends.iter().all(|x| model.dead.contains(x))
+                                || bl.backends.iter().all(|x| model.dead.contains_key(x))
                             {
                                 continue;
                             }
@@ -251,7 +256,8 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
                             .get(&k)
                             .is_some_and(|g| g.iter().any(|(t, x)| *t >= t_inv && *x != b));
                         // A reset query at release clears a key a moment after the pooler
-                        // answered the grant (measured: a 55P03 1 µs after such a grant).
+                        // answered the grant (seen: a lock invoked 1 µs after such a grant
+                        // on another server waited and failed with 55P03).
                         let resetting = model
                             .reset_released
                             .get(&k)
@@ -365,29 +371,28 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
         }
     }
     if let (Some(obs), false) = (end, unknown) {
-        // Keys still held by a backend that is exiting (closed or terminated a moment ago)
-        // may or may not be free yet: their probes are not judged.
-        let exiting: BTreeSet<Key> = obs
+        // Keys still held by a backend that is exiting (closed or terminated a moment ago),
+        // or left on a live one by a failed lock call, may or may not be free: their probes
+        // are not judged.
+        let unjudged: BTreeSet<Key> = obs
             .held()
             .into_iter()
-            .filter(|(b, _)| model.dead.contains(b))
+            .filter(|(b, k)| {
+                model.dead.contains_key(b) || model.interrupted_unsettled(*b, *k).is_some()
+            })
             .map(|(_, k)| k)
             .collect();
         let probes: Vec<JudgedProbe> = end_probes
             .iter()
-            .map(|(k, a)| {
-                // So may keys a failed lock call may have left on a live backend.
-                let exiting = exiting.contains(k)
-                    || obs
-                        .held()
-                        .iter()
-                        .any(|(b, x)| x == k && model.interrupted_unsettled(*b, *k).is_some());
-                JudgedProbe {
-                    key: *k,
-                    available: *a,
-                    expected_available: if exiting { *a } else { !model.key_held(*k) },
-                    reasons: vec![],
-                }
+            .map(|(k, a)| JudgedProbe {
+                key: *k,
+                available: *a,
+                expected_available: if unjudged.contains(k) {
+                    *a
+                } else {
+                    !model.key_held(*k)
+                },
+                reasons: vec![],
             })
             .collect();
         let ef = EndFacts {

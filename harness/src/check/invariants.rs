@@ -317,7 +317,7 @@ fn held_by_live(obs: &Observation, model: &Model) -> std::collections::BTreeSet<
     let mut held = obs.held();
     if model.lenient {
         held.retain(|(b, k)| {
-            !model.dead.contains(b) && model.interrupted_unsettled(*b, *k).is_none()
+            !model.dead.contains_key(b) && model.interrupted_unsettled(*b, *k).is_none()
         });
     }
     held
@@ -455,7 +455,8 @@ impl Invariant for MutualExclusion {
         for (i, c) in f.model.clients.iter().enumerate() {
             for (k, bl) in &c.beliefs {
                 // A belief still granted by a live backend counts for exclusion.
-                if bl.session + bl.xact > 0 && bl.backends.iter().any(|b| !f.model.dead.contains(b))
+                if bl.session + bl.xact > 0
+                    && bl.backends.iter().any(|b| !f.model.dead.contains_key(b))
                 {
                     believers.entry(*k).or_default().push(i);
                 }
@@ -539,7 +540,7 @@ impl Invariant for FailedLockNotHeld {
     }
     fn check_end(&self, e: &EndFacts, out: &mut Vec<String>) {
         for (b, k) in e.obs.held() {
-            if e.model.dead.contains(&b) {
+            if e.model.dead.contains_key(&b) {
                 continue;
             }
             if let Some(failed) = e.model.interrupted_unsettled(b, k) {
@@ -630,7 +631,7 @@ impl Invariant for NoStaleHolder {
                     let dead: Vec<BackendId> = bl
                         .backends
                         .iter()
-                        .filter(|b| f.model.dead.contains(b))
+                        .filter(|b| f.model.dead.contains_key(b))
                         .copied()
                         .collect();
                     out.push(format!(
@@ -820,7 +821,7 @@ mod tests {
         assert_eq!(out.len(), 3, "{out:?}");
         // Concurrent: b3 is exiting, b2's lock came from a failed call.
         model.lenient = true;
-        model.dead.insert(b3);
+        model.dead.insert(b3, 0);
         model.interrupted.insert(
             (b2, Key::Big(7)),
             Interrupted {

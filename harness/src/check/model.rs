@@ -171,6 +171,22 @@ pub struct Interrupted {
     pub count: u32,
 }
 
+/// Concurrent schedule: what ran beside the op being applied (invoked before it completed,
+/// completed after it was invoked). Each makes plausible a reply that the order of
+/// completions alone would not explain.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Beside {
+    /// A `cancel`: a 57014 may be its doing.
+    pub cancel: bool,
+    /// A `terminate`: a `closed` connection or a 57P01 may be its doing.
+    pub terminate: bool,
+    /// A terminate, disconnect or reconnect: a backend the model thinks alive may be gone.
+    pub close: bool,
+    /// A statement that changes locks or transaction state on the same backend (or on one
+    /// the history cannot name): the two may have run in either order.
+    pub on_backend: bool,
+}
+
 #[derive(Clone, Debug)]
 pub struct Model {
     /// Concurrent schedule: whether a lock is free for a backend depends on an order the
@@ -188,17 +204,8 @@ pub struct Model {
     pub maybe_discarded: BTreeSet<BackendId>,
     /// Concurrent: failed session lock calls that may have been granted, by (backend, key).
     pub interrupted: BTreeMap<(BackendId, Key), Interrupted>,
-    /// Concurrent: a `cancel` ran while the op being applied ran, so a 57014 is plausible.
-    pub cancel_possible: bool,
-    /// Concurrent: another op that can end a backend (terminate, disconnect, reconnect) ran
-    /// while the op being applied ran.
-    pub racing_close: bool,
-    /// Concurrent: a terminate ran while the op being applied ran.
-    pub racing_terminate: bool,
-    /// Concurrent: another statement that can change this backend's locks or transaction
-    /// ran on the same backend (or one the history cannot name) while the op being applied
-    /// ran, so the two may have run in either order.
-    pub racing_on_backend: bool,
+    /// Concurrent: what ran beside the op being applied (set by the checker).
+    pub beside: Beside,
     /// Concurrent: unlocks that returned true before the grant they released was seen
     /// (the grant completed later but ran first); the grant pays the debt.
     pub owed: BTreeMap<(BackendId, Key), u32>,
@@ -211,11 +218,10 @@ pub struct Model {
     /// pooler runs it after giving the client its answer, so for a moment the key is still
     /// held.
     pub reset_released: BTreeMap<Key, u64>,
-    /// Concurrent: when the model learnt each dead backend died (`clock`).
-    pub died_at: BTreeMap<BackendId, u64>,
     pub rules: PoolRules,
     pub backends: BTreeMap<BackendId, BackendModel>,
-    pub dead: BTreeSet<BackendId>,
+    /// Backends that ended, with when the model learnt it (`clock`).
+    pub dead: BTreeMap<BackendId, u64>,
     pub clients: Vec<ClientModel>,
 }
 
@@ -228,18 +234,14 @@ impl Model {
             uncertain: false,
             maybe_discarded: BTreeSet::new(),
             interrupted: BTreeMap::new(),
-            cancel_possible: false,
-            racing_close: false,
-            racing_terminate: false,
-            racing_on_backend: false,
+            beside: Beside::default(),
             owed: BTreeMap::new(),
             reset_released: BTreeMap::new(),
             taken_early: BTreeMap::new(),
             unsure: BTreeSet::new(),
-            died_at: BTreeMap::new(),
             rules,
             backends: BTreeMap::new(),
-            dead: BTreeSet::new(),
+            dead: BTreeMap::new(),
             clients: vec![ClientModel::default(); clients],
         }
     }
@@ -290,7 +292,8 @@ impl Model {
             .filter(|_| !self.backends.get(&b).is_some_and(|m| m.holds(k)))
     }
 
-    fn forget_interrupted(&mut self, b: BackendId) {
+    /// A reset, unlock-all or exit settles what was unsettled on `b`.
+    fn forget_unsettled(&mut self, b: BackendId) {
         self.interrupted.retain(|(x, _), _| *x != b);
         self.taken_early.retain(|(x, _), _| *x != b);
     }
@@ -375,7 +378,6 @@ impl Model {
             },
             (Op::UnlockAll, _) => {
                 m.session.clear();
-                self.taken_early.retain(|(x, _), _| *x != b);
                 Reply::Ok
             }
             (Op::XactLock, Some(k)) => {
@@ -428,10 +430,9 @@ impl Model {
     /// beliefs granted by it become stale.
     fn backend_gone(&mut self, b: BackendId) {
         self.backends.remove(&b);
-        self.forget_interrupted(b);
+        self.forget_unsettled(b);
         self.owed.retain(|(x, _), _| *x != b);
-        self.dead.insert(b);
-        self.died_at.entry(b).or_insert(self.clock);
+        self.dead.entry(b).or_insert(self.clock);
         for c in &mut self.clients {
             if c.linked == Some(b) {
                 c.linked = None;
@@ -457,7 +458,7 @@ impl Model {
                 self.reset_released.insert(*k, self.clock);
             }
             m.session.clear();
-            self.forget_interrupted(b);
+            self.forget_unsettled(b);
         }
     }
 
@@ -485,7 +486,7 @@ impl Model {
                         && let Some(m) = self.backends.get_mut(&b)
                     {
                         m.session.clear();
-                        self.forget_interrupted(b);
+                        self.forget_unsettled(b);
                     }
                 }
                 ServerFate::Untouched => {}
@@ -524,10 +525,10 @@ impl Model {
         }
         match reply {
             Reply::Bool { value: true } if !alive => self
-                .died_at
+                .dead
                 .get(&target)
                 .is_some_and(|t| self.invoked_at < t.saturating_add(EXITING_NS)),
-            Reply::Bool { value: false } if alive && self.racing_close => {
+            Reply::Bool { value: false } if alive && self.beside.close => {
                 self.backend_gone(target);
                 false
             }
@@ -612,10 +613,7 @@ impl Model {
         // Concurrent: a terminate that ran beside this statement may have ended its server
         // under it (the model may not have applied that terminate yet): the statement fails
         // with 57P01 or the connection is found closed.
-        if self.lenient
-            && self.racing_terminate
-            && (reply.is_closed() || reply.code() == Some(code::ADMIN_SHUTDOWN))
-        {
+        if self.lenient && self.beside.terminate && reply.ended_by_server() {
             effect.expected_reply = Some(reply.clone());
             let c = &mut self.clients[client];
             c.broken = false;
@@ -627,13 +625,11 @@ impl Model {
         // A client whose server was closed under it hears of it now (concurrent: or reads
         // the backend's own 57P01 first, which the pooler passes on).
         if self.clients[client].broken {
-            effect.expected_reply = Some(
-                if self.lenient && reply.code() == Some(code::ADMIN_SHUTDOWN) {
-                    reply.clone()
-                } else {
-                    Reply::error(code::CLOSED)
-                },
-            );
+            effect.expected_reply = Some(if self.lenient && reply.ended_by_server() {
+                reply.clone()
+            } else {
+                Reply::error(code::CLOSED)
+            });
             let c = &mut self.clients[client];
             c.broken = false;
             c.connected = false;
@@ -655,8 +651,8 @@ impl Model {
                 // Concurrent: a statement invoked before the model learnt of its server's
                 // end may have run just before it.
                 let ran_before_end =
-                    self.lenient && self.died_at.get(&s).is_some_and(|t| self.invoked_at < *t);
-                if self.dead.contains(&s) && !ran_before_end {
+                    self.lenient && self.dead.get(&s).is_some_and(|t| self.invoked_at < *t);
+                if self.dead.contains_key(&s) && !ran_before_end {
                     effect.notes.push(Note::RanOnTerminated { client, ran: s });
                 }
                 // A statement invoked before the owner's link was made may have run before it.
@@ -737,7 +733,7 @@ impl Model {
         // Concurrent: a cancel from the nemesis that ran beside this statement may have
         // landed on it.
         let cancelled = self.lenient
-            && self.cancel_possible
+            && self.beside.cancel
             && reply.code() == Some(code::QUERY_CANCELED)
             && !matches!(op, Op::Begin | Op::Commit | Op::Rollback | Op::DiscardAll);
         // An unlock settles an earlier failed lock call on this backend: true when the model
@@ -770,7 +766,7 @@ impl Model {
         let pre = self.backends.get(&b).cloned().unwrap_or_default();
         let mut expected = self.exec(b, op, key, refused, cancelled);
         if self.lenient
-            && (self.racing_on_backend
+            && (self.beside.on_backend
                 || self.maybe_discarded.contains(&b)
                 || self.unsure.contains(&b))
             && !expected.same_as(reply)
@@ -784,7 +780,7 @@ impl Model {
                 expected,
             );
         }
-        if self.dead.contains(&b) {
+        if self.dead.contains_key(&b) {
             // It ran just before its backend's end (above): its effects went with it.
             self.backends.remove(&b);
         }
@@ -806,7 +802,7 @@ impl Model {
             e.count += 1;
         }
         if matches!(op, Op::UnlockAll | Op::DiscardAll) && !expected.is_error() {
-            self.forget_interrupted(b);
+            self.forget_unsettled(b);
         }
         let after = self.backends.get(&b).cloned().unwrap_or_default();
         if let (Some(tx), Some(m)) = (saved_tx, self.backends.get_mut(&b)) {
@@ -1422,14 +1418,14 @@ mod tests {
             m.connected(c);
         }
         // C2's unlock is seen before C1's grant, but ran after it.
-        m.racing_on_backend = true;
+        m.beside.on_backend = true;
         real(&mut m, 1, Op::Unlock, Some(K), b(1), T);
         assert_eq!(m.owed.get(&(b(1), K)), Some(&1));
         real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
         assert!(!m.key_held(K), "the grant paid the unlock");
         assert_eq!(m.owed.get(&(b(1), K)), Some(&0));
         // Without a statement beside it, the same reply is judged.
-        m.racing_on_backend = false;
+        m.beside.on_backend = false;
         let e = m.apply(1, Op::Unlock, Some(K), Some(b(1)), &T);
         assert_eq!(e.expected_reply, Some(F));
         // A release seen later took the lock first: the earlier-seen unlock found it gone.
@@ -1439,7 +1435,7 @@ mod tests {
             m.connected(c);
         }
         real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        m.racing_on_backend = true;
+        m.beside.on_backend = true;
         real(&mut m, 0, Op::Unlock, Some(K), b(1), F);
         real(&mut m, 1, Op::Unlock, Some(K), b(1), T);
         assert!(m.owed.values().all(|n| *n == 0) && !m.key_held(K));
@@ -1457,7 +1453,7 @@ mod tests {
         let mut m = model(None);
         m.lenient = true;
         m.connected(0);
-        m.cancel_possible = true;
+        m.beside.cancel = true;
         real(&mut m, 0, Op::Lock, Some(K), b(1), cancelled.clone());
         assert!(m.interrupted_unsettled(b(1), K).is_some());
         real(&mut m, 0, Op::UnlockAll, None, b(1), Reply::Ok);

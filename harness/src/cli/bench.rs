@@ -102,9 +102,12 @@ pub async fn bench(a: Args) -> Result<Exit> {
     let report = result?;
     let path = dir.join(format!("{}-{}.json", topo.name, report::utc_stamp()));
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("{}: writing", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("{}: writing", path.display()))?;
+    let written = std::fs::write(&tmp, serde_json::to_string_pretty(&report)?)
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("{}: writing", path.display()));
+    }
     println!("{}", table(&report));
     println!(
         "observation off / pgbench = {:.2}; sampling on / pgbench = {:.2}; sampler {:.0} looks/s",
@@ -123,7 +126,6 @@ async fn measure(cluster: &Cluster, a: &Args, clients: u32, key: Key) -> Result<
     std::fs::write(&script, format!("{};\n{};\n", sql[0], sql[1]))
         .with_context(|| format!("{}: writing", script.display()))?;
     let observer = Observer::connect(cluster).await?;
-    observer.set_pools(true);
     let every = cluster.topology.run.sample_every;
     let dur = Duration::from_secs(a.seconds);
     let (mut pgb, mut off, mut on, mut looks) = (vec![], vec![], vec![], vec![]);

@@ -58,6 +58,18 @@ pub enum Process {
     Nemesis,
 }
 
+impl Process {
+    /// Who runs `op` for client `client`: a fault is the nemesis's, anything else the
+    /// client's own.
+    pub fn of(op: crate::vocab::Op, client: usize) -> Process {
+        if op.is_fault() {
+            Process::Nemesis
+        } else {
+            Process::Client(client)
+        }
+    }
+}
+
 impl fmt::Display for Process {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

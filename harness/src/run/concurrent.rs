@@ -10,8 +10,8 @@
 use super::{CaseMeta, Runner};
 use crate::client::LogicalClient;
 use crate::history::{
-    At, Body, CaseEnd, Completion, Invoke, ObsEvent, Observation, ProbeEvent, ProbeWhy, Process,
-    Recorder, Skip,
+    At, Body, Completion, Invoke, ObsEvent, Observation, ProbeEvent, ProbeWhy, Process, Recorder,
+    Skip,
 };
 use crate::nemesis::Fault;
 use crate::observe::backoff;
@@ -71,13 +71,13 @@ fn think_for(range: Option<(Duration, Duration)>, seed: u64, step: usize) -> Dur
 }
 
 impl Runner<'_> {
-    /// Run a case in the concurrent schedule, recording every event into `rec`.
+    /// Run a case in the concurrent schedule, recording every event into `rec` (every case
+    /// records what an evidence replay would: the sampler's rows).
     pub async fn run_case_concurrent(
         &self,
         rec: &mut Recorder,
         meta: CaseMeta,
         steps: &[Step],
-        evidence: bool,
     ) -> Result<()> {
         let topo = &self.cluster.topology;
         let (mut clients, _, reset_us) = self
@@ -141,11 +141,7 @@ impl Runner<'_> {
                 .collect();
             for (step, f) in pending {
                 shared.emit(Body::Info(Completion {
-                    p: if f.op.is_fault() {
-                        Process::Nemesis
-                    } else {
-                        Process::Client(f.client)
-                    },
+                    p: Process::of(f.op, f.client),
                     step: Some(step),
                     f: f.op,
                     value: Reply::Error {
@@ -184,13 +180,8 @@ impl Runner<'_> {
                 available,
             }));
         }
-        let _ = evidence; // every concurrent case records what an evidence replay would
         drop(clients);
-        shared.emit(Body::CaseEnd(CaseEnd {
-            case: meta.case,
-            steps_us: t_steps.elapsed().as_micros() as u64,
-            reset_us,
-        }));
+        shared.emit(super::case_end(&meta, t_steps, reset_us));
         Ok(())
     }
 
@@ -270,11 +261,7 @@ async fn client_task(
             },
         );
         sh.emit(Body::Invoke(Invoke {
-            p: if step.op.is_fault() {
-                Process::Nemesis
-            } else {
-                p
-            },
+            p: Process::of(step.op, c),
             step: Some(i),
             f: step.op,
             key: step.key,
@@ -320,11 +307,7 @@ async fn client_task(
         }
         sh.inflight.borrow_mut().remove(&i);
         sh.emit(Body::completion(Completion {
-            p: if step.op.is_fault() {
-                Process::Nemesis
-            } else {
-                p
-            },
+            p: Process::of(step.op, c),
             step: Some(i),
             f: step.op,
             value: reply,

@@ -233,13 +233,8 @@ impl<'a> Runner<'a> {
                     self.observer.contender_id
                 );
             }
-            let p_done = if step.op.is_fault() {
-                Process::Nemesis
-            } else {
-                p
-            };
             rec.emit(Body::completion(Completion {
-                p: p_done,
+                p: Process::of(step.op, step.client),
                 step: Some(i),
                 f: step.op,
                 value: reply.clone(),
@@ -297,11 +292,7 @@ impl<'a> Runner<'a> {
             last_obs = obs;
         }
         drop(clients);
-        rec.emit(Body::CaseEnd(CaseEnd {
-            case: meta.case,
-            steps_us: t_steps.elapsed().as_micros() as u64,
-            reset_us,
-        }));
+        rec.emit(case_end(&meta, t_steps, reset_us));
         Ok(())
     }
 
@@ -446,4 +437,14 @@ impl<'a> Runner<'a> {
         }));
         Ok(())
     }
+}
+
+/// The `case_end` event of either schedule: the time in steps since `t_steps`, and the
+/// reset's (from [`Runner::begin_case`]).
+fn case_end(meta: &CaseMeta, t_steps: Instant, reset_us: u64) -> Body {
+    Body::CaseEnd(CaseEnd {
+        case: meta.case,
+        steps_us: t_steps.elapsed().as_micros() as u64,
+        reset_us,
+    })
 }

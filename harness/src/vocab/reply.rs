@@ -84,6 +84,12 @@ impl Reply {
         self.code() == Some(code::CLOSED)
     }
 
+    /// The connection was ended under the statement: found `closed`, or PostgreSQL's own
+    /// 57P01 (`pg_terminate_backend`) read first and passed on.
+    pub fn ended_by_server(&self) -> bool {
+        self.is_closed() || self.code() == Some(code::ADMIN_SHUTDOWN)
+    }
+
     /// `ok` for a result, `fail` for a server error, `info` when the outcome is unknown.
     pub fn outcome(&self) -> Outcome {
         match self.code() {
