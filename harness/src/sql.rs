@@ -67,7 +67,18 @@ pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> 
         | Op::Open
         | Op::Release
         | Op::Sleep
-        | Op::Migrate => return None,
+        | Op::Migrate
+        | Op::PoolerPause
+        | Op::PoolerReconnect
+        | Op::PoolerKill
+        | Op::PoolerReload
+        | Op::PoolerRestart
+        | Op::PoolerCrash
+        | Op::PoolerFreeze
+        | Op::PgRestart
+        | Op::PgCrash
+        | Op::BackendKill
+        | Op::BackendFreeze => return None,
     })
 }
 
@@ -212,6 +223,16 @@ pub fn pooler_kill(db: &str) -> String {
 pub fn pooler_resume(db: &str) -> String {
     format!("RESUME {db}")
 }
+/// PgBouncer admin console faults: wait until every server of the database is released and
+/// close them all (held until RESUME); close each server when it is next released; reread
+/// the configuration file.
+pub fn pooler_pause(db: &str) -> String {
+    format!("PAUSE {db}")
+}
+pub fn pooler_reconnect(db: &str) -> String {
+    format!("RECONNECT {db}")
+}
+pub const POOLER_RELOAD: &str = "RELOAD";
 pub const SHOW_SERVERS: &str = "SHOW SERVERS";
 pub const SHOW_CLIENTS: &str = "SHOW CLIENTS";
 pub const SHOW_POOLS: &str = "SHOW POOLS";

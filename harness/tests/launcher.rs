@@ -10,12 +10,15 @@ use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "current_thread")]
 async fn pause_resume_restart_and_kill() {
-    let mut cluster = launch("transaction-mode").await;
+    let cluster = launch("transaction-mode").await;
     let client = connect(&cluster.client_config()).await.unwrap();
     assert_eq!(simple_first(&client, "SELECT 1").await.unwrap(), "1");
 
     // SIGSTOP the pooler: a new connection neither succeeds nor hangs past the timeout.
-    cluster.control(Which::Pooler, Control::Pause).unwrap();
+    cluster
+        .control(Which::Pooler, Control::Pause)
+        .await
+        .unwrap();
     let t = Instant::now();
     let Err(err) = connect(&cluster.client_config()).await else {
         panic!("a paused pooler cannot accept");
@@ -26,7 +29,10 @@ async fn pause_resume_restart_and_kill() {
         waited >= IO_TIMEOUT && waited < IO_TIMEOUT + Duration::from_secs(3),
         "{waited:?}"
     );
-    cluster.control(Which::Pooler, Control::Resume).unwrap();
+    cluster
+        .control(Which::Pooler, Control::Resume)
+        .await
+        .unwrap();
     let again = connect(&cluster.client_config()).await.unwrap();
     assert_eq!(simple_first(&again, "SELECT 2").await.unwrap(), "2");
 
@@ -51,7 +57,10 @@ async fn pause_resume_restart_and_kill() {
     assert_eq!(simple_first(&pooled, "SELECT 5").await.unwrap(), "5");
 
     // Kill PostgreSQL: the harness reports it dead, naming it.
-    cluster.control(Which::Postgres, Control::Kill).unwrap();
+    cluster
+        .control(Which::Postgres, Control::Kill)
+        .await
+        .unwrap();
     let err = cluster
         .check_alive()
         .expect_err("a killed server is reported");

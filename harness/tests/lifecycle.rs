@@ -266,6 +266,311 @@ async fn sigkilled_harness_leaves_nothing() {
     );
 }
 
+/// A topology where most steps freeze a backend or PgBouncer (SIGSTOP) for 3 s.
+const FREEZING_TOPOLOGY: &str = r#"
+name: sigkill-during-a-fault
+description: Transaction pooling where most steps are faults freezing a backend or PgBouncer.
+postgres:
+  version: "18.6"
+  settings:
+    max_connections: 40
+pgbouncer:
+  version: "1.25.2"
+  pool_mode: transaction
+  default_pool_size: 2
+  max_client_conn: 50
+workload:
+  clients: 4
+  keys: [4242424242, 612001]
+  api: session
+  steps: 1..40
+  lock_timeout: 1ms
+faults: { kinds: { backend_freeze: 1, pooler_freeze: 1 }, weight: 50, hold: 3s }
+run: { cases: 1000, time_limit: 60s, seed: 1 }
+expect:
+  app.mutual_exclusion: violated
+  app.no_orphans: violated
+  app.unlock_reaches_owner: violated
+  app.rollback_releases: violated
+  app.no_stale_holder: violated
+  app.no_lost_lock: violated
+"#;
+
+/// `(comm, state, ppid)` from `/proc/<pid>/stat`.
+fn comm_state_ppid(pid: i32) -> Option<(String, char, i32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let mut f = text.get(close + 1..)?.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    Some((comm, state, ppid))
+}
+
+/// Every pid in /proc with its `(comm, state, ppid)`, now.
+fn all_procs() -> Vec<(i32, String, char, i32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|p| comm_state_ppid(p).map(|(c, s, pp)| (p, c, s, pp)))
+        .collect()
+}
+
+/// Live (non-zombie) `postgres` and `pgbouncer` processes of the run in `run_dir`, whoever
+/// their parent is now: a postgres process works in `<run_dir>/data`, PgBouncer is started
+/// with `<run_dir>/pgbouncer.ini`. Catches what forked after a snapshot of the tree.
+fn run_servers(run_dir: &Path) -> Vec<Proc> {
+    let dir = run_dir.to_string_lossy().to_string();
+    all_procs()
+        .into_iter()
+        .filter(|(_, comm, state, _)| {
+            (comm == "postgres" || comm == "pgbouncer") && !matches!(state, 'Z' | 'X')
+        })
+        .filter(|(pid, ..)| {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .map(|p| p.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            cwd.starts_with(&dir) || cmdline.contains(&dir)
+        })
+        .filter_map(|(pid, ..)| Proc::of(pid))
+        .collect()
+}
+
+/// The harness child, SIGKILLed if the test fails before it does (the reaper cleans up).
+struct Harness(Child);
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A temporary directory, removed however the test ends.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Which server a fault holds stopped when the harness is killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frozen {
+    /// PgBouncer itself (`pooler_freeze`).
+    Pooler,
+    /// A child of the run's postmaster (`backend_freeze`).
+    Backend,
+}
+
+/// Start `pgchaos chaos` on [`FREEZING_TOPOLOGY`], wait (30 s at most) until a fault holds
+/// `frozen` stopped (state `T`), SIGKILL the harness and check, within 10 s, that nothing of
+/// the run is left. Returns what happened, for the log.
+async fn sigkill_while_frozen(frozen: Frozen) -> String {
+    let dsm_before = dsm_files();
+    let tmp =
+        std::env::temp_dir().join(format!("pgchaos-sigkill-{frozen:?}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let _tmp = TempDir(tmp.clone());
+    let topology = tmp.join("sigkill-during-a-fault.yaml");
+    std::fs::write(&topology, FREEZING_TOPOLOGY).unwrap();
+    let stderr_path = tmp.join("stderr.txt");
+    let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let child = Command::new(env!("CARGO_BIN_EXE_pgchaos"))
+        .arg("chaos")
+        .arg(&topology)
+        .args(["--quiet", "--out"])
+        .arg(tmp.join("reports"))
+        .current_dir(root())
+        .env("PGCHAOS_QUIET", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut harness = Harness(child);
+    let harness_pid = harness.0.id() as i32;
+    let base = pgchaos::launch::runtime::base();
+    let prefix = format!("run-{harness_pid}-");
+
+    let t0 = std::time::Instant::now();
+    let within = Duration::from_secs(30);
+    let (run_dir, stopped, postmasters, snapshot, reaper) = loop {
+        if let Some(status) = harness.0.try_wait().unwrap() {
+            panic!(
+                "the harness ended ({status}) before a {frozen:?} was stopped: {}",
+                stderr()
+            );
+        }
+        let run_dir = std::fs::read_dir(&base).ok().and_then(|d| {
+            d.flatten()
+                .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+        });
+        let procs = all_procs();
+        let child_of = |parent: i32, name: &str| -> Vec<i32> {
+            procs
+                .iter()
+                .filter(|(_, comm, _, ppid)| *ppid == parent && comm == name)
+                .map(|(pid, ..)| *pid)
+                .collect()
+        };
+        let postmasters = child_of(harness_pid, "postgres");
+        let poolers = child_of(harness_pid, "pgbouncer");
+        let stopped = procs.iter().find(|(pid, _, state, ppid)| {
+            *state == 'T'
+                && match frozen {
+                    Frozen::Pooler => poolers.contains(pid),
+                    Frozen::Backend => postmasters.contains(ppid),
+                }
+        });
+        if let (Some(run_dir), Some((pid, comm, ..))) = (run_dir.clone(), stopped) {
+            let mut snapshot: Vec<Proc> = vec![];
+            for p in postmasters.iter().chain(&poolers) {
+                snapshot.extend(tree(*p));
+            }
+            let reaper = procs
+                .iter()
+                .filter(|(_, comm, _, ppid)| *ppid == harness_pid && comm == "sh")
+                .find_map(|(p, ..)| {
+                    let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+                    String::from_utf8_lossy(&cmdline)
+                        .contains("pgchaos-reaper")
+                        .then(|| Proc::of(*p))?
+                });
+            let stopped = Proc::of(*pid).map(|p| (p, comm.clone()));
+            let postmasters: Vec<Proc> = postmasters.iter().filter_map(|p| Proc::of(*p)).collect();
+            break (
+                run_dir,
+                stopped.expect("the stopped process"),
+                postmasters,
+                snapshot,
+                reaper,
+            );
+        }
+        assert!(
+            t0.elapsed() < within,
+            "no {frozen:?} in state T (stopped) within {within:?} of starting `pgchaos chaos` \
+             with backend_freeze and pooler_freeze (hold 3s, weight 50); run directory \
+             {run_dir:?}, postmasters {postmasters:?}, pgbouncer {poolers:?}; stderr: {}",
+            stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stopped_at = t0.elapsed();
+    assert!(
+        snapshot.contains(&stopped.0),
+        "{stopped:?} in the servers' tree {snapshot:?}"
+    );
+    assert!(
+        snapshot.len() >= 3,
+        "postmaster, children, pgbouncer: {snapshot:?}"
+    );
+    let reaper = reaper.expect("the run's reaper (sh ... pgchaos-reaper) is the harness's child");
+    let segment = sysv_segment(&run_dir).expect("the postmaster registered a segment");
+    assert!(segment_exists(segment));
+
+    let still_stopped = matches!(comm_state_ppid(stopped.0.pid), Some((_, 'T', _)));
+    harness.0.kill().unwrap(); // SIGKILL
+    let killed = std::time::Instant::now();
+    let status = harness.0.wait().unwrap();
+    // Diagnostic: is the postmaster already dead (parent-death signal) when the reaper can
+    // first act?
+    let postmaster_states: Vec<_> = postmasters
+        .iter()
+        .map(|p| {
+            let state = if p.alive() {
+                comm_state_ppid(p.pid).map(|(_, s, _)| s)
+            } else {
+                None
+            };
+            (p.pid, state)
+        })
+        .collect();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", stderr());
+
+    // Within 10 s: no server process of the run (the tree seen before the kill, the stopped
+    // one included, and anything of the run found since), zombies reaped; the reaper done.
+    let within = Duration::from_secs(10);
+    let mut procs = snapshot.clone();
+    procs.push(reaper);
+    loop {
+        for p in run_servers(&run_dir) {
+            if !procs.contains(&p) {
+                procs.push(p);
+            }
+        }
+        match wait_dead(&procs, Duration::ZERO).await {
+            Ok(_) => break,
+            Err(left) if killed.elapsed() > within => {
+                let states: Vec<_> = left
+                    .iter()
+                    .map(|p| comm_state_ppid(p.pid).map(|(c, s, pp)| format!("{c} {s} ppid {pp}")))
+                    .collect();
+                // Do not leave a stopped server behind for the next test: the reaper did not
+                // get it, so this test does (its own run's processes, by pid).
+                for p in &left {
+                    if p.alive() && p.pid != reaper.pid {
+                        // SAFETY: a process of this test's run, checked by start time.
+                        unsafe { libc::kill(p.pid, libc::SIGKILL) };
+                    }
+                }
+                let _ = wait_dead(&left, Duration::from_secs(2)).await;
+                panic!(
+                    "left {within:?} after SIGKILL of the harness while a fault held {frozen:?} \
+                     {stopped:?} stopped (still stopped just before the kill: {still_stopped}): \
+                     {left:?} ({states:?}); the postmaster(s) when the harness was reaped (pid, \
+                     state; None: dead): {postmaster_states:?}"
+                )
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    let left = within.saturating_sub(killed.elapsed());
+    wait_until(left, "the run directory removed", || !run_dir.exists()).await;
+    let left = within.saturating_sub(killed.elapsed());
+    wait_until(left, "the shared memory segment removed", || {
+        !segment_exists(segment)
+    })
+    .await;
+    let new: Vec<String> = dsm_files()
+        .into_iter()
+        .filter(|f| !dsm_before.contains(f))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "dynamic shared memory left in /dev/shm: {new:?}"
+    );
+    format!(
+        "{frozen:?} {stopped:?} stopped {stopped_at:?} after the start (still stopped just \
+         before the kill: {still_stopped}); everything gone {:?} after SIGKILL",
+        killed.elapsed()
+    )
+}
+
+/// `pgchaos chaos` SIGKILLed while a fault holds a server stopped (SIGSTOP), PgBouncer
+/// (`pooler_freeze`) then a backend (`backend_freeze`): a stopped process does not notice
+/// that its parent is gone, yet nothing is left: no process of the run (the stopped one
+/// included), no zombie we cannot reap, no System V segment, no dynamic shared memory segment
+/// in /dev/shm, no run directory.
+#[tokio::test(flavor = "current_thread")]
+async fn sigkill_during_a_fault_leaves_nothing() {
+    // Orphans come here, not to PID 1 (which on these machines reaps zombies only lazily).
+    become_subreaper();
+    for frozen in [Frozen::Pooler, Frozen::Backend] {
+        let what = sigkill_while_frozen(frozen).await;
+        eprintln!("sigkill_during_a_fault_leaves_nothing: {what}");
+    }
+}
+
 /// Over TCP, PostgreSQL and PgBouncer want the run's password; the Unix sockets live in a
 /// directory only the harness's user can enter; the credentials file is private.
 #[tokio::test(flavor = "current_thread")]

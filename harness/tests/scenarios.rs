@@ -134,6 +134,19 @@ scenario! {
     handoff_transaction_mode => "handoff-transaction-mode",
     handoff_session_mode => "handoff-session-mode",
     reset_always_drops_session_locks => "reset-always-drops-session-locks",
+    // Faults of the servers: each kind's effect on locks, by identity.
+    fault_pooler_reconnect => "fault-pooler-reconnect",
+    fault_pooler_reconnect_at_release => "fault-pooler-reconnect-at-release",
+    fault_pooler_pause => "fault-pooler-pause",
+    fault_pooler_kill => "fault-pooler-kill",
+    fault_pooler_reload => "fault-pooler-reload",
+    fault_pooler_restart => "fault-pooler-restart",
+    fault_pooler_crash => "fault-pooler-crash",
+    fault_pooler_freeze => "fault-pooler-freeze",
+    fault_pg_restart => "fault-pg-restart",
+    fault_pg_crash => "fault-pg-crash",
+    fault_backend_kill => "fault-backend-kill",
+    fault_backend_freeze => "fault-backend-freeze",
 }
 
 #[test]

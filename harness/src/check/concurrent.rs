@@ -35,7 +35,13 @@ fn may_release(op: Op) -> bool {
             | Op::Disconnect
             | Op::Reconnect
             | Op::Terminate
-    )
+    ) || ends_backends(op)
+}
+
+/// A fault of the servers that ends backends or breaks client connections.
+fn ends_backends(op: Op) -> bool {
+    use crate::vocab::fault::{Breaks, Ends, meaning};
+    meaning(op).is_some_and(|m| m.ends != Ends::Nothing || m.breaks != Breaks::Nothing)
 }
 
 /// What ran beside step `i` (invoked at `t_inv`, completed at `t_done` on `backend`): the
@@ -55,8 +61,9 @@ fn beside(
             continue;
         }
         b.cancel |= op == Op::Cancel;
-        b.terminate |= op == Op::Terminate;
-        b.close |= matches!(op, Op::Terminate | Op::Disconnect | Op::Reconnect);
+        b.terminate |= op == Op::Terminate || ends_backends(op);
+        b.close |=
+            matches!(op, Op::Terminate | Op::Disconnect | Op::Reconnect) || ends_backends(op);
         // The same backend, or one the history cannot name.
         b.on_backend |= backend.is_some()
             && changes_backend(op)

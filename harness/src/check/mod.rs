@@ -128,14 +128,19 @@ fn apply_op(
     Some(match op {
         Op::Disconnect => model.disconnect(c),
         Op::Reconnect => {
-            let e = model.disconnect(c);
+            let mut e = model.disconnect(c);
             if !reply.is_error() {
                 model.connected(c);
+            } else if model.lenient && model.beside.terminate && reply.ended_by_server() {
+                // Concurrent: a fault of the servers beside it (the pooler restarting,
+                // PostgreSQL shutting down) refused the new connection.
+                e.expected_reply = Some(reply.clone());
             }
             e
         }
         Op::Terminate => model.terminate(s.target()?, reply),
         Op::Cancel => model.cancel(s.target()?, reply),
+        op if op.is_server_fault() => model.server_fault(op, s.target(), reply),
         // Client-side only: nothing happens on the server.
         Op::Sleep => model::Effect {
             expected_reply: Some(Reply::Ok),
@@ -536,6 +541,11 @@ mod tests {
             "no-stale-holder",
             "app.no_stale_holder",
             "C1 believes it holds 7, but the backend that granted it (pid 101 (backend_start 2026-11-30 00:53:20.000001+00)) was terminated",
+        ),
+        (
+            "no-lost-lock",
+            "app.no_lost_lock",
+            "C1 believes it holds 7, but pooler_reconnect closed the backend that granted it (pid 101 (backend_start 2026-11-30 00:53:20.000001+00))",
         ),
     ];
 

@@ -50,6 +50,8 @@ pub struct Belief {
     pub backends: BTreeSet<BackendId>,
     /// That backend has been terminated and the client has not yet heard of it.
     pub stale: bool,
+    /// A fault of the servers (not `terminate`) ended that backend: the fault.
+    pub lost_to: Option<Op>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -222,6 +224,8 @@ pub struct Model {
     pub backends: BTreeMap<BackendId, BackendModel>,
     /// Backends that ended, with when the model learnt it (`clock`).
     pub dead: BTreeMap<BackendId, u64>,
+    /// Backends a fault (RECONNECT) marked to close when the pooler next releases them.
+    pub closing: BTreeSet<BackendId>,
     pub clients: Vec<ClientModel>,
 }
 
@@ -242,6 +246,7 @@ impl Model {
             rules,
             backends: BTreeMap::new(),
             dead: BTreeMap::new(),
+            closing: BTreeSet::new(),
             clients: vec![ClientModel::default(); clients],
         }
     }
@@ -430,6 +435,7 @@ impl Model {
     /// beliefs granted by it become stale.
     fn backend_gone(&mut self, b: BackendId) {
         self.backends.remove(&b);
+        self.closing.remove(&b);
         self.forget_unsettled(b);
         self.owed.retain(|(x, _), _| *x != b);
         self.dead.entry(b).or_insert(self.clock);
@@ -481,6 +487,10 @@ impl Model {
             let in_tx = self.backends.get(&b).is_some_and(|m| m.tx != Tx::Idle);
             match self.rules.on_disconnect(true, in_tx) {
                 ServerFate::Closed => self.close_backend(b, &mut effect),
+                ServerFate::Released { .. } if self.closing.contains(&b) => {
+                    self.closing.remove(&b);
+                    self.close_backend(b, &mut effect);
+                }
                 ServerFate::Released { .. } => {
                     if self.rules.reset_releases_locks
                         && let Some(m) = self.backends.get_mut(&b)
@@ -579,6 +589,71 @@ impl Model {
         effect
     }
 
+    /// A fault of the servers ended backend `b`: as [`Model::backend_gone`], and the beliefs
+    /// it granted are lost to `fault` (app.no_lost_lock, not app.no_stale_holder).
+    fn backend_lost(&mut self, b: BackendId, fault: Op, effect: &mut Effect) {
+        for c in &mut self.clients {
+            for belief in c.beliefs.values_mut() {
+                if belief.backends.contains(&b) && !belief.stale {
+                    belief.lost_to = Some(fault);
+                }
+            }
+        }
+        self.closing.remove(&b);
+        self.close_backend(b, effect);
+    }
+
+    /// A fault of the servers (`vocab::fault` says what each ends and breaks). `target`: the
+    /// backend of `backend_kill` / `backend_freeze`; `reply`: what the nemesis reported
+    /// (`false`: the target was already gone, nothing happened).
+    pub fn server_fault(&mut self, op: Op, target: Option<BackendId>, reply: &Reply) -> Effect {
+        use crate::vocab::fault::{Breaks, Ends, meaning};
+        let Some(m) = meaning(op) else {
+            return Effect::default();
+        };
+        let mut effect = Effect {
+            expected_reply: Some(Reply::Ok),
+            ..Default::default()
+        };
+        if op.targets_backend() {
+            let alive = target.is_some_and(|t| self.backends.contains_key(&t));
+            // The target ended before the signal (concurrent: perhaps by a fault beside it).
+            if !alive || (self.lenient && *reply == (Reply::Bool { value: false })) {
+                effect.expected_reply = Some(Reply::Bool { value: false });
+                return effect;
+            }
+        }
+        let linked: BTreeSet<BackendId> = self.clients.iter().filter_map(|c| c.linked).collect();
+        let ending: Vec<BackendId> = match m.ends {
+            Ends::Nothing => vec![],
+            Ends::All => self.backends.keys().copied().collect(),
+            Ends::IdleNowLinkedAtRelease => {
+                // A PAUSE that timed out was RESUMEd before the linked servers were released:
+                // only the idle ones were closed.
+                if !reply.is_error() {
+                    self.closing.extend(linked.iter().copied());
+                }
+                self.backends
+                    .keys()
+                    .filter(|b| !linked.contains(b))
+                    .copied()
+                    .collect()
+            }
+        };
+        for b in ending {
+            self.backend_lost(b, op, &mut effect);
+        }
+        if m.breaks == Breaks::AllClients {
+            for c in &mut self.clients {
+                if c.connected {
+                    c.broken = true;
+                    c.linked = None;
+                }
+            }
+        }
+        effect
+    }
+
     /// Apply a SQL op the client ran. `served` is the backend that reported itself (in-band,
     /// or from the observer's tag); `reply` is what the client got.
     pub fn apply(
@@ -625,7 +700,7 @@ impl Model {
         // A client whose server was closed under it hears of it now (concurrent: or reads
         // the backend's own 57P01 first, which the pooler passes on).
         if self.clients[client].broken {
-            effect.expected_reply = Some(if self.lenient && reply.ended_by_server() {
+            effect.expected_reply = Some(if reply.ended_by_server() {
                 reply.clone()
             } else {
                 Reply::error(code::CLOSED)
@@ -678,7 +753,7 @@ impl Model {
                     .extend(self.backends.keys().filter(|b| !linked.contains(b)));
             }
             // No backend known (the reset query overwrote the tag, or the connection failed).
-            if reply.is_closed() {
+            if reply.ended_by_server() {
                 self.clients[client].connected = false;
                 self.forget_beliefs(client);
             }
@@ -841,14 +916,19 @@ impl Model {
         }
 
         // The pooler: pin or release the server.
-        if self.rules.stays_linked(after.tx != Tx::Idle) {
+        let released = !self.rules.stays_linked(after.tx != Tx::Idle);
+        if released {
+            self.release(client, b);
+        } else {
             self.clients[client].linked = Some(b);
             self.clients[client].linked_at = self.clock;
-        } else {
-            self.release(client, b);
         }
 
         self.believe(client, op, key, b, reply, &mut effect);
+        // A server RECONNECT marked is closed instead of going back to the pool.
+        if released && self.closing.contains(&b) {
+            self.backend_lost(b, Op::PoolerReconnect, &mut effect);
+        }
         effect
     }
 
@@ -1015,6 +1095,7 @@ fn grant(c: &mut ClientModel, key: Option<Key>, b: BackendId, session: bool) {
         xact: 0,
         backends: BTreeSet::new(),
         stale: false,
+        lost_to: None,
     });
     belief.backends.insert(b);
     if session {

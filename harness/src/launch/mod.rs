@@ -57,6 +57,9 @@ pub enum Control {
     Pause,
     /// SIGCONT.
     Resume,
+    /// SIGINT to the server's process, waited for (PostgreSQL: fast shutdown; PgBouncer:
+    /// safe shutdown); SIGKILL after 5 s.
+    Interrupt,
 }
 
 /// Process control of a running cluster, as its launcher provides it.
@@ -74,6 +77,21 @@ pub trait Servers: Send {
     fn save_logs(&self, dir: &Path) -> Result<()>;
     /// Stop everything and remove what the run created. Idempotent.
     fn shutdown(&mut self);
+    /// The port of the current primary PostgreSQL, when it can differ from the launch-time
+    /// one (after [`Servers::promote`]). `None`: the launch-time port stays valid.
+    fn primary_port(&self) -> Option<u16> {
+        None
+    }
+    /// Fail over to the standby (`postgres.standby: true`): fence the primary (immediate
+    /// stop; it is gone before anything else happens), promote the standby and wait until it
+    /// is out of recovery, and, with a pooler, repoint the pooler to it and confirm that a
+    /// client connection through the pooler reaches it. Afterwards [`Servers::pids`],
+    /// [`Servers::control`] and [`Servers::restart`] of [`Which::Postgres`] act on the new
+    /// primary, [`Servers::primary_port`] returns its port, and the old primary stays
+    /// stopped. Once only: there is no standby any more.
+    fn promote(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { bail!("no standby in this topology") })
+    }
 }
 
 /// Turns a topology into a running cluster.
@@ -101,7 +119,11 @@ pub struct Cluster {
     pub pinned_cpu: Option<usize>,
     /// `(role, password)`: the run's random passwords for TCP logins.
     pub passwords: Vec<(String, String)>,
-    pub servers: Box<dyn Servers>,
+    /// Behind a lock: the nemesis controls them while the runner and observer share the
+    /// cluster (a current-thread runtime; the lock is held across a restart's await).
+    pub servers: tokio::sync::Mutex<Box<dyn Servers>>,
+    /// Whether the servers run on this host (their pids can be watched in /proc).
+    pub local: bool,
 }
 
 impl Cluster {
@@ -180,34 +202,45 @@ impl Cluster {
         self.topology.pgbouncer.as_ref().map(|b| b.pool_mode)
     }
 
+    /// OS process ids (postmaster, pooler); `(None, None)` while a fault holds the servers.
     pub fn pids(&self) -> (Option<i32>, Option<i32>) {
-        self.servers.pids()
+        self.servers
+            .try_lock()
+            .map(|s| s.pids())
+            .unwrap_or((None, None))
     }
 
-    pub fn control(&mut self, which: Which, what: Control) -> Result<()> {
-        self.servers.control(which, what)
+    pub async fn control(&self, which: Which, what: Control) -> Result<()> {
+        self.servers.lock().await.control(which, what)
     }
 
-    pub async fn restart(&mut self, which: Which) -> Result<()> {
-        self.servers.restart(which).await
+    pub async fn restart(&self, which: Which) -> Result<()> {
+        self.servers.lock().await.restart(which).await
     }
 
-    pub fn check_alive(&mut self) -> Result<()> {
-        self.servers.check_alive()
+    /// Err when a server has died (Ok while a fault holds the servers: it restarts them).
+    pub fn check_alive(&self) -> Result<()> {
+        match self.servers.try_lock() {
+            Ok(mut s) => s.check_alive(),
+            Err(_) => Ok(()),
+        }
     }
 
     pub fn save_logs(&self, dir: &Path) -> Result<()> {
-        self.servers.save_logs(dir)
+        match self.servers.try_lock() {
+            Ok(s) => s.save_logs(dir),
+            Err(_) => bail!("the servers' logs cannot be read while a fault holds them"),
+        }
     }
 
     pub fn shutdown(&mut self) {
-        self.servers.shutdown();
+        self.servers.get_mut().shutdown();
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        self.servers.shutdown();
+        self.servers.get_mut().shutdown();
     }
 }
 

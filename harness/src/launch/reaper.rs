@@ -4,8 +4,8 @@
 //! It reads server process ids from a pipe the harness holds (`-<pid>` withdraws one the
 //! harness stopped and reaped itself); when the pipe closes (the
 //! harness exited, crashed or was killed) it kills those process groups, waits for them to
-//! go, removes the System V segment the postmaster registered in `postmaster.pid`, and
-//! deletes the run directory. After a normal teardown there is nothing left for it to do.
+//! go, removes the System V segments the postmasters (primary and standby) registered in
+//! their `postmaster.pid`, and deletes the run directory. After a normal teardown there is nothing left for it to do.
 //! It ignores SIGINT, SIGTERM and SIGHUP and runs in a session of its own, so a signal meant
 //! for the harness (or its process group) does not stop it before it has cleaned up.
 
@@ -26,6 +26,14 @@ while read -r pid; do
         *) pids="$pids $pid" ;;
     esac
 done
+# Every process working inside the run directory first: backends (each in a session of its
+# own) and above all one the nemesis froze with SIGSTOP, which would never notice its
+# postmaster is gone; by now it may have been re-parented, so look by working directory.
+for p in /proc/[0-9]*; do
+    case $(readlink "$p/cwd" 2>/dev/null) in
+        "$dir"|"$dir"/*) kill -KILL "${p#/proc/}" 2>/dev/null ;;
+    esac
+done
 for p in $pids; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
 running() {
     state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
@@ -35,10 +43,11 @@ for p in $pids; do
     n=0
     while running "$p" && [ $n -lt 1000 ]; do sleep 0.01; n=$((n + 1)); done
 done
-if [ -f "$dir/data/postmaster.pid" ]; then
-    shmid=$(sed -n 7p "$dir/data/postmaster.pid" | awk '{print $2}')
+for pidfile in "$dir/data/postmaster.pid" "$dir/standby/postmaster.pid"; do
+    [ -f "$pidfile" ] || continue
+    shmid=$(sed -n 7p "$pidfile" | awk '{print $2}')
     [ -n "$shmid" ] && ipcrm -m "$shmid" 2>/dev/null
-fi
+done
 if [ "$keep" != 1 ]; then
     rm -rf "$dir" 2>/dev/null || { sleep 0.2; rm -rf "$dir" 2>/dev/null; }
 fi

@@ -136,11 +136,17 @@ pub fn remove_dead_runs(base: &Path) {
         if let Some(pid) = run_dir_pid(&name)
             && !Path::new(&format!("/proc/{pid}")).exists()
         {
-            remove_sysv_segment(&e.path().join("data"));
+            for data in DATA_DIRS {
+                remove_sysv_segment(&e.path().join(data));
+            }
             let _ = fs::remove_dir_all(e.path());
         }
     }
 }
+
+/// The PostgreSQL data directories a run directory can hold: the primary's and, with
+/// `postgres.standby`, the standby's (the reaper's script lists the same two).
+pub const DATA_DIRS: [&str; 2] = ["data", "standby"];
 
 /// The System V segment a postmaster recorded in `postmaster.pid` (line 7: key and id),
 /// removed if nothing is attached to it any more.

@@ -1,14 +1,21 @@
 //! The nemesis: faults, beside the clients. Each fault kind is one small unit: how it is
 //! started against the live cluster, and how its effect is confirmed before the run goes on.
-//! Today: `terminate` and `cancel` of one backend, by identity, from a direct superuser
-//! connection (the workload names them as steps: `C2 terminate` acts on the backend that
-//! last served C2). The launcher's process controls (stop, kill, pause, resume, restart)
-//! are the next kinds.
+//! Client-step faults: `terminate` and `cancel` of one backend, by identity, from a direct
+//! superuser connection (the workload names them as steps: `C2 terminate` acts on the
+//! backend that last served C2). Faults of the servers (the topology's `faults` section,
+//! [`Nemesis::server_fault`]): PgBouncer's admin console (PAUSE, RECONNECT, KILL, RELOAD),
+//! its process (restart, crash, freeze), PostgreSQL (fast or immediate restart) and one
+//! backend (SIGKILL, freeze). Each is started, held for `faults.hold` when it holds, and
+//! healed before the call returns; what it means for the model is `vocab::fault`. A frozen
+//! process is continued on drop too, and the reaper kills a postmaster's children first, so
+//! a fault interrupted by the harness's own death leaves nothing stopped behind.
 //!
 //! May import `vocab`, `sql`, `launch`, `client` (the bounded query call), `observe`.
 
+pub mod proxy;
+
 use crate::client::{Raw, run_raw};
-use crate::launch::{Cluster, SUPERUSER, connect};
+use crate::launch::{Cluster, Control, DB, SUPERUSER, Which, connect, timed};
 use crate::observe::{backoff, process_running};
 use crate::sql;
 use crate::vocab::{BackendId, Op, Reply};
@@ -49,24 +56,194 @@ impl Fault {
     }
 }
 
-/// The nemesis's own direct connection.
+/// The nemesis's own direct connection (opened again after a fault restarts PostgreSQL).
 pub struct Nemesis {
-    pg: Client,
+    pg: std::cell::RefCell<std::rc::Rc<Client>>,
+    config: tokio_postgres::Config,
     local_processes: bool,
+    /// Backends frozen by a fault in progress (continued on drop).
+    frozen: std::cell::RefCell<Vec<i32>>,
+    /// One fault of the servers at a time (Jepsen's nemesis is one process too): in the
+    /// concurrent schedule two clients' fault steps may come due together.
+    one_at_a_time: tokio::sync::Mutex<()>,
+}
+
+impl Drop for Nemesis {
+    fn drop(&mut self) {
+        for pid in self.frozen.get_mut().drain(..) {
+            signal(pid, libc::SIGCONT);
+        }
+    }
+}
+
+fn signal(pid: i32, sig: i32) -> bool {
+    // SAFETY: a plain syscall on a pid the run owns (a backend of its postmaster).
+    unsafe { libc::kill(pid, sig) == 0 }
 }
 
 impl Nemesis {
     pub async fn connect(cluster: &Cluster) -> Result<Nemesis> {
+        let config = cluster.socket_config(SUPERUSER);
         Ok(Nemesis {
-            pg: connect(&cluster.socket_config(SUPERUSER))
-                .await
-                .context("nemesis: connecting to PostgreSQL")?,
-            local_processes: cluster.servers.local(),
+            pg: std::cell::RefCell::new(std::rc::Rc::new(
+                connect(&config)
+                    .await
+                    .context("nemesis: connecting to PostgreSQL")?,
+            )),
+            config,
+            local_processes: cluster.local,
+            frozen: std::cell::RefCell::new(vec![]),
+            one_at_a_time: tokio::sync::Mutex::new(()),
         })
     }
 
+    /// Open the direct connection again if a fault closed it, retrying while PostgreSQL
+    /// recovers (bounded: 30 s).
+    pub async fn reconnect(&self) -> Result<()> {
+        if !self.pg.borrow().is_closed() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match connect(&self.config).await {
+                Ok(c) => {
+                    *self.pg.borrow_mut() = std::rc::Rc::new(c);
+                    return Ok(());
+                }
+                Err(e) if Instant::now() > deadline => {
+                    return Err(e.context(
+                        "nemesis: PostgreSQL did not accept connections within 30 s of a fault",
+                    ));
+                }
+                Err(_) => backoff(attempt.min(8)).await,
+            }
+        }
+    }
+
+    /// Start a fault of the servers, hold it for `hold` where it holds, heal it, and return
+    /// once the servers accept connections again. `target`: the backend of `backend_kill` /
+    /// `backend_freeze`. Replies `ok`; a fault that cannot be done is an error of the run.
+    pub async fn server_fault(
+        &self,
+        cluster: &Cluster,
+        op: Op,
+        target: Option<BackendId>,
+        hold: Duration,
+    ) -> Result<Reply> {
+        let _one = self.one_at_a_time.lock().await;
+        let admin = async |cmds: &[String]| -> Result<()> {
+            let config = cluster
+                .admin_config()
+                .ok_or_else(|| anyhow::anyhow!("`{op}` needs PgBouncer"))?;
+            let console = connect(&config)
+                .await
+                .context("nemesis: connecting to PgBouncer's admin console")?;
+            for cmd in cmds {
+                timed(console.simple_query(cmd))
+                    .await
+                    .with_context(|| format!("nemesis: PgBouncer admin command {cmd}"))?;
+            }
+            Ok(())
+        };
+        // The target by identity: a pid alone may be a zombie or, later, another backend.
+        let backend_pid = async || -> Result<Option<i32>> {
+            let t = target.ok_or_else(|| anyhow::anyhow!("`{op}` needs a target backend"))?;
+            if !self.local_processes {
+                bail!("`{op}` signals a backend process, and these servers are not local");
+            }
+            let present = self.rows(&sql::backend_present(t.pid, t.start_us)).await?;
+            Ok((!present.is_empty() && process_running(t.pid)).then_some(t.pid))
+        };
+        match op {
+            Op::PoolerPause => {
+                // PAUSE returns once every server is released and closed; a client holding
+                // one in a long transaction (concurrent schedule) can make it time out.
+                // RESUME regardless, so the pooler is never left pausing.
+                let paused = admin(&[sql::pooler_pause(DB)]).await;
+                tokio::time::sleep(hold).await;
+                // A PAUSE that timed out ended with its console connection: then RESUME
+                // finds nothing paused, which is what it is for.
+                let resumed = admin(&[sql::pooler_resume(DB)]).await;
+                if paused.is_ok() {
+                    resumed?;
+                }
+                if let Err(e) = paused {
+                    return Ok(Reply::Error {
+                        code: crate::vocab::reply::code::TIMEOUT.into(),
+                        message: format!("{e:#}"),
+                    });
+                }
+            }
+            Op::PoolerReconnect => admin(&[sql::pooler_reconnect(DB)]).await?,
+            Op::PoolerKill => admin(&[sql::pooler_kill(DB), sql::pooler_resume(DB)]).await?,
+            Op::PoolerReload => admin(&[sql::POOLER_RELOAD.into()]).await?,
+            Op::PoolerRestart => {
+                cluster.control(Which::Pooler, Control::Interrupt).await?;
+                cluster.restart(Which::Pooler).await?;
+            }
+            Op::PoolerCrash => {
+                cluster.control(Which::Pooler, Control::Kill).await?;
+                cluster.restart(Which::Pooler).await?;
+            }
+            Op::PoolerFreeze => {
+                cluster.control(Which::Pooler, Control::Pause).await?;
+                tokio::time::sleep(hold).await;
+                cluster.control(Which::Pooler, Control::Resume).await?;
+            }
+            Op::PgRestart => {
+                cluster.control(Which::Postgres, Control::Interrupt).await?;
+                cluster.restart(Which::Postgres).await?;
+            }
+            Op::PgCrash => cluster.restart(Which::Postgres).await?,
+            Op::BackendKill => {
+                let Some(pid) = backend_pid().await? else {
+                    return Ok(Reply::Bool { value: false });
+                };
+                if !signal(pid, libc::SIGKILL) {
+                    return Ok(Reply::Bool { value: false });
+                }
+                // The postmaster ends every other backend and recovers; wait until it has
+                // begun (our connection is closed) before reconnecting.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut attempt = 0;
+                while !self.pg.borrow().is_closed() {
+                    attempt += 1;
+                    let pg = self.pg.borrow().clone();
+                    let _ = run_raw(&pg, "SELECT 1").await;
+                    if Instant::now() > deadline {
+                        bail!(
+                            "PostgreSQL did not reset its backends within 5 s of SIGKILL to backend {pid}"
+                        );
+                    }
+                    backoff(attempt).await;
+                }
+            }
+            Op::BackendFreeze => {
+                let Some(pid) = backend_pid().await? else {
+                    return Ok(Reply::Bool { value: false });
+                };
+                if !signal(pid, libc::SIGSTOP) {
+                    return Ok(Reply::Bool { value: false });
+                }
+                self.frozen.borrow_mut().push(pid);
+                tokio::time::sleep(hold).await;
+                signal(pid, libc::SIGCONT);
+                self.frozen.borrow_mut().retain(|p| *p != pid);
+            }
+            _ => bail!("`{op}` is not a fault of the servers"),
+        }
+        self.reconnect().await?;
+        Ok(Reply::Ok)
+    }
+
     async fn rows(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
-        let Raw { rows, error } = run_raw(&self.pg, sql).await;
+        // A fault of the servers (concurrent schedule: beside this call) may have restarted
+        // PostgreSQL under the connection.
+        self.reconnect().await?;
+        let pg = self.pg.borrow().clone();
+        let Raw { rows, error } = run_raw(&pg, sql).await;
         match error {
             None => Ok(rows),
             Some((code, msg)) => bail!("nemesis query failed ({code}: {msg}): {sql}"),

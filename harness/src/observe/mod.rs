@@ -35,19 +35,23 @@ pub struct Waits {
     pub reset: Vec<BackendId>,
     /// Identities that must have left both `pg_stat_activity` and the pooler's servers.
     pub gone: Vec<BackendId>,
+    /// Servers a fault (RECONNECT) marked to close at release: gone, unless the statement
+    /// left their backend in a transaction (then still linked, closed at a later release).
+    pub closing: Vec<BackendId>,
 }
 
 impl Waits {
     /// Whether a reset query or an exit must be awaited: then the pooler is read first and
     /// PostgreSQL after it (pg_locks must be read after PgBouncer says the reset is done).
     fn ordered(&self) -> bool {
-        !self.reset.is_empty() || !self.gone.is_empty()
+        !self.reset.is_empty() || !self.gone.is_empty() || !self.closing.is_empty()
     }
 }
 
 /// The observer's connections: direct to PostgreSQL (snapshot), a separate direct contender,
-/// and the pooler's console when there is a pooler.
-pub struct Observer {
+/// and the pooler's console when there is a pooler. A fault that restarts a server closes
+/// them: [`Observer::reconnect`] opens them again.
+struct Conns {
     pg: Client,
     /// The snapshot and probes as prepared statements (direct connections, so named
     /// statements are safe; planning once saves ~40% of a snapshot).
@@ -57,9 +61,70 @@ pub struct Observer {
     probe_big: Statement,
     probe_pair: Statement,
     contender: Client,
-    pub contender_id: BackendId,
-    pub contender_start: String,
+    contender_id: BackendId,
+    contender_start: String,
     admin: Option<Client>,
+}
+
+impl Conns {
+    async fn open(
+        direct: &tokio_postgres::Config,
+        admin: Option<&tokio_postgres::Config>,
+    ) -> Result<Conns> {
+        let pg = connect(direct)
+            .await
+            .context("observer: connecting to PostgreSQL")?;
+        let contender = connect(direct)
+            .await
+            .context("contender: connecting to PostgreSQL")?;
+        let raw = run_raw(&contender, sql::IDENTITY).await;
+        let row = raw
+            .rows
+            .first()
+            .ok_or_else(|| anyhow!("contender identity query failed: {:?}", raw.error))?;
+        let contender_start = row[1].clone().unwrap_or_default();
+        let contender_id = BackendId {
+            pid: row[0].as_deref().unwrap_or_default().parse()?,
+            start_us: parse_timestamptz(&contender_start)
+                .ok_or_else(|| anyhow!("contender backend_start {contender_start:?} is not ISO"))?,
+        };
+        let admin = match admin {
+            Some(c) => Some(
+                connect(c)
+                    .await
+                    .context("observer: connecting to the pooler's admin console")?,
+            ),
+            None => None,
+        };
+        let snap = timed(pg.prepare(&sql::snapshot(CLIENT_ROLE))).await?;
+        let sample_stmt = timed(pg.prepare(&sql::sample(CLIENT_ROLE))).await?;
+        let probe_big = timed(contender.prepare(sql::CONTENDER_PROBE_BIG)).await?;
+        let probe_pair = timed(contender.prepare(sql::CONTENDER_PROBE_PAIR)).await?;
+        Ok(Conns {
+            pg,
+            snap,
+            sample_stmt,
+            probe_big,
+            probe_pair,
+            contender,
+            contender_id,
+            contender_start,
+            admin,
+        })
+    }
+
+    fn closed(&self) -> bool {
+        self.pg.is_closed()
+            || self.contender.is_closed()
+            || self.admin.as_ref().is_some_and(|a| a.is_closed())
+    }
+}
+
+/// The observer: what the servers say, from outside every client.
+pub struct Observer {
+    conns: std::cell::RefCell<std::rc::Rc<Conns>>,
+    direct_config: tokio_postgres::Config,
+    admin_config: Option<tokio_postgres::Config>,
     /// Read `SHOW POOLS` too (evidence replays): it costs ~25 us a look on this kind of
     /// machine, and a sequential step's `SHOW SERVERS`/`SHOW CLIENTS` rows determine every
     /// count it gives (nothing waits in a sequential schedule).
@@ -76,59 +141,64 @@ pub struct Observer {
 
 impl Observer {
     pub async fn connect(cluster: &Cluster) -> Result<Observer> {
-        let pg = connect(&cluster.socket_config(SUPERUSER))
-            .await
-            .context("observer: connecting to PostgreSQL")?;
-        let contender = connect(&cluster.socket_config(SUPERUSER))
-            .await
-            .context("contender: connecting to PostgreSQL")?;
-        let raw = run_raw(&contender, sql::IDENTITY).await;
-        let row = raw
-            .rows
-            .first()
-            .ok_or_else(|| anyhow!("contender identity query failed: {:?}", raw.error))?;
-        let contender_start = row[1].clone().unwrap_or_default();
-        let contender_id = BackendId {
-            pid: row[0].as_deref().unwrap_or_default().parse()?,
-            start_us: parse_timestamptz(&contender_start)
-                .ok_or_else(|| anyhow!("contender backend_start {contender_start:?} is not ISO"))?,
-        };
-        let admin = match cluster.admin_config() {
-            Some(c) => Some(
-                connect(&c)
-                    .await
-                    .context("observer: connecting to the pooler's admin console")?,
-            ),
-            None => None,
-        };
-        let snap = timed(pg.prepare(&sql::snapshot(CLIENT_ROLE))).await?;
-        let sample_stmt = timed(pg.prepare(&sql::sample(CLIENT_ROLE))).await?;
-        let probe_big = timed(contender.prepare(sql::CONTENDER_PROBE_BIG)).await?;
-        let probe_pair = timed(contender.prepare(sql::CONTENDER_PROBE_PAIR)).await?;
+        let direct_config = cluster.socket_config(SUPERUSER);
+        let admin_config = cluster.admin_config();
+        let conns = Conns::open(&direct_config, admin_config.as_ref()).await?;
         Ok(Observer {
-            snap,
-            sample_stmt,
-            probe_big,
-            probe_pair,
-            pg,
-            contender,
-            contender_id,
-            contender_start,
-            admin,
+            conns: std::cell::RefCell::new(std::rc::Rc::new(conns)),
+            direct_config,
+            admin_config,
             pools: std::cell::Cell::new(false),
             reset_commands: cluster.pooler.reset_commands(DB),
-            local_processes: cluster.servers.local(),
+            local_processes: cluster.local,
             outside_config: cluster.socket_config(CLIENT_ROLE),
             migrations: cluster.topology.workload.uses(crate::vocab::Op::Migrate),
         })
+    }
+
+    fn c(&self) -> std::rc::Rc<Conns> {
+        self.conns.borrow().clone()
+    }
+
+    /// The fresh contender's identity (it changes when PostgreSQL restarts).
+    pub fn contender_id(&self) -> BackendId {
+        self.c().contender_id
+    }
+
+    pub fn contender_start(&self) -> String {
+        self.c().contender_start.clone()
+    }
+
+    /// After a fault that restarted or reset a server: open the connections again if any
+    /// closed, retrying while PostgreSQL recovers (bounded: 30 s). Returns whether it did.
+    pub async fn reconnect(&self) -> Result<bool> {
+        if !self.c().closed() {
+            return Ok(false);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Conns::open(&self.direct_config, self.admin_config.as_ref()).await {
+                Ok(c) => {
+                    *self.conns.borrow_mut() = std::rc::Rc::new(c);
+                    return Ok(true);
+                }
+                Err(e) if Instant::now() > deadline => {
+                    return Err(e.context("observer: reconnecting after a fault (30 s)"));
+                }
+                Err(_) => backoff(attempt.min(8)).await,
+            }
+        }
     }
 
     /// The concurrent sampler's look: the pooler's views (SHOW POOLS included) and
     /// PostgreSQL's, with what each backend waits for and who blocks it. `outside`: also try
     /// a new connection as a client would (for an overdue op's evidence).
     pub async fn sample(&self, outside: bool) -> Result<Observation> {
+        let conns = self.c();
         let pool = async {
-            match &self.admin {
+            match &conns.admin {
                 Some(a) => {
                     let (s, c, p) = tokio::join!(
                         show(a, sql::SHOW_SERVERS),
@@ -141,7 +211,7 @@ impl Observer {
             }
         };
         let pg = async {
-            timed(self.pg.query(&self.sample_stmt, &[]))
+            timed(conns.pg.query(&conns.sample_stmt, &[]))
                 .await
                 .context("sampler")
         };
@@ -180,7 +250,7 @@ impl Observer {
 
     /// How many times migration version 1 was recorded.
     pub async fn migrated(&self) -> Result<u32> {
-        let rows = Self::raw_ok(&self.pg, &sql::migrations_count()).await?;
+        let rows = Self::raw_ok(&self.c().pg, &sql::migrations_count()).await?;
         Ok(rows
             .first()
             .and_then(|r| r[0].as_deref())
@@ -209,8 +279,9 @@ impl Observer {
     /// `ordered`: read the pooler's views first and PostgreSQL's after them; otherwise both
     /// at once.
     async fn look(&self, ordered: bool) -> Result<Observation> {
+        let conns = self.c();
         let pool = async {
-            match &self.admin {
+            match &conns.admin {
                 // Pipelined on the console connection: one round trip's wait for all views.
                 Some(a) if self.pools.get() => {
                     let (s, c, p) = tokio::join!(
@@ -229,7 +300,7 @@ impl Observer {
             }
         };
         let pg = async {
-            timed(self.pg.query(&self.snap, &[]))
+            timed(conns.pg.query(&conns.snap, &[]))
                 .await
                 .context("observer snapshot")
         };
@@ -255,9 +326,10 @@ impl Observer {
 
     /// Can a fresh backend (the contender, never a pooled one) take `key` right now?
     pub async fn probe(&self, key: Key) -> Result<bool> {
+        let c = self.c();
         let row = match key {
-            Key::Big(k) => timed(self.contender.query_one(&self.probe_big, &[&k])).await,
-            Key::Pair(a, b) => timed(self.contender.query_one(&self.probe_pair, &[&a, &b])).await,
+            Key::Big(k) => timed(c.contender.query_one(&c.probe_big, &[&k])).await,
+            Key::Pair(a, b) => timed(c.contender.query_one(&c.probe_pair, &[&a, &b])).await,
         }
         .context("contender probe")?;
         Ok(row.try_get(0)?)
@@ -302,7 +374,8 @@ impl Observer {
     /// process competes with the next case's steps for the CPU.
     pub async fn reset(&self) -> Result<()> {
         let mut pids: BTreeSet<i32> = BTreeSet::new();
-        if let Some(admin) = &self.admin {
+        let c = self.c();
+        if let Some(admin) = &c.admin {
             pids.extend(
                 show(admin, sql::SHOW_SERVERS)
                     .await?
@@ -320,18 +393,18 @@ impl Observer {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let terminated = Self::raw_ok(&self.pg, &sql::terminate_role(CLIENT_ROLE)).await?;
+            let terminated = Self::raw_ok(&c.pg, &sql::terminate_role(CLIENT_ROLE)).await?;
             pids.extend(
                 terminated
                     .iter()
                     .filter_map(|r| r[0].as_deref()?.parse::<i32>().ok()),
             );
-            let backends = Self::raw_ok(&self.pg, &sql::role_backends(CLIENT_ROLE)).await?;
-            let locks = Self::raw_ok(&self.pg, sql::ALL_ADVISORY_LOCKS).await?;
+            let backends = Self::raw_ok(&c.pg, &sql::role_backends(CLIENT_ROLE)).await?;
+            let locks = Self::raw_ok(&c.pg, sql::ALL_ADVISORY_LOCKS).await?;
             let n = |rows: &Vec<Vec<Option<String>>>| {
                 rows.first().and_then(|r| r[0].clone()).unwrap_or_default()
             };
-            let pool_empty = match &self.admin {
+            let pool_empty = match &c.admin {
                 Some(a) => show(a, sql::SHOW_SERVERS).await?.is_empty(),
                 None => true,
             };
@@ -346,7 +419,7 @@ impl Observer {
             if n(&backends) == "0" && n(&locks) == "0" && pool_empty && exiting.is_empty() {
                 if self.migrations {
                     // Nobody is left to hold the migration's tables: start it afresh.
-                    Self::raw_ok(&self.pg, &sql::migrations_reset()).await?;
+                    Self::raw_ok(&c.pg, &sql::migrations_reset()).await?;
                 }
                 return Ok(());
             }
@@ -458,6 +531,10 @@ pub fn settled(obs: &Observation, waits: &Waits) -> bool {
                 .server_state(b.pid)
                 .is_none_or(|s| matches!(s, "idle" | "used"))
     });
+    let closing_ok = waits.closing.iter().all(|b| {
+        obs.backend(*b).is_some_and(|row| row.in_transaction())
+            || (!obs.alive(*b) && obs.server_of(b.pid).is_none())
+    });
     let transient = obs.servers.iter().any(|s| {
         matches!(
             s.get("state").map(String::as_str),
@@ -468,7 +545,7 @@ pub fn settled(obs: &Observation, waits: &Waits) -> bool {
         .quiet
         .iter()
         .all(|q| obs.backend(*q).is_none_or(|b| b.state != "active"));
-    gone_ok && released_ok && quiet_ok && !transient
+    gone_ok && closing_ok && released_ok && quiet_ok && !transient
 }
 
 /// A `SHOW` command on the admin console: rows of the harness database only, selected

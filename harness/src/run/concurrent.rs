@@ -159,6 +159,7 @@ impl Runner<'_> {
             }
         }
         // The end state: every op done (or cancelled), the servers quiet.
+        self.observer.reconnect().await?;
         let mut end = self.quiet_look().await?;
         end.app_pool = pool.as_ref().map(|p| p.row());
         if topo.workload.uses(Op::Migrate) {
@@ -231,12 +232,12 @@ async fn client_task(
         }
         let step = &steps[i];
         let p = Process::Client(c);
-        let target = if step.op.is_fault() {
+        let target = if step.op.targets_backend() {
             sh.last.borrow()[c]
         } else {
             None
         };
-        if step.op.is_fault() && target.is_none() {
+        if step.op.targets_backend() && target.is_none() {
             sh.emit(Body::Skip(Skip {
                 p,
                 step: i,
@@ -289,6 +290,15 @@ async fn client_task(
                 let fault = Fault::for_op(step.op, target.expect("checked")).expect("a fault");
                 (runner.nemesis.run(fault).await?, None)
             }
+            op if op.is_server_fault() => {
+                let hold = topo.faults.hold;
+                let reply = runner
+                    .nemesis
+                    .server_fault(runner.cluster, op, target, hold)
+                    .await?;
+                runner.observer.reconnect().await?;
+                (reply, None)
+            }
             _ => {
                 if client.needs_connect()
                     && let Err(e) = client.connect(&config).await
@@ -302,7 +312,7 @@ async fn client_task(
         if let Some(b) = served {
             sh.last.borrow_mut()[c] = Some(b);
         }
-        if reply.is_closed() {
+        if reply.ended_by_server() && !step.op.is_fault() {
             client.disconnect();
         }
         sh.inflight.borrow_mut().remove(&i);
@@ -364,6 +374,9 @@ fn connect_error(e: &anyhow::Error) -> Reply {
 async fn sampler(sh: &Shared<'_, '_>, pool: Option<&crate::client::AppPool>) -> Result<()> {
     let runner = sh.runner;
     let every = runner.cluster.topology.run.sample_every;
+    // Looks that failed in a row (a fault restarting a server closes the observer's
+    // connections; the fault's own call waits until they can be opened again).
+    let mut failures = 0;
     while !sh.done.get() {
         let t = sh.now();
         let overdue: Vec<usize> = sh
@@ -376,7 +389,28 @@ async fn sampler(sh: &Shared<'_, '_>, pool: Option<&crate::client::AppPool>) -> 
             .map(|(s, _)| *s)
             .collect();
         sh.overdue_seen.borrow_mut().extend(&overdue);
-        let mut obs = runner.observer.sample(!overdue.is_empty()).await?;
+        let mut obs = match runner.observer.sample(!overdue.is_empty()).await {
+            Ok(obs) => obs,
+            // A fault restarted a server under the look: open the connections again (the
+            // fault's own call waits for the servers) and look next time.
+            Err(e) => {
+                failures += 1;
+                let faulting = sh
+                    .inflight
+                    .borrow()
+                    .values()
+                    .any(|f| f.op.is_server_fault());
+                if !faulting && failures > 3 {
+                    return Err(e.context("sampler: four looks in a row failed"));
+                }
+                if !faulting {
+                    runner.observer.reconnect().await?;
+                }
+                tokio::time::sleep(every).await;
+                continue;
+            }
+        };
+        failures = 0;
         obs.app_pool = pool.map(|p| p.row());
         sh.rec.borrow_mut().emit_at(
             t,

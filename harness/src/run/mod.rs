@@ -74,8 +74,8 @@ impl<'a> Runner<'a> {
             ready_ms: self.cluster.ready_ms as u64,
             cpu_pinned: self.cluster.pinned_cpu,
             cpu_online: crate::launch::cpu::online(),
-            contender: self.observer.contender_id,
-            contender_start: self.observer.contender_start.clone(),
+            contender: self.observer.contender_id(),
+            contender_start: self.observer.contender_start(),
             keys: self.cluster.topology.workload.keys.clone(),
             bounds: self.bounds(),
             started: crate::vocab::backend::utc_stamp(),
@@ -105,6 +105,8 @@ impl<'a> Runner<'a> {
         // After the reset, the servers hold nothing.
         let mut last_obs = Observation::default();
         let mut seen: Vec<BackendId> = vec![];
+        // Servers a fault (RECONNECT) marked to close at their next release.
+        let mut closing: Vec<BackendId> = vec![];
 
         for (i, step) in steps.iter().enumerate() {
             let t_step = Instant::now();
@@ -124,13 +126,15 @@ impl<'a> Runner<'a> {
                 }));
             }
             // Decide: a fault needs a target; a statement must not wait forever.
-            let target = if step.op.is_fault() {
+            let target = if step.op.targets_backend() {
                 slots[c].last
             } else {
                 None
             };
-            let skip = if step.op.is_fault() && target.is_none() {
+            let skip = if step.op.targets_backend() && target.is_none() {
                 Some(format!("C{} has not been served by a backend yet", c + 1))
+            } else if step.op.is_server_fault() {
+                plan::fault_would_wait(&self.rules, &slots, step.op, &last_obs)
             } else {
                 plan::would_wait(&self.rules, &slots, c, step.op, &last_obs)
             };
@@ -157,6 +161,7 @@ impl<'a> Runner<'a> {
                         closed = b;
                     }
                     waits = plan::disconnect_waits(fate, b);
+                    plan::close_at_release(&mut waits, &closing);
                     self.invoke(rec, p, i, step, None);
                     clients[c].disconnect();
                     slots[c].connected = false;
@@ -194,6 +199,28 @@ impl<'a> Runner<'a> {
                     }
                     (reply, None)
                 }
+                op if op.is_server_fault() => {
+                    rec.emit(Body::Invoke(Invoke {
+                        p: Process::Nemesis,
+                        step: Some(i),
+                        f: op,
+                        key: None,
+                        ms: None,
+                        target,
+                        client: Some(c),
+                    }));
+                    let hold = self.cluster.topology.faults.hold;
+                    let reply = self
+                        .nemesis
+                        .server_fault(self.cluster, op, target, hold)
+                        .await?;
+                    self.observer.reconnect().await?;
+                    if reply == Reply::Ok {
+                        waits =
+                            plan::fault_waits(&self.rules, &mut slots, op, &last_obs, &mut closing);
+                    }
+                    (reply, None)
+                }
                 Op::Sleep => {
                     self.invoke(rec, p, i, step, None);
                     tokio::time::sleep(Duration::from_millis(step.ms.unwrap_or(0))).await;
@@ -214,7 +241,7 @@ impl<'a> Runner<'a> {
                         served = obs.ran(&crate::sql::tag(i));
                         first_look = Some(obs);
                     }
-                    if reply.is_closed() {
+                    if reply.ended_by_server() {
                         slots[c].connected = false;
                     }
                     slots[c].broken = false;
@@ -222,15 +249,15 @@ impl<'a> Runner<'a> {
                         plan::served(&mut slots, c, b);
                     }
                     waits = plan::statement_waits(&self.rules, served);
+                    plan::close_at_release(&mut waits, &closing);
                     (reply, served)
                 }
             };
-            if served.is_some_and(|b| b == self.observer.contender_id)
-                || target == Some(self.observer.contender_id)
-            {
+            let contender = self.observer.contender_id();
+            if served.is_some_and(|b| b == contender) || target == Some(contender) {
                 bail!(
                     "the contender's backend {} served a client: probes are not fresh",
-                    self.observer.contender_id
+                    contender
                 );
             }
             rec.emit(Body::completion(Completion {
@@ -244,7 +271,8 @@ impl<'a> Runner<'a> {
 
             let t_obs = Instant::now();
             let obs = self.observer.settle(first_look, &waits).await?;
-            if reply.is_closed() {
+            closing.retain(|b| obs.alive(*b));
+            if reply.ended_by_server() && !step.op.is_fault() {
                 clients[c].disconnect();
             }
             let obs_us = t_obs.elapsed().as_micros() as u64;
@@ -327,6 +355,9 @@ impl<'a> Runner<'a> {
         pools: bool,
     ) -> Result<(Vec<LogicalClient>, Vec<bool>, u64)> {
         let t_reset = Instant::now();
+        // A fault of the last case may have restarted a server under the observer.
+        self.observer.reconnect().await?;
+        self.nemesis.reconnect().await?;
         self.observer.reset().await?;
         let nclients = steps
             .iter()

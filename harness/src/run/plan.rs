@@ -78,6 +78,90 @@ pub fn would_wait(
     })
 }
 
+/// `Some(reason)` when a fault of the servers would wait forever in a sequential schedule:
+/// PgBouncer's PAUSE and safe shutdown (SIGINT) wait until every server is released, and a
+/// client linked to one releases it only at its next steps.
+pub fn fault_would_wait(
+    rules: &PoolRules,
+    slots: &[Slot],
+    op: Op,
+    obs: &Observation,
+) -> Option<String> {
+    if !matches!(op, Op::PoolerPause | Op::PoolerRestart) {
+        return None;
+    }
+    let linked: Vec<String> = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| linked(rules, s, obs))
+        .map(|(i, _)| format!("C{}", i + 1))
+        .collect();
+    (!linked.is_empty()).then(|| {
+        format!(
+            "{op} waits until every server is released, and {} keeps one linked until its next steps",
+            linked.join(", ")
+        )
+    })
+}
+
+/// After a fault of the servers: the backends it ends (what the observation must no longer
+/// show), the clients it breaks (their next statement fails), and the servers it marks to
+/// close at release (`closing`), by [`crate::vocab::fault::meaning`] and the last look.
+pub fn fault_waits(
+    rules: &PoolRules,
+    slots: &mut [Slot],
+    op: Op,
+    obs: &Observation,
+    closing: &mut Vec<BackendId>,
+) -> Waits {
+    use crate::vocab::fault::{Breaks, Ends, meaning};
+    let mut w = Waits::default();
+    let Some(m) = meaning(op) else {
+        return w;
+    };
+    let linked_to: Vec<Option<BackendId>> = slots
+        .iter()
+        .map(|s| s.last.filter(|_| linked(rules, s, obs)))
+        .collect();
+    let all: Vec<BackendId> = obs.backends.iter().map(|b| b.id).collect();
+    w.gone = match m.ends {
+        Ends::Nothing => vec![],
+        Ends::All => all,
+        Ends::IdleNowLinkedAtRelease => {
+            let held: Vec<BackendId> = linked_to.iter().flatten().copied().collect();
+            closing.extend(held.iter().copied());
+            all.into_iter().filter(|b| !held.contains(b)).collect()
+        }
+    };
+    for (slot, link) in slots.iter_mut().zip(&linked_to) {
+        let breaks = match m.breaks {
+            Breaks::Nothing => false,
+            Breaks::AllClients => slot.connected,
+            Breaks::OnEndedBackend => link.is_some_and(|b| w.gone.contains(&b)),
+        };
+        if breaks {
+            slot.broken = true;
+        }
+    }
+    w
+}
+
+/// A server a fault marked to close at release (`closing`) that this step may release is
+/// closed instead: wait for it to be gone, unless it is still in a transaction (the runner
+/// forgets it once an observation shows it gone).
+pub fn close_at_release(w: &mut Waits, closing: &[BackendId]) {
+    for list in [&mut w.released, &mut w.reset] {
+        list.retain(|b| {
+            if closing.contains(b) {
+                w.closing.push(*b);
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
 /// `Some(reason)` when a step would wait forever for an application-pool connection in a
 /// sequential schedule: every connection is kept by a pinned client and this one keeps
 /// none.
@@ -142,6 +226,7 @@ pub fn statement_waits(rules: &PoolRules, served: Option<BackendId>) -> Waits {
         released,
         reset,
         gone: vec![],
+        closing: vec![],
     }
 }
 

@@ -418,7 +418,15 @@ impl Cx<'_> {
         };
         let default_workload = RawWorkload::default();
         let raw_workload = raw.workload.value.as_ref().unwrap_or(&default_workload);
-        let workload = self.workload(raw_workload)?;
+        let mut workload = self.workload(raw_workload)?;
+        let faults = match &raw.faults.value {
+            Some(f) => self.faults(f, &raw.faults.referenced, pgbouncer.is_some())?,
+            None => Faults::default(),
+        };
+        if workload.script.is_empty() {
+            workload.faults = faults.kinds.clone();
+            workload.fault_weight = faults.weight;
+        }
         let run = match &raw.run.value {
             Some(r) => self.run(r)?,
             None => self.run(&RawRun::default())?,
@@ -542,6 +550,7 @@ impl Cx<'_> {
             pgbouncer: pgbouncer.map(|(spec, _)| spec),
             app_pool,
             workload,
+            faults,
             run,
             expect,
             source: self.path.to_path_buf(),
@@ -587,6 +596,7 @@ impl Cx<'_> {
             ));
         }
         let bin_dir = self.optional_path(&raw.bin_dir, "postgres.bin_dir")?;
+        let standby = self.bool_or(&raw.standby, "postgres.standby", false)?;
         let settings = self.settings(&raw.settings, "postgres")?;
         let mut rendered = BTreeMap::new();
         for s in &settings {
@@ -605,6 +615,16 @@ impl Cx<'_> {
                 ));
             }
             let value = self.setting_value(s, "postgres.settings", ("on", "off"))?;
+            if standby && let Some(why) = standby_conflict(&s.name.value, &value) {
+                return Err(self.err(
+                    &s.value.referenced,
+                    format!(
+                        "`postgres.settings.{}` cannot be `{value}` with `postgres.standby: true`",
+                        s.name.value
+                    ),
+                    vec![why.to_string()],
+                ));
+            }
             if PG_UNMODELLED_TIMEOUTS.contains(&s.name.value.as_str()) {
                 self.unmodelled_timeout(
                     s,
@@ -621,6 +641,7 @@ impl Cx<'_> {
                 version,
                 bin_dir,
                 settings: rendered,
+                standby,
             },
             settings,
         ))
@@ -816,6 +837,70 @@ impl Cx<'_> {
         ))
     }
 
+    pub(super) fn faults(&self, raw: &RawFaults, at: &Location, pooler: bool) -> Res<Faults> {
+        if !is_given(&raw.kinds) {
+            return Err(self.missing(at, "kinds", "faults", "kinds: { pooler_reconnect: 1 }"));
+        }
+        let mut kinds = BTreeMap::new();
+        for (name, value) in self.entries(&raw.kinds, "faults.kinds")? {
+            let Some(op) = Op::from_fault_name(&name.value) else {
+                let mut hints = Vec::new();
+                let close = close_matches(&name.value, Op::FAULTS.iter().map(|o| o.name()));
+                if !close.is_empty() {
+                    hints.push(did_you_mean(&close));
+                }
+                if Op::from_name(&name.value).is_some() {
+                    hints.push(format!(
+                        "`{}` is a client op: weigh it in `workload.ops`",
+                        name.value
+                    ));
+                }
+                let valid: Vec<&str> = Op::FAULTS.iter().map(|o| o.name()).collect();
+                hints.push(format!("valid faults: {}", valid.join(", ")));
+                return Err(self.err(
+                    &name.referenced,
+                    format!("unknown fault `{}`", name.value),
+                    hints,
+                ));
+            };
+            let w = self.int(
+                value,
+                &format!("faults.kinds.{}", name.value),
+                0,
+                MAX_WEIGHT.into(),
+            )? as u32;
+            let needs_pooler = crate::vocab::fault::meaning(op).is_some_and(|m| m.needs_pooler);
+            if w > 0 && needs_pooler && !pooler {
+                return Err(self.err(
+                    &name.referenced,
+                    format!("`{op}` is a fault of PgBouncer, and this topology has none"),
+                    vec!["add a `pgbouncer` section, or remove the fault".into()],
+                ));
+            }
+            if w > 0 {
+                kinds.insert(op, w);
+            }
+        }
+        let weight = self.u32_or(
+            &raw.weight,
+            "faults.weight",
+            1,
+            MAX_WEIGHT,
+            DEFAULT_FAULT_WEIGHT,
+        )?;
+        let hold = self.duration_or(
+            &raw.hold,
+            "faults.hold",
+            Some(Duration::from_millis(MAX_FAULT_HOLD_MS)),
+            Duration::from_millis(DEFAULT_FAULT_HOLD_MS),
+        )?;
+        Ok(Faults {
+            kinds,
+            weight,
+            hold,
+        })
+    }
+
     pub(super) fn app_pool(&self, raw: &RawAppPool, at: &Location) -> Res<AppPool> {
         if !is_given(&raw.max_open) {
             return Err(self.missing(at, "max_open", "app_pool", "max_open: 5"));
@@ -938,6 +1023,8 @@ impl Cx<'_> {
             lock_timeout_ms: lock_timeout.as_millis() as u64,
             think,
             script,
+            faults: BTreeMap::new(),
+            fault_weight: 0,
         })
     }
 
@@ -1581,5 +1668,24 @@ impl Default for RawRun {
             shrink_replays: absent(),
             shrink_quorum: absent(),
         }
+    }
+}
+
+/// Why a PostgreSQL setting leaves no streaming standby possible (`postgres.standby: true`):
+/// the primary must write replica WAL and serve `pg_basebackup` (two WAL senders: the copy
+/// and the WAL stream), and the standby must accept the harness's connections in recovery.
+fn standby_conflict(name: &str, value: &str) -> Option<&'static str> {
+    let v = value.trim().to_ascii_lowercase();
+    match name {
+        "wal_level" if v == "minimal" => Some(
+            "a streaming standby needs `wal_level` replica or logical (PostgreSQL's default is replica)",
+        ),
+        "max_wal_senders" if v.parse::<i64>().is_ok_and(|n| n < 2) => Some(
+            "pg_basebackup needs two WAL senders (the copy and the WAL stream); PostgreSQL's default is 10",
+        ),
+        "hot_standby" if matches!(v.as_str(), "off" | "false" | "no" | "0") => Some(
+            "the harness connects to the standby to see it in recovery: leave `hot_standby` on",
+        ),
+        _ => None,
     }
 }

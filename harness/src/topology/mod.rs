@@ -58,6 +58,8 @@ pub struct Topology {
     /// `database/sql`); `None`: each client has its own connection.
     pub app_pool: Option<AppPool>,
     pub workload: Workload,
+    /// Faults of the servers the nemesis injects (their weights are in `workload.ops` too).
+    pub faults: Faults,
     pub run: RunSpec,
     /// Invariant name -> expected verdict, for the entries the file lists (all `app.*`).
     /// Use [`Topology::expected`], which defaults to [`Verdict::Holds`].
@@ -78,6 +80,9 @@ pub struct PostgresSpec {
     pub bin_dir: Option<PathBuf>,
     /// `postgresql.conf` overrides, values rendered to strings (booleans as `on`/`off`).
     pub settings: BTreeMap<String, String>,
+    /// Run a streaming standby beside the primary (made with `pg_basebackup`), which the
+    /// launcher's promote control turns into the new primary.
+    pub standby: bool,
 }
 
 /// The PgBouncer in front of PostgreSQL.
@@ -308,12 +313,41 @@ pub struct Workload {
     /// Scripted replicas instead of random steps (the same script every case; concurrent
     /// schedule). When given, `clients` is their total.
     pub script: Vec<ScriptGroup>,
+    /// Faults of the servers a step may be (the `faults` section): kind -> weight among
+    /// the faults, and the weight of a fault step among the ops (`faults.weight`).
+    pub faults: BTreeMap<Op, u32>,
+    pub fault_weight: u32,
 }
 
 impl Workload {
     /// Whether the workload (weights or script) runs this op.
     pub fn uses(&self, op: Op) -> bool {
-        self.ops.contains_key(&op) || self.script.iter().any(|g| g.ops.iter().any(|o| o.op == op))
+        self.ops.contains_key(&op)
+            || self.faults.contains_key(&op)
+            || self.script.iter().any(|g| g.ops.iter().any(|o| o.op == op))
+    }
+}
+
+/// The `faults` section: which faults of the servers the nemesis may inject (a fault step is
+/// drawn among the workload's ops with weight `weight`, its kind by the kinds' weights), and
+/// how long a held fault lasts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Faults {
+    /// Fault op -> weight among the faults (no zero entries); copied to `workload.faults`.
+    pub kinds: BTreeMap<Op, u32>,
+    /// The weight of a fault step among the workload's op weights.
+    pub weight: u32,
+    /// How long `pooler_pause`, `pooler_freeze` and `backend_freeze` hold before healing.
+    pub hold: Duration,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            kinds: BTreeMap::new(),
+            weight: limits::DEFAULT_FAULT_WEIGHT,
+            hold: Duration::from_millis(limits::DEFAULT_FAULT_HOLD_MS),
+        }
     }
 }
 
@@ -345,6 +379,12 @@ pub struct RunSpec {
 /// Defaults and limits, public so the CLI and the docs can quote them.
 pub mod limits {
     pub const DEFAULT_CLIENTS: u32 = 4;
+    pub const DEFAULT_FAULT_HOLD_MS: u64 = 100;
+    /// About one step in twelve with the session API's default weights (22 in all).
+    pub const DEFAULT_FAULT_WEIGHT: u32 = 2;
+    /// A held fault is shorter than `run.op_deadline`'s default: longer holds are liveness
+    /// failures by construction.
+    pub const MAX_FAULT_HOLD_MS: u64 = 10_000;
     pub const MAX_CLIENTS: u32 = 64;
     pub const DEFAULT_KEYS: [crate::vocab::Key; 2] = [
         crate::vocab::Key::Big(4242424242),

@@ -118,10 +118,11 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "pgbouncer",
     "app_pool",
     "workload",
+    "faults",
     "run",
     "expect",
 ];
-pub(super) const POSTGRES_KEYS: &[&str] = &["version", "bin_dir", "settings"];
+pub(super) const POSTGRES_KEYS: &[&str] = &["version", "bin_dir", "settings", "standby"];
 pub(super) const PGBOUNCER_KEYS: &[&str] = &[
     "version",
     "binary",
@@ -143,6 +144,7 @@ pub(super) const WORKLOAD_KEYS: &[&str] = &[
     "think",
     "script",
 ];
+pub(super) const FAULTS_KEYS: &[&str] = &["kinds", "weight", "hold"];
 pub(super) const RUN_KEYS: &[&str] = &[
     "cases",
     "seed",
@@ -164,6 +166,7 @@ pub(super) fn section_of(expected: &[&str]) -> Option<&'static str> {
         ("pgbouncer", PGBOUNCER_KEYS),
         ("app_pool", APP_POOL_KEYS),
         ("workload", WORKLOAD_KEYS),
+        ("faults", FAULTS_KEYS),
         ("run", RUN_KEYS),
     ]
     .into_iter()
@@ -198,6 +201,8 @@ pub(super) struct RawTopology {
     #[serde(default = "absent_section")]
     pub(super) workload: Section<RawWorkload>,
     #[serde(default = "absent_section")]
+    pub(super) faults: Section<RawFaults>,
+    #[serde(default = "absent_section")]
     pub(super) run: Section<RawRun>,
     #[serde(default = "absent")]
     pub(super) expect: Leaf,
@@ -212,6 +217,8 @@ pub(super) struct RawPostgres {
     pub(super) bin_dir: Leaf,
     #[serde(default = "absent")]
     pub(super) settings: Leaf,
+    #[serde(default = "absent")]
+    pub(super) standby: Leaf,
 }
 
 #[derive(Deserialize)]
@@ -254,6 +261,17 @@ pub(super) struct RawWorkload {
     pub(super) think: Leaf,
     #[serde(default = "absent")]
     pub(super) script: Leaf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFaults {
+    #[serde(default = "absent")]
+    pub(super) kinds: Leaf,
+    #[serde(default = "absent")]
+    pub(super) weight: Leaf,
+    #[serde(default = "absent")]
+    pub(super) hold: Leaf,
 }
 
 #[derive(Deserialize)]

@@ -294,8 +294,10 @@ fn shipped_topologies_parse() {
         [
             "direct",
             "session-mode",
+            "session-mode-faults",
             "session-mode-no-reset",
             "transaction-mode",
+            "transaction-mode-faults",
             "transaction-mode-reset-always",
             "transaction-mode-xact",
         ]
@@ -360,6 +362,26 @@ fn shipped_topologies_expect_what_was_decided() {
         ]
     );
     assert_eq!(violated("transaction-mode-xact"), ["app.no_stale_holder"]);
+    // Faults add lost locks to what each pooling mode already breaks.
+    assert_eq!(
+        violated("session-mode-faults"),
+        [
+            "app.rollback_releases",
+            "app.no_stale_holder",
+            "app.no_lost_lock"
+        ]
+    );
+    assert_eq!(
+        violated("transaction-mode-faults"),
+        [
+            "app.mutual_exclusion",
+            "app.no_orphans",
+            "app.unlock_reaches_owner",
+            "app.rollback_releases",
+            "app.no_stale_holder",
+            "app.no_lost_lock"
+        ]
+    );
     assert!(violated("migrate-race").is_empty());
     assert!(violated("migrate-race-session-mode").is_empty());
     assert_eq!(
@@ -442,6 +464,7 @@ fn defaults_apply() {
     assert_eq!(t.postgres.version, "18.6");
     assert_eq!(t.postgres.bin_dir, None);
     assert!(t.postgres.settings.is_empty());
+    assert!(!t.postgres.standby);
     assert!(t.pgbouncer.is_none());
     let w = &t.workload;
     assert_eq!(w.clients, 4);
@@ -912,6 +935,67 @@ fn structural_errors() {
             .iter()
             .any(|h| h.contains("clients, keys, api, steps, lock_timeout, ops"))
     );
+}
+
+#[test]
+fn postgres_standby_is_a_boolean_valid_with_or_without_a_pooler() {
+    let t = ok(&format!("{MINIMAL}  standby: true\n"));
+    assert!(t.postgres.standby);
+    assert!(t.is_direct());
+    let t = ok(&format!("{MINIMAL}  standby: false\n"));
+    assert!(!t.postgres.standby);
+    let t = ok(&format!(
+        "{MINIMAL}  standby: true\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n"
+    ));
+    assert!(t.postgres.standby && t.pgbouncer.is_some());
+    // Settings a standby can live with are kept as given.
+    let t = ok(&format!(
+        "{MINIMAL}  standby: true\n  settings: {{ wal_level: logical, max_wal_senders: 2 }}\n"
+    ));
+    assert_eq!(t.postgres.settings["wal_level"], "logical");
+
+    // A wrong type is a positioned error, like the other booleans.
+    for bad in ["yes please", "1", "\"true\"", "[true]"] {
+        let e = err(&format!("{MINIMAL}  standby: {bad}\n"));
+        assert_eq!((e.line(), e.column()), (Some(4), Some(12)), "{bad}: {e}");
+        assert!(
+            e.message()
+                .contains("`postgres.standby` must be a boolean (true or false)"),
+            "{bad}: {e}"
+        );
+    }
+    let e = err(&format!("{MINIMAL}  standby:\n"));
+    assert!(e.message().contains("must be a boolean"), "{e}");
+    let e = err(&format!("{MINIMAL}  stanby: true\n"));
+    assert!(
+        e.message().contains("unknown key `stanby` in `postgres`"),
+        "{e}"
+    );
+
+    // Settings that leave no standby possible are refused at the value, with the reason.
+    for (setting, column, needle) in [
+        ("wal_level: minimal", 26, "replica or logical"),
+        ("max_wal_senders: 1", 32, "two WAL senders"),
+        ("hot_standby: off", 28, "leave `hot_standby` on"),
+    ] {
+        let src = format!("{MINIMAL}  standby: true\n  settings: {{ {setting} }}\n");
+        let e = err(&src);
+        assert_eq!(
+            (e.line(), e.column()),
+            (Some(5), Some(column)),
+            "{setting}: {e}"
+        );
+        assert!(
+            e.message().contains("with `postgres.standby: true`"),
+            "{setting}: {e}"
+        );
+        assert!(
+            e.hints().iter().any(|h| h.contains(needle)),
+            "{setting}: {e}"
+        );
+        // Without a standby they are the user's business.
+        ok(&src.replace("standby: true", "standby: false"));
+    }
 }
 
 #[test]

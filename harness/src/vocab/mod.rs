@@ -2,6 +2,7 @@
 //! verdicts. Pure data, no I/O; everything else may import it, it imports nothing of pgchaos.
 
 pub mod backend;
+pub mod fault;
 pub mod key;
 pub mod op;
 pub mod reply;

@@ -53,6 +53,34 @@ pub enum Op {
     /// connection went back to the pool as it is (Go's `Conn.Close`): the client is gone,
     /// any session lock stays on the connection.
     Release,
+    // Faults of the servers, from the topology's `faults` section (run by the nemesis; what
+    // each means for the model is `vocab::fault`).
+    /// PgBouncer `PAUSE` (waits until every server is released, then closes them all),
+    /// held for `faults.hold`, then `RESUME`.
+    PoolerPause,
+    /// PgBouncer `RECONNECT`: idle servers closed now, linked ones when released.
+    PoolerReconnect,
+    /// PgBouncer `KILL` of the database (every client and server connection dropped), then
+    /// `RESUME`.
+    PoolerKill,
+    /// PgBouncer `RELOAD` of an unchanged configuration.
+    PoolerReload,
+    /// PgBouncer SIGINT (safe shutdown: waits until servers are released), started again on
+    /// the same port.
+    PoolerRestart,
+    /// PgBouncer SIGKILL, started again on the same port.
+    PoolerCrash,
+    /// PgBouncer SIGSTOP for `faults.hold`, then SIGCONT.
+    PoolerFreeze,
+    /// PostgreSQL fast restart (SIGINT to the postmaster, started again on the same port).
+    PgRestart,
+    /// PostgreSQL immediate restart (SIGQUIT: no checkpoint, crash recovery at start).
+    PgCrash,
+    /// SIGKILL of the backend that last served this client: the postmaster ends every
+    /// backend and recovers.
+    BackendKill,
+    /// SIGSTOP of the backend that last served this client for `faults.hold`, then SIGCONT.
+    BackendFreeze,
 }
 
 impl Op {
@@ -79,6 +107,39 @@ impl Op {
         Op::Ping,
     ];
 
+    /// Faults of the servers a topology's `faults` section can weigh.
+    pub const FAULTS: [Op; 11] = [
+        Op::PoolerPause,
+        Op::PoolerReconnect,
+        Op::PoolerKill,
+        Op::PoolerReload,
+        Op::PoolerRestart,
+        Op::PoolerCrash,
+        Op::PoolerFreeze,
+        Op::PgRestart,
+        Op::PgCrash,
+        Op::BackendKill,
+        Op::BackendFreeze,
+    ];
+
+    /// A fault of the servers by its YAML name.
+    pub fn from_fault_name(s: &str) -> Option<Op> {
+        Op::FAULTS.into_iter().find(|op| op.name() == s)
+    }
+
+    /// A fault of the servers (not `terminate`/`cancel`, which are client steps' faults).
+    pub fn is_server_fault(self) -> bool {
+        Op::FAULTS.contains(&self)
+    }
+
+    /// A fault aimed at the backend that last served the step's client.
+    pub fn targets_backend(self) -> bool {
+        matches!(
+            self,
+            Op::Terminate | Op::Cancel | Op::BackendKill | Op::BackendFreeze
+        )
+    }
+
     /// The YAML / report spelling.
     pub fn name(self) -> &'static str {
         match self {
@@ -103,6 +164,17 @@ impl Op {
             Op::Migrate => "migrate",
             Op::Open => "open",
             Op::Release => "release",
+            Op::PoolerPause => "pooler_pause",
+            Op::PoolerReconnect => "pooler_reconnect",
+            Op::PoolerKill => "pooler_kill",
+            Op::PoolerReload => "pooler_reload",
+            Op::PoolerRestart => "pooler_restart",
+            Op::PoolerCrash => "pooler_crash",
+            Op::PoolerFreeze => "pooler_freeze",
+            Op::PgRestart => "pg_restart",
+            Op::PgCrash => "pg_crash",
+            Op::BackendKill => "backend_kill",
+            Op::BackendFreeze => "backend_freeze",
         }
     }
 
@@ -111,9 +183,11 @@ impl Op {
         Op::ALL.into_iter().find(|op| op.name() == s)
     }
 
-    /// An op a script may name: a workload op or a script-only one.
+    /// An op a script may name: a workload op, a script-only one, or a fault of the servers.
     pub fn from_script_name(s: &str) -> Option<Op> {
-        Op::from_name(s).or_else(|| Op::SCRIPT_ONLY.into_iter().find(|op| op.name() == s))
+        Op::from_name(s)
+            .or_else(|| Op::SCRIPT_ONLY.into_iter().find(|op| op.name() == s))
+            .or_else(|| Op::from_fault_name(s))
     }
 
     /// Takes a duration (`sleep`, `pg_sleep`; `migrate`: the work inside the lock).
@@ -144,7 +218,7 @@ impl Op {
 
     /// Run by the nemesis, not by the client itself.
     pub fn is_fault(self) -> bool {
-        matches!(self, Op::Terminate | Op::Cancel)
+        matches!(self, Op::Terminate | Op::Cancel) || self.is_server_fault()
     }
 
     /// Transaction-level lock API (`api: xact`).

@@ -11,8 +11,16 @@ pub mod code {
     pub const DIVISION_BY_ZERO: &str = "22012";
     pub const QUERY_CANCELED: &str = "57014";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";
-    /// `terminating connection due to administrator command` (pg_terminate_backend).
+    /// `terminating connection due to administrator command` (pg_terminate_backend, and a
+    /// fast shutdown).
     pub const ADMIN_SHUTDOWN: &str = "57P01";
+    /// `terminating connection because of crash of another server process`.
+    pub const CRASH_SHUTDOWN: &str = "57P02";
+    /// `the database system is starting up` / `shutting down` / `in recovery mode`.
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
+    /// PgBouncer's own fatal errors (`server conn crashed?`, `database removed`, ...) carry
+    /// `protocol_violation`.
+    pub const PROTOCOL_VIOLATION: &str = "08P01";
     /// Not a SQLSTATE: the client's connection is gone.
     pub const CLOSED: &str = "closed";
     /// Not a SQLSTATE: no reply within the bound (a cancel was sent).
@@ -84,10 +92,21 @@ impl Reply {
         self.code() == Some(code::CLOSED)
     }
 
-    /// The connection was ended under the statement: found `closed`, or PostgreSQL's own
-    /// 57P01 (`pg_terminate_backend`) read first and passed on.
+    /// The connection was ended under the statement: found `closed`, or the server's last
+    /// word read first and passed on: PostgreSQL's 57P01 (`pg_terminate_backend`, a fast
+    /// shutdown), 57P02 (a crash reset), 57P03 (shutting down, starting up), or PgBouncer's
+    /// fatal 08P01.
     pub fn ended_by_server(&self) -> bool {
-        self.is_closed() || self.code() == Some(code::ADMIN_SHUTDOWN)
+        self.is_closed()
+            || matches!(
+                self.code(),
+                Some(
+                    code::ADMIN_SHUTDOWN
+                        | code::CRASH_SHUTDOWN
+                        | code::CANNOT_CONNECT_NOW
+                        | code::PROTOCOL_VIOLATION
+                )
+            )
     }
 
     /// `ok` for a result, `fail` for a server error, `info` when the outcome is unknown.

@@ -78,13 +78,25 @@ const SIMPLICITY: [Op; 16] = [
 
 /// A strategy for one step of this workload.
 pub fn step_strategy(w: &Workload) -> BoxedStrategy<Step> {
-    let ops: Vec<(u32, BoxedStrategy<Op>)> = SIMPLICITY
+    let mut ops: Vec<(u32, BoxedStrategy<Op>)> = SIMPLICITY
         .iter()
         .filter_map(|op| {
             let weight = w.ops.get(op).copied().unwrap_or(0);
             (weight > 0).then(|| (weight, Just(*op).boxed()))
         })
         .collect();
+    // Faults of the servers last, as one alternative: shrinking turns a fault into a client
+    // op, or removes it.
+    let faults: Vec<(u32, BoxedStrategy<Op>)> = Op::FAULTS
+        .iter()
+        .filter_map(|op| {
+            let weight = w.faults.get(op).copied().unwrap_or(0);
+            (weight > 0).then(|| (weight, Just(*op).boxed()))
+        })
+        .collect();
+    if !faults.is_empty() && w.fault_weight > 0 {
+        ops.push((w.fault_weight, Union::new_weighted(faults).boxed()));
+    }
     let op = Union::new_weighted(ops);
     let keys = w.keys.clone();
     (0..w.clients as usize, op, 0..keys.len())
@@ -303,7 +315,55 @@ mod tests {
             lock_timeout_ms: 20,
             think: None,
             script: vec![],
+            faults: BTreeMap::new(),
+            fault_weight: 0,
         }
+    }
+
+    #[test]
+    fn faults_are_drawn_with_their_weight_and_shrink_away() {
+        let mut w = workload();
+        w.faults = BTreeMap::from([(Op::PoolerReconnect, 1), (Op::PgRestart, 1)]);
+        w.fault_weight = 5;
+        let steps: Vec<Step> = (0..40).flat_map(|s| case(&w, s)).collect();
+        let faults = steps.iter().filter(|s| s.op.is_server_fault()).count();
+        // 5 of 10 weight units: about half the steps (a wide band: 40 cases, ~400 steps).
+        assert!(
+            faults * 4 > steps.len() && faults * 4 < steps.len() * 3,
+            "{faults} of {}",
+            steps.len()
+        );
+        assert!(steps.iter().any(|s| s.op == Op::PgRestart));
+        assert!(
+            steps
+                .iter()
+                .all(|s| !s.op.is_server_fault() || w.faults.contains_key(&s.op))
+        );
+        // Weight 0: never drawn.
+        w.fault_weight = 0;
+        assert!(
+            (0..40)
+                .flat_map(|s| case(&w, s))
+                .all(|s| !s.op.is_server_fault())
+        );
+        // A failure that needs only a try_lock shrinks every fault away.
+        w.fault_weight = 5;
+        let seed = (0..100)
+            .find(|s| {
+                let c = case(&w, *s);
+                c.iter().any(|s| s.op == Op::TryLock) && c.iter().any(|s| s.op.is_server_fault())
+            })
+            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (min, _) = rt
+            .block_on(shrink(&w, seed, 500, async |c: &[Step]| {
+                Ok(c.iter().any(|s| s.op == Op::TryLock))
+            }))
+            .unwrap();
+        assert_eq!(min.len(), 1, "{min:?}");
+        assert_eq!(min[0].op, Op::TryLock);
     }
 
     #[test]

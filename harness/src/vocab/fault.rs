@@ -1,0 +1,101 @@
+//! What each fault of the servers means for the model: which backends it ends, which
+//! clients' connections it breaks. One table ([`meaning`]), read by the model and by the
+//! runner's planning (what to wait for after a fault), so the two cannot disagree.
+//! The effects, from PgBouncer's documentation and source (admin.c, janitor.c) and checked
+//! by the real-server tests in `tests/faults.rs`.
+
+use super::Op;
+
+/// Which PostgreSQL backends a fault ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ends {
+    /// None: a paused or frozen process, a reload with nothing changed.
+    Nothing,
+    /// Every backend that is not linked to a client ends now; a linked one ends when its
+    /// client's transaction (session mode: session) releases it (`RECONNECT`; `PAUSE`, which
+    /// the runner only starts when no server is linked).
+    IdleNowLinkedAtRelease,
+    /// Every backend of the clients (the pooler drops its server connections, or
+    /// PostgreSQL itself stops or resets every backend).
+    All,
+}
+
+/// Whose connections a fault breaks (their next statement fails: `closed`, or the
+/// server's own error passed on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Breaks {
+    /// No client connection.
+    Nothing,
+    /// Clients whose backend ended under them: a pooled client linked to it (the pooler
+    /// closes the client with its server), a direct client on it.
+    OnEndedBackend,
+    /// Every client connection to the pooler (the pooler itself went away or dropped them).
+    AllClients,
+}
+
+/// What a fault does, as the model needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meaning {
+    pub ends: Ends,
+    pub breaks: Breaks,
+    /// PostgreSQL itself restarts or resets: the harness's own direct connections
+    /// (observer, contender, nemesis) must reconnect.
+    pub resets_postgres: bool,
+    /// It needs PgBouncer.
+    pub needs_pooler: bool,
+}
+
+/// The meaning of a fault of the servers (`None` for any other op).
+pub fn meaning(op: Op) -> Option<Meaning> {
+    let m = |ends, breaks, resets_postgres, needs_pooler| {
+        Some(Meaning {
+            ends,
+            breaks,
+            resets_postgres,
+            needs_pooler,
+        })
+    };
+    use Breaks as B;
+    use Ends as E;
+    match op {
+        Op::PoolerPause => m(E::IdleNowLinkedAtRelease, B::Nothing, false, true),
+        Op::PoolerReconnect => m(E::IdleNowLinkedAtRelease, B::Nothing, false, true),
+        Op::PoolerKill => m(E::All, B::AllClients, false, true),
+        Op::PoolerReload => m(E::Nothing, B::Nothing, false, true),
+        Op::PoolerRestart => m(E::All, B::AllClients, false, true),
+        Op::PoolerCrash => m(E::All, B::AllClients, false, true),
+        Op::PoolerFreeze => m(E::Nothing, B::Nothing, false, true),
+        Op::PgRestart => m(E::All, B::OnEndedBackend, true, false),
+        Op::PgCrash => m(E::All, B::OnEndedBackend, true, false),
+        Op::BackendKill => m(E::All, B::OnEndedBackend, true, false),
+        Op::BackendFreeze => m(E::Nothing, B::Nothing, false, false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fault_has_a_meaning_and_nothing_else_does() {
+        for op in Op::FAULTS {
+            assert!(meaning(op).is_some(), "{op}");
+            assert!(op.is_fault() && op.is_server_fault(), "{op}");
+            assert_eq!(Op::from_fault_name(op.name()), Some(op));
+        }
+        for op in Op::ALL {
+            assert!(meaning(op).is_none(), "{op}");
+        }
+        // A reset of PostgreSQL ends every backend; pooler faults never reset PostgreSQL.
+        for op in Op::FAULTS {
+            let m = meaning(op).unwrap();
+            if m.resets_postgres {
+                assert_eq!(m.ends, Ends::All, "{op}");
+                assert!(!m.needs_pooler, "{op}");
+            }
+        }
+        assert_eq!(meaning(Op::PoolerKill).unwrap().breaks, Breaks::AllClients);
+        assert_eq!(meaning(Op::PoolerReload).unwrap().ends, Ends::Nothing);
+    }
+}
