@@ -78,7 +78,11 @@ pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> 
         | Op::PgRestart
         | Op::PgCrash
         | Op::BackendKill
-        | Op::BackendFreeze => return None,
+        | Op::BackendFreeze
+        | Op::Promote
+        | Op::LinkCut
+        | Op::LinkBlackhole
+        | Op::LinkDelay => return None,
     })
 }
 

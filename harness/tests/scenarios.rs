@@ -147,6 +147,10 @@ scenario! {
     fault_pg_crash => "fault-pg-crash",
     fault_backend_kill => "fault-backend-kill",
     fault_backend_freeze => "fault-backend-freeze",
+    fault_promote => "fault-promote",
+    fault_link_cut => "fault-link-cut",
+    fault_link_blackhole => "fault-link-blackhole",
+    fault_link_delay => "fault-link-delay",
 }
 
 #[test]

@@ -12,6 +12,7 @@
 
 pub mod cpu;
 pub mod native;
+pub mod proxy;
 pub mod reaper;
 pub mod runtime;
 
@@ -92,6 +93,15 @@ pub trait Servers: Send {
     fn promote(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async { bail!("no standby in this topology") })
     }
+    /// The link proxy between the pooler and PostgreSQL, when the topology faults that link.
+    fn link(&self) -> Option<&proxy::Proxy> {
+        None
+    }
+    /// After a promote: make a new streaming standby of the new primary (in the fenced
+    /// primary's place), so the next failover has one. A no-op while a standby runs.
+    fn rebuild_standby(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { bail!("no standby in this topology") })
+    }
 }
 
 /// Turns a topology into a running cluster.
@@ -111,7 +121,10 @@ pub struct Cluster {
     pub pg_bin_dir: PathBuf,
     /// The private run directory: Unix sockets, data, logs, credentials.
     pub run_dir: PathBuf,
+    /// PostgreSQL's port at launch; after a failover the primary's is [`Cluster::pg_port_now`].
     pub pg_port: u16,
+    /// The current primary's port (changes when the `promote` fault fails over).
+    pub primary_port: std::sync::atomic::AtomicU16,
     pub pooler_port: Option<u16>,
     pub versions: Versions,
     pub ready_ms: u128,
@@ -131,20 +144,20 @@ impl Cluster {
     /// topology, over the Unix socket in the private run directory (the TCP listener, on
     /// loopback, is for people and tools; a socket costs less per connect and round trip).
     pub fn client_config(&self) -> Config {
-        let port = self.pooler_port.unwrap_or(self.pg_port);
+        let port = self.pooler_port.unwrap_or(self.pg_port_now());
         self.config(true, port, CLIENT_ROLE, DB, "pgchaos")
     }
 
     /// A direct PostgreSQL connection over TCP on loopback (what `up` prints) as `user`,
     /// with the run's password.
     pub fn direct_config(&self, user: &str) -> Config {
-        self.config(false, self.pg_port, user, DB, "pgchaos")
+        self.config(false, self.pg_port_now(), user, DB, "pgchaos")
     }
 
     /// A direct connection over PostgreSQL's Unix socket in the private run directory (the
     /// observer's, contender's and nemesis's path).
     pub fn socket_config(&self, user: &str) -> Config {
-        self.config(true, self.pg_port, user, DB, "pgchaos-observer")
+        self.config(true, self.pg_port_now(), user, DB, "pgchaos-observer")
     }
 
     /// The pooler's admin console (simple query protocol only), over its Unix socket.
@@ -188,14 +201,35 @@ impl Cluster {
 
     /// The clients' DSN over TCP (through the pooler when there is one).
     pub fn client_dsn(&self) -> String {
-        self.dsn(self.pooler_port.unwrap_or(self.pg_port), CLIENT_ROLE, DB)
+        self.dsn(
+            self.pooler_port.unwrap_or(self.pg_port_now()),
+            CLIENT_ROLE,
+            DB,
+        )
     }
     pub fn direct_dsn(&self) -> String {
-        self.dsn(self.pg_port, SUPERUSER, DB)
+        self.dsn(self.pg_port_now(), SUPERUSER, DB)
     }
     pub fn admin_dsn(&self) -> Option<String> {
         let db = self.pooler.admin_database()?;
         Some(self.dsn(self.pooler_port?, SUPERUSER, db))
+    }
+
+    /// The current primary's port.
+    pub fn pg_port_now(&self) -> u16 {
+        self.primary_port.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Fail over to the standby and make a new one (see [`Servers::promote`]); direct
+    /// connections go to the new primary afterwards.
+    pub async fn promote(&self) -> Result<()> {
+        let mut s = self.servers.lock().await;
+        s.promote().await?;
+        if let Some(p) = s.primary_port() {
+            self.primary_port
+                .store(p, std::sync::atomic::Ordering::Relaxed);
+        }
+        s.rebuild_standby().await
     }
 
     pub fn pool_mode(&self) -> Option<PoolMode> {

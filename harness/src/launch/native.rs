@@ -205,9 +205,16 @@ struct NativeServers {
     pooler_port: Option<u16>,
     passwords: Vec<(String, String)>,
     pg: Option<Server>,
-    /// The streaming standby and its port, until it is promoted.
+    /// The streaming standby and its port, until it is promoted; its data directory and
+    /// log (after a promote, a new standby is made in the fenced primary's directory).
     standby: Option<Server>,
     standby_port: Option<u16>,
+    standby_data: PathBuf,
+    standby_log: PathBuf,
+    /// Standbys made so far (each gets its own log).
+    standbys_made: u32,
+    /// The link proxy between PgBouncer and PostgreSQL (topologies with link faults).
+    link: Option<super::proxy::Proxy>,
     /// Logs of primaries a promote fenced (kept for `save_logs`).
     fenced_logs: Vec<PathBuf>,
     pooler_proc: Option<Server>,
@@ -247,6 +254,10 @@ async fn launch(
         pg: None,
         standby: None,
         standby_port: None,
+        standby_data: run_dir.join(STANDBY_DIR),
+        standby_log: run_dir.join(STANDBY_LOG),
+        standbys_made: 0,
+        link: None,
         fenced_logs: Vec::new(),
         pooler_proc: None,
         reaper: None,
@@ -269,6 +280,15 @@ async fn launch(
         servers.start_standby().await?;
     }
     if servers.pooler.admin_database().is_some() {
+        if topology
+            .faults
+            .kinds
+            .keys()
+            .any(|op| crate::vocab::fault::needs_link(*op))
+        {
+            // PgBouncer reaches PostgreSQL through the link proxy the nemesis faults.
+            servers.link = Some(super::proxy::Proxy::start(0, servers.pg_port).await?);
+        }
         servers.start_pooler(None).await?;
     }
     let mut versions = Versions {
@@ -286,6 +306,7 @@ async fn launch(
         pg_bin_dir: pg.bin_dir.clone(),
         run_dir,
         pg_port: servers.pg_port,
+        primary_port: std::sync::atomic::AtomicU16::new(servers.pg_port),
         pooler_port: servers.pooler_port,
         versions,
         ready_ms: t0.elapsed().as_millis(),
@@ -367,8 +388,8 @@ impl NativeServers {
                 Target::Primary,
             ),
             Node::Standby => (
-                self.run_dir.join(STANDBY_DIR),
-                self.run_dir.join(STANDBY_LOG),
+                self.standby_data.clone(),
+                self.standby_log.clone(),
                 "the postgres standby",
                 Target::Standby,
             ),
@@ -422,7 +443,8 @@ impl NativeServers {
     /// its Unix socket into `<run_dir>/standby` (as the servers' OS user, in its own process
     /// group, bounded), then start it like the primary and wait until it answers in recovery.
     async fn start_standby(&mut self) -> Result<()> {
-        let dir = self.run_dir.join(STANDBY_DIR);
+        let dir = self.standby_data.clone();
+        self.standbys_made += 1;
         let log = self.run_dir.join("pg_basebackup.log");
         let bin = self.pg_bin.join("pg_basebackup");
         let mut cmd = Command::new(&bin);
@@ -567,7 +589,8 @@ impl NativeServers {
         let cx = ConfigContext {
             topology_name: &self.topology.name,
             run_dir: &self.run_dir,
-            pg_port: self.pg_port,
+            pg_port: self.link.as_ref().map_or(self.pg_port, |l| l.port()),
+            pg_host: self.link.as_ref().map(|_| "127.0.0.1"),
             listen_port,
             database: DB,
             superuser: SUPERUSER,
@@ -729,7 +752,7 @@ impl NativeServers {
         let port = self
             .standby_port
             .ok_or_else(|| anyhow!("no standby in this topology"))?;
-        let log = self.run_dir.join(STANDBY_LOG);
+        let log = self.standby_log.clone();
         let tail = || log_tail(&log, 15);
         if let Some(status) = self.standby.as_mut().and_then(Server::exited) {
             bail!(
@@ -785,7 +808,7 @@ impl NativeServers {
         self.pg = self.standby.take();
         self.standby_port = None;
         self.pg_port = port;
-        self.pg_data = self.run_dir.join(STANDBY_DIR);
+        self.pg_data = self.standby_data.clone();
         self.pg_log = log;
         Ok(())
     }
@@ -937,8 +960,15 @@ impl Servers for NativeServers {
         Ok(())
     }
 
+    fn link(&self) -> Option<&super::proxy::Proxy> {
+        self.link.as_ref()
+    }
+
     fn shutdown(&mut self) {
         self.stop(Which::Pooler);
+        if let Some(l) = self.link.take() {
+            l.shutdown();
+        }
         self.stop_node(Node::Standby);
         self.stop(Which::Postgres);
         if !self.keep_run_dir && self.run_dir.exists() {
@@ -965,6 +995,33 @@ impl Servers for NativeServers {
             self.promote_standby().await?;
             self.repoint_pooler().await?;
             self.write_credentials()
+        })
+    }
+
+    fn rebuild_standby(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            if self.standby_port.is_some() {
+                return Ok(());
+            }
+            if !self.topology.postgres.standby {
+                bail!("no standby in this topology");
+            }
+            // The fenced primary's directory (the one the current primary does not use).
+            let data = if self.pg_data == self.run_dir.join("data") {
+                self.run_dir.join(STANDBY_DIR)
+            } else {
+                self.run_dir.join("data")
+            };
+            runtime::remove_sysv_segment(&data);
+            if data.exists() {
+                fs::remove_dir_all(&data)
+                    .with_context(|| format!("{}: removing the fenced primary", data.display()))?;
+            }
+            self.standby_data = data;
+            self.standby_log = self
+                .run_dir
+                .join(format!("postgres-standby-{}.log", self.standbys_made + 1));
+            self.start_standby().await
         })
     }
 }

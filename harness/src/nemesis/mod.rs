@@ -12,9 +12,8 @@
 //!
 //! May import `vocab`, `sql`, `launch`, `client` (the bounded query call), `observe`.
 
-pub mod proxy;
-
 use crate::client::{Raw, run_raw};
+use crate::launch::proxy::LinkMode;
 use crate::launch::{Cluster, Control, DB, SUPERUSER, Which, connect, timed};
 use crate::observe::{backoff, process_running};
 use crate::sql;
@@ -59,7 +58,8 @@ impl Fault {
 /// The nemesis's own direct connection (opened again after a fault restarts PostgreSQL).
 pub struct Nemesis {
     pg: std::cell::RefCell<std::rc::Rc<Client>>,
-    config: tokio_postgres::Config,
+    /// Its connection's config (a failover moves the primary to another port).
+    config: std::cell::RefCell<tokio_postgres::Config>,
     local_processes: bool,
     /// Backends frozen by a fault in progress (continued on drop).
     frozen: std::cell::RefCell<Vec<i32>>,
@@ -90,7 +90,7 @@ impl Nemesis {
                     .await
                     .context("nemesis: connecting to PostgreSQL")?,
             )),
-            config,
+            config: std::cell::RefCell::new(config),
             local_processes: cluster.local,
             frozen: std::cell::RefCell::new(vec![]),
             one_at_a_time: tokio::sync::Mutex::new(()),
@@ -107,7 +107,8 @@ impl Nemesis {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match connect(&self.config).await {
+            let config = self.config.borrow().clone();
+            match connect(&config).await {
                 Ok(c) => {
                     *self.pg.borrow_mut() = std::rc::Rc::new(c);
                     return Ok(());
@@ -131,6 +132,7 @@ impl Nemesis {
         op: Op,
         target: Option<BackendId>,
         hold: Duration,
+        delay: Duration,
     ) -> Result<Reply> {
         let _one = self.one_at_a_time.lock().await;
         let admin = async |cmds: &[String]| -> Result<()> {
@@ -197,6 +199,26 @@ impl Nemesis {
                 cluster.restart(Which::Postgres).await?;
             }
             Op::PgCrash => cluster.restart(Which::Postgres).await?,
+            Op::LinkCut | Op::LinkBlackhole | Op::LinkDelay => {
+                let mode = match op {
+                    Op::LinkCut => LinkMode::Cut,
+                    Op::LinkBlackhole => LinkMode::Blackhole,
+                    _ => LinkMode::Delay(delay),
+                };
+                let servers = cluster.servers.lock().await;
+                let link = servers
+                    .link()
+                    .ok_or_else(|| anyhow::anyhow!("`{op}` needs the link proxy"))?;
+                link.set_mode(mode);
+                tokio::time::sleep(hold).await;
+                link.set_mode(LinkMode::Forward);
+                // Let the proxy's tasks see the heal before the run goes on.
+                tokio::task::yield_now().await;
+            }
+            Op::Promote => {
+                cluster.promote().await?;
+                *self.config.borrow_mut() = cluster.socket_config(SUPERUSER);
+            }
             Op::BackendKill => {
                 let Some(pid) = backend_pid().await? else {
                     return Ok(Reply::Bool { value: false });

@@ -123,8 +123,6 @@ impl Conns {
 /// The observer: what the servers say, from outside every client.
 pub struct Observer {
     conns: std::cell::RefCell<std::rc::Rc<Conns>>,
-    direct_config: tokio_postgres::Config,
-    admin_config: Option<tokio_postgres::Config>,
     /// Read `SHOW POOLS` too (evidence replays): it costs ~25 us a look on this kind of
     /// machine, and a sequential step's `SHOW SERVERS`/`SHOW CLIENTS` rows determine every
     /// count it gives (nothing waits in a sequential schedule).
@@ -133,25 +131,25 @@ pub struct Observer {
     /// The servers run on this host: their pids can be watched in /proc.
     local_processes: bool,
     /// A connection as a client would open one, straight to PostgreSQL (the "outside
-    /// connection" of an overdue-op sample).
-    outside_config: tokio_postgres::Config,
+    /// connection" of an overdue-op sample); it follows a failover.
+    outside_config: std::cell::RefCell<tokio_postgres::Config>,
     /// The workload migrates (its tables are reset between cases).
     migrations: bool,
 }
 
 impl Observer {
     pub async fn connect(cluster: &Cluster) -> Result<Observer> {
-        let direct_config = cluster.socket_config(SUPERUSER);
-        let admin_config = cluster.admin_config();
-        let conns = Conns::open(&direct_config, admin_config.as_ref()).await?;
+        let conns = Conns::open(
+            &cluster.socket_config(SUPERUSER),
+            cluster.admin_config().as_ref(),
+        )
+        .await?;
         Ok(Observer {
             conns: std::cell::RefCell::new(std::rc::Rc::new(conns)),
-            direct_config,
-            admin_config,
             pools: std::cell::Cell::new(false),
             reset_commands: cluster.pooler.reset_commands(DB),
             local_processes: cluster.local,
-            outside_config: cluster.socket_config(CLIENT_ROLE),
+            outside_config: std::cell::RefCell::new(cluster.socket_config(CLIENT_ROLE)),
             migrations: cluster.topology.workload.uses(crate::vocab::Op::Migrate),
         })
     }
@@ -171,15 +169,17 @@ impl Observer {
 
     /// After a fault that restarted or reset a server: open the connections again if any
     /// closed, retrying while PostgreSQL recovers (bounded: 30 s). Returns whether it did.
-    pub async fn reconnect(&self) -> Result<bool> {
+    pub async fn reconnect(&self, cluster: &Cluster) -> Result<bool> {
         if !self.c().closed() {
             return Ok(false);
         }
+        *self.outside_config.borrow_mut() = cluster.socket_config(CLIENT_ROLE);
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Conns::open(&self.direct_config, self.admin_config.as_ref()).await {
+            let admin = cluster.admin_config();
+            match Conns::open(&cluster.socket_config(SUPERUSER), admin.as_ref()).await {
                 Ok(c) => {
                     *self.conns.borrow_mut() = std::rc::Rc::new(c);
                     return Ok(true);
@@ -235,7 +235,10 @@ impl Observer {
     pub async fn outside(&self) -> String {
         match tokio::time::timeout(
             Duration::from_secs(2),
-            self.outside_config.connect(tokio_postgres::NoTls),
+            self.outside_config
+                .borrow()
+                .clone()
+                .connect(tokio_postgres::NoTls),
         )
         .await
         {

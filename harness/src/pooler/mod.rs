@@ -34,6 +34,9 @@ pub struct ConfigContext<'a> {
     /// The private run directory (Unix sockets live here).
     pub run_dir: &'a std::path::Path,
     pub pg_port: u16,
+    /// Reach PostgreSQL over TCP on this loopback host (the link proxy) instead of its
+    /// Unix socket.
+    pub pg_host: Option<&'a str>,
     pub listen_port: u16,
     pub database: &'a str,
     pub superuser: &'a str,

@@ -159,7 +159,7 @@ impl Runner<'_> {
             }
         }
         // The end state: every op done (or cancelled), the servers quiet.
-        self.observer.reconnect().await?;
+        self.observer.reconnect(self.cluster).await?;
         let mut end = self.quiet_look().await?;
         end.app_pool = pool.as_ref().map(|p| p.row());
         if topo.workload.uses(Op::Migrate) {
@@ -294,9 +294,9 @@ async fn client_task(
                 let hold = topo.faults.hold;
                 let reply = runner
                     .nemesis
-                    .server_fault(runner.cluster, op, target, hold)
+                    .server_fault(runner.cluster, op, target, hold, topo.faults.delay)
                     .await?;
-                runner.observer.reconnect().await?;
+                runner.observer.reconnect(runner.cluster).await?;
                 (reply, None)
             }
             _ => {
@@ -404,7 +404,7 @@ async fn sampler(sh: &Shared<'_, '_>, pool: Option<&crate::client::AppPool>) -> 
                     return Err(e.context("sampler: four looks in a row failed"));
                 }
                 if !faulting {
-                    runner.observer.reconnect().await?;
+                    runner.observer.reconnect(runner.cluster).await?;
                 }
                 tokio::time::sleep(every).await;
                 continue;

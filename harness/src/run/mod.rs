@@ -212,9 +212,15 @@ impl<'a> Runner<'a> {
                     let hold = self.cluster.topology.faults.hold;
                     let reply = self
                         .nemesis
-                        .server_fault(self.cluster, op, target, hold)
+                        .server_fault(
+                            self.cluster,
+                            op,
+                            target,
+                            hold,
+                            self.cluster.topology.faults.delay,
+                        )
                         .await?;
-                    self.observer.reconnect().await?;
+                    self.observer.reconnect(self.cluster).await?;
                     if reply == Reply::Ok {
                         waits =
                             plan::fault_waits(&self.rules, &mut slots, op, &last_obs, &mut closing);
@@ -356,7 +362,7 @@ impl<'a> Runner<'a> {
     ) -> Result<(Vec<LogicalClient>, Vec<bool>, u64)> {
         let t_reset = Instant::now();
         // A fault of the last case may have restarted a server under the observer.
-        self.observer.reconnect().await?;
+        self.observer.reconnect(self.cluster).await?;
         self.nemesis.reconnect().await?;
         self.observer.reset().await?;
         let nclients = steps

@@ -420,7 +420,12 @@ impl Cx<'_> {
         let raw_workload = raw.workload.value.as_ref().unwrap_or(&default_workload);
         let mut workload = self.workload(raw_workload)?;
         let faults = match &raw.faults.value {
-            Some(f) => self.faults(f, &raw.faults.referenced, pgbouncer.is_some())?,
+            Some(f) => self.faults(
+                f,
+                &raw.faults.referenced,
+                pgbouncer.is_some(),
+                postgres.standby,
+            )?,
             None => Faults::default(),
         };
         if workload.script.is_empty() {
@@ -837,7 +842,13 @@ impl Cx<'_> {
         ))
     }
 
-    pub(super) fn faults(&self, raw: &RawFaults, at: &Location, pooler: bool) -> Res<Faults> {
+    pub(super) fn faults(
+        &self,
+        raw: &RawFaults,
+        at: &Location,
+        pooler: bool,
+        standby: bool,
+    ) -> Res<Faults> {
         if !is_given(&raw.kinds) {
             return Err(self.missing(at, "kinds", "faults", "kinds: { pooler_reconnect: 1 }"));
         }
@@ -877,6 +888,13 @@ impl Cx<'_> {
                     vec!["add a `pgbouncer` section, or remove the fault".into()],
                 ));
             }
+            if w > 0 && crate::vocab::fault::needs_standby(op) && !standby {
+                return Err(self.err(
+                    &name.referenced,
+                    format!("`{op}` fails over to a standby, and this topology has none"),
+                    vec!["set `postgres.standby: true`, or remove the fault".into()],
+                ));
+            }
             if w > 0 {
                 kinds.insert(op, w);
             }
@@ -894,10 +912,30 @@ impl Cx<'_> {
             Some(Duration::from_millis(MAX_FAULT_HOLD_MS)),
             Duration::from_millis(DEFAULT_FAULT_HOLD_MS),
         )?;
+        let delay = self.duration_or(
+            &raw.delay,
+            "faults.delay",
+            Some(Duration::from_millis(MAX_FAULT_HOLD_MS)),
+            Duration::from_millis(DEFAULT_LINK_DELAY_MS),
+        )?;
+        let link = kinds
+            .keys()
+            .find(|op| crate::vocab::fault::needs_link(**op));
+        let promote = kinds
+            .keys()
+            .find(|op| crate::vocab::fault::needs_standby(**op));
+        if let (Some(l), Some(p)) = (link, promote) {
+            return Err(self.err(
+                &raw.kinds.referenced,
+                format!("`{l}` and `{p}` cannot be combined yet"),
+                vec!["a promote repoints PgBouncer straight at the new primary, past the link proxy; use two topologies".into()],
+            ));
+        }
         Ok(Faults {
             kinds,
             weight,
             hold,
+            delay,
         })
     }
 

@@ -337,8 +337,11 @@ pub struct Faults {
     pub kinds: BTreeMap<Op, u32>,
     /// The weight of a fault step among the workload's op weights.
     pub weight: u32,
-    /// How long `pooler_pause`, `pooler_freeze` and `backend_freeze` hold before healing.
+    /// How long `pooler_pause`, `pooler_freeze`, `backend_freeze` and the link faults hold
+    /// before healing.
     pub hold: Duration,
+    /// `link_delay`: how late each chunk is delivered, each way.
+    pub delay: Duration,
 }
 
 impl Default for Faults {
@@ -347,6 +350,7 @@ impl Default for Faults {
             kinds: BTreeMap::new(),
             weight: limits::DEFAULT_FAULT_WEIGHT,
             hold: Duration::from_millis(limits::DEFAULT_FAULT_HOLD_MS),
+            delay: Duration::from_millis(limits::DEFAULT_LINK_DELAY_MS),
         }
     }
 }
@@ -380,6 +384,7 @@ pub struct RunSpec {
 pub mod limits {
     pub const DEFAULT_CLIENTS: u32 = 4;
     pub const DEFAULT_FAULT_HOLD_MS: u64 = 100;
+    pub const DEFAULT_LINK_DELAY_MS: u64 = 10;
     /// About one step in twelve with the session API's default weights (22 in all).
     pub const DEFAULT_FAULT_WEIGHT: u32 = 2;
     /// A held fault is shorter than `run.op_deadline`'s default: longer holds are liveness

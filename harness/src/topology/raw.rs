@@ -144,7 +144,7 @@ pub(super) const WORKLOAD_KEYS: &[&str] = &[
     "think",
     "script",
 ];
-pub(super) const FAULTS_KEYS: &[&str] = &["kinds", "weight", "hold"];
+pub(super) const FAULTS_KEYS: &[&str] = &["kinds", "weight", "hold", "delay"];
 pub(super) const RUN_KEYS: &[&str] = &[
     "cases",
     "seed",
@@ -272,6 +272,8 @@ pub(super) struct RawFaults {
     pub(super) weight: Leaf,
     #[serde(default = "absent")]
     pub(super) hold: Leaf,
+    #[serde(default = "absent")]
+    pub(super) delay: Leaf,
 }
 
 #[derive(Deserialize)]

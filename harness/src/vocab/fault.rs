@@ -45,6 +45,17 @@ pub struct Meaning {
     pub needs_pooler: bool,
 }
 
+/// What a fault needs of the topology beyond PgBouncer: a streaming standby (`promote`).
+pub fn needs_standby(op: Op) -> bool {
+    op == Op::Promote
+}
+
+/// Whether a fault acts on the link proxy between PgBouncer and PostgreSQL (the launcher
+/// starts the proxy when a topology's faults name one).
+pub fn needs_link(op: Op) -> bool {
+    matches!(op, Op::LinkCut | Op::LinkBlackhole | Op::LinkDelay)
+}
+
 /// The meaning of a fault of the servers (`None` for any other op).
 pub fn meaning(op: Op) -> Option<Meaning> {
     let m = |ends, breaks, resets_postgres, needs_pooler| {
@@ -69,6 +80,13 @@ pub fn meaning(op: Op) -> Option<Meaning> {
         Op::PgCrash => m(E::All, B::OnEndedBackend, true, false),
         Op::BackendKill => m(E::All, B::OnEndedBackend, true, false),
         Op::BackendFreeze => m(E::Nothing, B::Nothing, false, false),
+        // Advisory locks are not WAL-logged: the new primary holds none.
+        Op::Promote => m(E::All, B::OnEndedBackend, true, false),
+        // PostgreSQL reads the cut as its client gone; PgBouncer closes the server and a
+        // client linked to it. Held or slowed bytes are delivered: nothing ends.
+        Op::LinkCut => m(E::All, B::OnEndedBackend, false, true),
+        Op::LinkBlackhole => m(E::Nothing, B::Nothing, false, true),
+        Op::LinkDelay => m(E::Nothing, B::Nothing, false, true),
         _ => None,
     }
 }

@@ -81,6 +81,17 @@ pub enum Op {
     BackendKill,
     /// SIGSTOP of the backend that last served this client for `faults.hold`, then SIGCONT.
     BackendFreeze,
+    /// Failover (`postgres.standby: true`): fence the primary, promote the standby, repoint
+    /// PgBouncer; then a new standby is made of the new primary.
+    Promote,
+    /// The link between PgBouncer and PostgreSQL (through pgchaos's proxy) cut: every
+    /// connection on it closed, new ones refused for `faults.hold`, then healed.
+    LinkCut,
+    /// That link blackholed for `faults.hold`: sockets stay open, nothing is forwarded
+    /// (half-open connections); healed, what was held is delivered.
+    LinkBlackhole,
+    /// That link delayed by `faults.delay` each way for `faults.hold`.
+    LinkDelay,
 }
 
 impl Op {
@@ -108,7 +119,7 @@ impl Op {
     ];
 
     /// Faults of the servers a topology's `faults` section can weigh.
-    pub const FAULTS: [Op; 11] = [
+    pub const FAULTS: [Op; 15] = [
         Op::PoolerPause,
         Op::PoolerReconnect,
         Op::PoolerKill,
@@ -120,6 +131,10 @@ impl Op {
         Op::PgCrash,
         Op::BackendKill,
         Op::BackendFreeze,
+        Op::Promote,
+        Op::LinkCut,
+        Op::LinkBlackhole,
+        Op::LinkDelay,
     ];
 
     /// A fault of the servers by its YAML name.
@@ -175,6 +190,10 @@ impl Op {
             Op::PgCrash => "pg_crash",
             Op::BackendKill => "backend_kill",
             Op::BackendFreeze => "backend_freeze",
+            Op::Promote => "promote",
+            Op::LinkCut => "link_cut",
+            Op::LinkBlackhole => "link_blackhole",
+            Op::LinkDelay => "link_delay",
         }
     }
 
