@@ -233,12 +233,10 @@ impl Observer {
     /// Try a new connection to PostgreSQL as the client role (closed at once): `connected`,
     /// or why it was refused.
     pub async fn outside(&self) -> String {
+        let config = self.outside_config.borrow().clone();
         match tokio::time::timeout(
             Duration::from_secs(2),
-            self.outside_config
-                .borrow()
-                .clone()
-                .connect(tokio_postgres::NoTls),
+            config.connect(tokio_postgres::NoTls),
         )
         .await
         {

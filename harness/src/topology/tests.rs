@@ -293,6 +293,8 @@ fn shipped_topologies_parse() {
         seen,
         [
             "direct",
+            "failover",
+            "network-faults",
             "session-mode",
             "session-mode-faults",
             "session-mode-no-reset",
@@ -363,6 +365,18 @@ fn shipped_topologies_expect_what_was_decided() {
     );
     assert_eq!(violated("transaction-mode-xact"), ["app.no_stale_holder"]);
     // Faults add lost locks to what each pooling mode already breaks.
+    assert_eq!(
+        violated("failover"),
+        [
+            "app.rollback_releases",
+            "app.no_stale_holder",
+            "app.no_lost_lock"
+        ]
+    );
+    assert_eq!(
+        violated("network-faults"),
+        violated("transaction-mode-faults")
+    );
     assert_eq!(
         violated("session-mode-faults"),
         [
