@@ -752,3 +752,107 @@ fn bench_measures_workers_and_pgbench_side_by_side() {
     assert!(text(&o).contains("app_pool"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A failover loses every advisory lock: chaos on `failover` finds `app.no_lost_lock` and
+/// shrinks it to at most three client steps plus the `promote`; the minimal case replays
+/// (the new primary holds no lock while the old holder still believes); no `pg.*`
+/// violation, and `analyze` re-checks the run to the same verdicts.
+#[test]
+fn failover_loss_is_found_shrunk_and_reproduced() {
+    let out = tmp("failover");
+    let o = pgchaos(&[
+        "chaos",
+        "failover",
+        "--seed",
+        "1",
+        "--cases",
+        "12",
+        "--time-limit",
+        "60s",
+        "--max-shrink-runs",
+        "40",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let (dir, results) = latest(&out, "failover");
+    assert_no_pg_violation(&results);
+    assert_analyze_agrees(&dir, &results);
+    let lost = invariant(&results, "app.no_lost_lock");
+    assert_eq!(lost["verdict"], "violated", "{}\n{lost}", text(&o));
+    let minimal = lost["first_failure"]["minimal_steps"].as_u64().unwrap();
+    assert!(minimal <= 4, "minimal case of {minimal} steps: {lost}");
+    let case = dir.join(lost["first_failure"]["case_file"].as_str().unwrap());
+    let yaml = std::fs::read_to_string(&case).unwrap();
+    assert_eq!(yaml.matches("op: promote").count(), 1, "{yaml}");
+    assert!(
+        yaml.contains("promote closed the backend that granted it"),
+        "{yaml}"
+    );
+    let o = pgchaos(&["reproduce", case.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("reproduced 1/1"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The fault topologies under both schedules (a few cases each): faults run, no `pg.*`
+/// violation, and a fault's lost lock is found where the topology expects it.
+#[test]
+fn fault_topologies_keep_pg_semantics_under_both_schedules() {
+    let out = tmp("faults");
+    for name in [
+        "transaction-mode-faults",
+        "session-mode-faults",
+        "network-faults",
+    ] {
+        for schedule in ["sequential", "concurrent"] {
+            let o = pgchaos(&[
+                "chaos",
+                name,
+                "--schedule",
+                schedule,
+                "--seed",
+                "1",
+                "--cases",
+                "12",
+                "--time-limit",
+                "30s",
+                "--max-shrink-runs",
+                "4",
+                "--out",
+                out.to_str().unwrap(),
+                "--quiet",
+            ]);
+            let (dir, results) = latest(&out, name);
+            assert!(
+                results["steps"].as_u64().unwrap() > 0,
+                "{name} {schedule}: {}",
+                text(&o)
+            );
+            assert_no_pg_violation(&results);
+            assert_analyze_agrees(&dir, &results);
+            let history = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "zcat {}/history.jsonl.gz | grep -c '\"p\":\"nemesis\"'",
+                    dir.display()
+                ))
+                .output()
+                .unwrap();
+            let faults: u64 = String::from_utf8_lossy(&history.stdout)
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            assert!(faults > 0, "{name} {schedule}: no fault ran");
+            if schedule == "sequential" {
+                assert_eq!(
+                    invariant(&results, "app.no_lost_lock")["verdict"],
+                    "violated",
+                    "{name}: {}",
+                    text(&o)
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -377,6 +377,9 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
             });
         }
     }
+    if let Some(obs) = end {
+        model.settle_maybe_gone(|b| obs.alive(b));
+    }
     if let (Some(obs), false) = (end, unknown) {
         // Keys still held by a backend that is exiting (closed or terminated a moment ago),
         // or left on a live one by a failed lock call, may or may not be free: their probes

@@ -225,7 +225,18 @@ pub struct Model {
     /// Backends that ended, with when the model learnt it (`clock`).
     pub dead: BTreeMap<BackendId, u64>,
     /// Backends a fault (RECONNECT) marked to close when the pooler next releases them.
-    pub closing: BTreeSet<BackendId>,
+    pub closing: BTreeMap<BackendId, Op>,
+    /// Concurrent: backends a RECONNECT or PAUSE may have closed (which servers were idle at
+    /// that instant the history cannot say), with the fault: settled by their next
+    /// statement (alive) or the case's last look (gone: lost to the fault).
+    pub maybe_gone: BTreeMap<BackendId, Op>,
+    /// Concurrent: when the model first heard of each backend (`clock`), so a fault that
+    /// ends every backend ends only those that existed before it began.
+    pub born: BTreeMap<BackendId, u64>,
+    /// Concurrent: the last RECONNECT or PAUSE (its completion `clock`): a backend first
+    /// heard of by a statement invoked before then (a server mid-login at the fault) may be
+    /// closed at its release as well.
+    pub last_idle_fault: Option<(u64, Op)>,
     pub clients: Vec<ClientModel>,
 }
 
@@ -246,7 +257,10 @@ impl Model {
             rules,
             backends: BTreeMap::new(),
             dead: BTreeMap::new(),
-            closing: BTreeSet::new(),
+            closing: BTreeMap::new(),
+            maybe_gone: BTreeMap::new(),
+            born: BTreeMap::new(),
+            last_idle_fault: None,
             clients: vec![ClientModel::default(); clients],
         }
     }
@@ -436,6 +450,7 @@ impl Model {
     fn backend_gone(&mut self, b: BackendId) {
         self.backends.remove(&b);
         self.closing.remove(&b);
+        self.maybe_gone.remove(&b);
         self.forget_unsettled(b);
         self.owed.retain(|(x, _), _| *x != b);
         self.dead.entry(b).or_insert(self.clock);
@@ -487,7 +502,7 @@ impl Model {
             let in_tx = self.backends.get(&b).is_some_and(|m| m.tx != Tx::Idle);
             match self.rules.on_disconnect(true, in_tx) {
                 ServerFate::Closed => self.close_backend(b, &mut effect),
-                ServerFate::Released { .. } if self.closing.contains(&b) => {
+                ServerFate::Released { .. } if self.closing.contains_key(&b) => {
                     self.closing.remove(&b);
                     self.close_backend(b, &mut effect);
                 }
@@ -538,7 +553,9 @@ impl Model {
                 .dead
                 .get(&target)
                 .is_some_and(|t| self.invoked_at < t.saturating_add(EXITING_NS)),
-            Reply::Bool { value: false } if alive && self.beside.close => {
+            Reply::Bool { value: false }
+                if alive && (self.beside.close || self.maybe_gone.contains_key(&target)) =>
+            {
                 self.backend_gone(target);
                 false
             }
@@ -616,6 +633,18 @@ impl Model {
             ..Default::default()
         };
         if op.targets_backend() {
+            // Concurrent: a backend the model knows ended a moment ago may still be exiting
+            // (still in pg_stat_activity, its process still there): the signal found it.
+            let exiting = self.lenient
+                && *reply == Reply::Ok
+                && target.is_some_and(|t| {
+                    self.dead
+                        .get(&t)
+                        .is_some_and(|d| self.invoked_at < d.saturating_add(EXITING_NS))
+                });
+            if exiting {
+                return effect;
+            }
             let alive = target.is_some_and(|t| self.backends.contains_key(&t));
             // The target ended before the signal (concurrent: perhaps by a fault beside it).
             if !alive || (self.lenient && *reply == (Reply::Bool { value: false })) {
@@ -626,12 +655,39 @@ impl Model {
         let linked: BTreeSet<BackendId> = self.clients.iter().filter_map(|c| c.linked).collect();
         let ending: Vec<BackendId> = match m.ends {
             Ends::Nothing => vec![],
+            Ends::All if self.lenient => {
+                // Concurrent: a backend first heard of while the fault ran may be a new one
+                // (a client served by the restarted pooler or server): it may be gone.
+                let mut old = vec![];
+                for b in self.backends.keys() {
+                    if self.born.get(b).is_some_and(|t| *t >= self.invoked_at) {
+                        self.maybe_gone.insert(*b, op);
+                        self.maybe_discarded.insert(*b);
+                    } else {
+                        old.push(*b);
+                    }
+                }
+                old
+            }
             Ends::All => self.backends.keys().copied().collect(),
+            Ends::IdleNowLinkedAtRelease if self.lenient => {
+                // Concurrent: which servers were idle at the fault's instant is not in the
+                // history, nor exactly when a linked one is released (PgBouncer closes it
+                // then). Every one may be gone from now on, its session locks with it: a
+                // statement it serves later says it was alive; the last look settles it.
+                let _ = reply;
+                self.last_idle_fault = Some((self.clock, op));
+                for b in self.backends.keys() {
+                    self.maybe_gone.insert(*b, op);
+                    self.maybe_discarded.insert(*b);
+                }
+                vec![]
+            }
             Ends::IdleNowLinkedAtRelease => {
                 // A PAUSE that timed out was RESUMEd before the linked servers were released:
                 // only the idle ones were closed.
                 if !reply.is_error() {
-                    self.closing.extend(linked.iter().copied());
+                    self.closing.extend(linked.iter().map(|b| (*b, op)));
                 }
                 self.backends
                     .keys()
@@ -654,6 +710,19 @@ impl Model {
         effect
     }
 
+    /// Concurrent, at the case's last look: a backend a fault may have closed and that is not
+    /// there is gone, and what it granted was lost to that fault.
+    pub fn settle_maybe_gone(&mut self, alive: impl Fn(BackendId) -> bool) {
+        let maybe: Vec<(BackendId, Op)> = self.maybe_gone.iter().map(|(b, o)| (*b, *o)).collect();
+        for (b, fault) in maybe {
+            if !alive(b) && self.backends.contains_key(&b) {
+                let mut effect = Effect::default();
+                self.backend_lost(b, fault, &mut effect);
+            }
+        }
+        self.maybe_gone.clear();
+    }
+
     /// Apply a SQL op the client ran. `served` is the backend that reported itself (in-band,
     /// or from the observer's tag); `reply` is what the client got.
     pub fn apply(
@@ -666,6 +735,17 @@ impl Model {
     ) -> Effect {
         self.client(client);
         let mut effect = Effect::default();
+        if let Some(b) = served
+            && !self.born.contains_key(&b)
+        {
+            self.born.insert(b, self.clock);
+            if let Some((t, fault)) = self.last_idle_fault
+                && self.invoked_at < t
+            {
+                self.maybe_gone.insert(b, fault);
+                self.maybe_discarded.insert(b);
+            }
+        }
         // Concurrent schedule, through a pooler: a statement that reaches the pooler before
         // it has read its server's death is routed to another server (measured: PgBouncer
         // 1.24.1, transaction mode, the next statement right after pg_terminate_backend of
@@ -926,8 +1006,8 @@ impl Model {
 
         self.believe(client, op, key, b, reply, &mut effect);
         // A server RECONNECT marked is closed instead of going back to the pool.
-        if released && self.closing.contains(&b) {
-            self.backend_lost(b, Op::PoolerReconnect, &mut effect);
+        if released && let Some(fault) = self.closing.get(&b).copied() {
+            self.backend_lost(b, fault, &mut effect);
         }
         effect
     }
@@ -1550,5 +1630,346 @@ mod tests {
             b(1),
             Reply::error(code::IN_FAILED_TRANSACTION),
         );
+    }
+
+    // -- faults of the servers (`server_fault`, `vocab::fault::meaning`) ---------------------
+
+    const OK: Reply = Reply::Ok;
+    const K7: Key = Key::Big(7);
+
+    /// A model whose clients have all opened their connections.
+    fn connected_model(mode: Option<PoolMode>, clients: usize) -> Model {
+        let mut m = Model::new(rules(mode, false), clients);
+        for c in 0..clients {
+            m.connected(c);
+        }
+        m
+    }
+
+    fn sorted(mut v: Vec<BackendId>) -> Vec<BackendId> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn reconnect_ends_an_idle_backend_and_the_lock_is_lost_to_it() {
+        let mut m = connected_model(Some(PoolMode::Transaction), 2);
+        // Autocommit: C1's lock stays on B1, released to the pool.
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        assert_eq!(m.clients[0].linked, None);
+        let e = m.server_fault(Op::PoolerReconnect, None, &OK);
+        assert_eq!(e.expected_reply, Some(OK));
+        assert_eq!(e.gone, vec![b(1)]);
+        assert!(e.probes.contains(&(ProbeReason::ServerClosed, K)), "{e:?}");
+        assert!(!m.key_held(K) && !m.backends.contains_key(&b(1)));
+        assert!(m.dead.contains_key(&b(1)));
+        assert!(m.closing.is_empty(), "nothing was linked");
+        let belief = &m.clients[0].beliefs[&K];
+        assert!(belief.stale, "C1 has not heard of it");
+        assert_eq!(belief.lost_to, Some(Op::PoolerReconnect));
+        // Not linked: the connection to the pooler survives, the next statement gets a new
+        // server and the key is free.
+        assert!(!m.clients[0].broken);
+        real(&mut m, 1, Op::TryLock, Some(K), b(2), T);
+        // A terminate's loss is not a fault's: lost_to stays empty (app.no_stale_holder).
+        let mut t = connected_model(Some(PoolMode::Transaction), 1);
+        real(&mut t, 0, Op::TryLock, Some(K), b(1), T);
+        t.terminate(b(1), &T);
+        let belief = &t.clients[0].beliefs[&K];
+        assert!(belief.stale && belief.lost_to.is_none());
+        // A fault does not relabel a belief already lost to a terminate: C1 (not linked, so
+        // not told) takes K again on B2, and a restart then ends B2 too.
+        real(&mut t, 0, Op::TryLock, Some(K), b(2), T);
+        assert_eq!(t.clients[0].beliefs[&K].session, 2);
+        let e = t.server_fault(Op::PgRestart, None, &OK);
+        assert_eq!(e.gone, vec![b(2)]);
+        let belief = &t.clients[0].beliefs[&K];
+        assert!(belief.stale && belief.lost_to.is_none(), "{belief:?}");
+    }
+
+    #[test]
+    fn reconnect_closes_a_linked_backend_when_its_transaction_releases_it() {
+        let mut m = connected_model(Some(PoolMode::Transaction), 3);
+        // C1 in an open transaction on B1 (a session lock taken inside it); C2's lock on B2,
+        // idle in the pool.
+        real(&mut m, 0, Op::Begin, None, b(1), OK);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        real(&mut m, 1, Op::TryLock, Some(K7), b(2), T);
+        assert_eq!(m.clients[0].linked, Some(b(1)));
+        let e = m.server_fault(Op::PoolerReconnect, None, &OK);
+        assert_eq!(e.gone, vec![b(2)], "only the idle server now");
+        assert_eq!(m.closing, BTreeMap::from([(b(1), Op::PoolerReconnect)]));
+        assert!(m.key_held(K) && !m.key_held(K7));
+        assert_eq!(m.clients[0].linked, Some(b(1)));
+        assert!(!m.clients[0].broken && !m.clients[1].broken);
+        assert_eq!(m.clients[0].beliefs[&K].lost_to, None);
+        assert!(!m.clients[0].beliefs[&K].stale);
+        assert_eq!(m.clients[1].beliefs[&K7].lost_to, Some(Op::PoolerReconnect));
+        // Inside the transaction the server stays linked: not closed yet.
+        let e = real(&mut m, 0, Op::Ping, None, b(1), OK);
+        assert!(e.gone.is_empty(), "{e:?}");
+        assert!(m.closing.contains_key(&b(1)) && m.backends.contains_key(&b(1)));
+        // The COMMIT releases it: closed instead of going back to the pool.
+        let e = real(&mut m, 0, Op::Commit, None, b(1), OK);
+        assert_eq!(e.gone, vec![b(1)]);
+        assert!(e.probes.contains(&(ProbeReason::ServerClosed, K)), "{e:?}");
+        assert!(m.closing.is_empty());
+        assert!(!m.key_held(K) && m.dead.contains_key(&b(1)));
+        assert_eq!(m.clients[0].linked, None);
+        let belief = &m.clients[0].beliefs[&K];
+        assert!(belief.stale);
+        assert_eq!(belief.lost_to, Some(Op::PoolerReconnect));
+        // A later statement reported on B1 ran on a backend that had ended.
+        let e = m.apply(2, Op::Ping, None, Some(b(1)), &OK);
+        assert!(
+            e.notes.contains(&Note::RanOnTerminated {
+                client: 2,
+                ran: b(1)
+            }),
+            "{:?}",
+            e.notes
+        );
+        // A ROLLBACK releases it the same way; so does an aborted transaction's ROLLBACK.
+        let mut r = connected_model(Some(PoolMode::Transaction), 1);
+        real(&mut r, 0, Op::Begin, None, b(3), OK);
+        r.server_fault(Op::PoolerReconnect, None, &OK);
+        real(
+            &mut r,
+            0,
+            Op::FailStatement,
+            None,
+            b(3),
+            Reply::error(code::DIVISION_BY_ZERO),
+        );
+        assert!(r.backends.contains_key(&b(3)), "aborted, still linked");
+        let e = real(&mut r, 0, Op::Rollback, None, b(3), OK);
+        assert_eq!(e.gone, vec![b(3)]);
+    }
+
+    #[test]
+    fn pause_marks_linked_servers_unless_it_timed_out() {
+        for (reply, marked) in [(OK, true), (Reply::error(code::TIMEOUT), false)] {
+            let mut m = connected_model(Some(PoolMode::Transaction), 2);
+            real(&mut m, 0, Op::Begin, None, b(1), OK);
+            real(&mut m, 1, Op::Ping, None, b(2), OK);
+            let e = m.server_fault(Op::PoolerPause, None, &reply);
+            assert_eq!(e.gone, vec![b(2)], "{reply}: the idle server is closed");
+            assert_eq!(m.closing.contains_key(&b(1)), marked, "{reply}");
+            assert!(m.backends.contains_key(&b(1)));
+        }
+    }
+
+    #[test]
+    fn a_server_pause_marked_is_lost_to_pause_at_release() {
+        let mut m = connected_model(Some(PoolMode::Transaction), 1);
+        real(&mut m, 0, Op::Begin, None, b(1), OK);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        m.server_fault(Op::PoolerPause, None, &OK);
+        assert!(m.closing.contains_key(&b(1)));
+        let e = real(&mut m, 0, Op::Commit, None, b(1), OK);
+        assert_eq!(e.gone, vec![b(1)]);
+        // app.no_lost_lock names the fault: PAUSE closed it, not RECONNECT.
+        assert_eq!(m.clients[0].beliefs[&K].lost_to, Some(Op::PoolerPause));
+    }
+
+    #[test]
+    fn pooler_kill_crash_and_restart_break_every_connected_client() {
+        for op in [Op::PoolerKill, Op::PoolerCrash, Op::PoolerRestart] {
+            let mut m = Model::new(rules(Some(PoolMode::Transaction), false), 4);
+            for c in 0..3 {
+                m.connected(c);
+            }
+            // C1: a lock on B1, released; C2: in a transaction on B2; C3: connected, nothing
+            // run; C4: never connected.
+            real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+            real(&mut m, 1, Op::Begin, None, b(2), OK);
+            let e = m.server_fault(op, None, &OK);
+            assert_eq!(e.expected_reply, Some(OK), "{op}");
+            assert_eq!(sorted(e.gone), vec![b(1), b(2)], "{op}");
+            assert!(m.backends.is_empty() && m.held().is_empty(), "{op}");
+            for c in 0..3 {
+                assert!(m.clients[c].broken, "{op}: C{}", c + 1);
+                assert_eq!(m.clients[c].linked, None, "{op}: C{}", c + 1);
+            }
+            assert!(!m.clients[3].broken, "{op}: C4 had no connection");
+            assert_eq!(m.clients[0].beliefs[&K].lost_to, Some(op));
+            // C1's next statement finds its connection closed, whatever the pooler did next.
+            let e = m.apply(0, Op::TryLock, Some(K), Some(b(3)), &T);
+            assert_eq!(e.expected_reply, Some(Reply::error(code::CLOSED)), "{op}");
+            assert!(!m.clients[0].connected && m.clients[0].beliefs.is_empty());
+            assert!(!m.clients[0].broken, "heard of it");
+            // PgBouncer's fatal 08P01, or the server's 57P01, read first: accepted.
+            real(
+                &mut m,
+                1,
+                Op::Ping,
+                None,
+                b(3),
+                Reply::error(code::PROTOCOL_VIOLATION),
+            );
+            real(
+                &mut m,
+                2,
+                Op::Ping,
+                None,
+                b(3),
+                Reply::error(code::ADMIN_SHUTDOWN),
+            );
+            assert!(!m.clients[1].connected && !m.clients[1].in_tx, "{op}");
+            // Reconnected, C1 runs on a new server; the key is free.
+            m.connected(0);
+            real(&mut m, 0, Op::TryLock, Some(K), b(3), T);
+            // C4 was not broken: its first statement runs.
+            real(&mut m, 3, Op::TryLock, Some(K7), b(4), T);
+        }
+    }
+
+    #[test]
+    fn postgres_faults_end_every_backend_and_break_only_clients_on_them() {
+        for (op, target) in [
+            (Op::PgRestart, None),
+            (Op::PgCrash, None),
+            (Op::BackendKill, Some(b(1))),
+            (Op::Promote, None),
+            (Op::LinkCut, None),
+        ] {
+            let mut m = connected_model(Some(PoolMode::Transaction), 3);
+            real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+            real(&mut m, 1, Op::Begin, None, b(2), OK);
+            real(&mut m, 1, Op::TryXactLock, Some(K7), b(2), T);
+            let e = m.server_fault(op, target, &OK);
+            assert_eq!(e.expected_reply, Some(OK), "{op}");
+            assert_eq!(sorted(e.gone), vec![b(1), b(2)], "{op}");
+            assert!(e.probes.contains(&(ProbeReason::ServerClosed, K)), "{op}");
+            assert!(e.probes.contains(&(ProbeReason::ServerClosed, K7)), "{op}");
+            assert!(m.backends.is_empty(), "{op}");
+            assert_eq!(m.clients[0].beliefs[&K].lost_to, Some(op), "{op}");
+            // C1 was not linked: its connection to the pooler lives on.
+            assert!(!m.clients[0].broken && !m.clients[2].broken, "{op}");
+            real(&mut m, 0, Op::TryLock, Some(K), b(3), T);
+            // C2's server ended under its transaction: its next statement fails.
+            assert!(m.clients[1].broken, "{op}");
+            let e = m.apply(1, Op::Commit, None, Some(b(3)), &OK);
+            assert_eq!(e.expected_reply, Some(Reply::error(code::CLOSED)), "{op}");
+        }
+        // Direct: every client is on its own backend, and every one is broken.
+        let mut d = connected_model(None, 2);
+        real(&mut d, 0, Op::TryLock, Some(K), b(1), T);
+        real(&mut d, 1, Op::Ping, None, b(2), OK);
+        let e = d.server_fault(Op::PgRestart, None, &OK);
+        assert_eq!(sorted(e.gone), vec![b(1), b(2)]);
+        assert!(d.clients.iter().all(|c| c.broken && c.linked.is_none()));
+        real(
+            &mut d,
+            1,
+            Op::Ping,
+            None,
+            b(2),
+            Reply::error(code::ADMIN_SHUTDOWN),
+        );
+    }
+
+    #[test]
+    fn faults_that_end_nothing_change_nothing() {
+        let mut m = connected_model(Some(PoolMode::Transaction), 3);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        real(&mut m, 1, Op::Begin, None, b(2), OK);
+        real(&mut m, 1, Op::TryXactLock, Some(K7), b(2), T);
+        type View = (
+            BTreeMap<BackendId, BackendModel>,
+            BTreeMap<BackendId, Op>,
+            Vec<BackendId>,
+            Vec<(bool, bool, Option<BackendId>, BTreeMap<Key, Belief>)>,
+        );
+        let view = |m: &Model| -> View {
+            (
+                m.backends.clone(),
+                m.closing.clone(),
+                m.dead.keys().copied().collect(),
+                m.clients
+                    .iter()
+                    .map(|c| (c.connected, c.broken, c.linked, c.beliefs.clone()))
+                    .collect(),
+            )
+        };
+        let before = view(&m);
+        for (op, target) in [
+            (Op::PoolerReload, None),
+            (Op::PoolerFreeze, None),
+            (Op::BackendFreeze, Some(b(2))),
+            (Op::LinkBlackhole, None),
+            (Op::LinkDelay, None),
+        ] {
+            let e = m.server_fault(op, target, &OK);
+            assert_eq!(e.expected_reply, Some(OK), "{op}");
+            assert!(
+                e.gone.is_empty() && e.probes.is_empty() && e.notes.is_empty(),
+                "{op}"
+            );
+            assert!(view(&m) == before, "{op} changed the model");
+        }
+        // C2's transaction goes on.
+        real(&mut m, 1, Op::Commit, None, b(2), OK);
+        // Not a fault of the servers: no effect, no prediction.
+        let e = m.server_fault(Op::Terminate, Some(b(1)), &T);
+        assert!(e.expected_reply.is_none() && e.gone.is_empty());
+        assert!(m.key_held(K));
+    }
+
+    #[test]
+    fn a_fault_aimed_at_a_gone_backend_expects_false_and_does_nothing() {
+        let mut m = connected_model(Some(PoolMode::Transaction), 2);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        real(&mut m, 1, Op::TryLock, Some(K7), b(2), T);
+        m.terminate(b(2), &T);
+        for op in [Op::BackendKill, Op::BackendFreeze] {
+            // Unknown, already terminated, or no target at all.
+            for target in [Some(b(9)), Some(b(2)), None] {
+                let e = m.server_fault(op, target, &F);
+                assert_eq!(e.expected_reply, Some(F), "{op} {target:?}");
+                assert!(e.gone.is_empty(), "{op} {target:?}");
+                assert!(m.key_held(K), "{op} {target:?}: B1 lives");
+                assert!(m.backends.contains_key(&b(1)));
+            }
+        }
+        // Concurrent: a live target the nemesis found gone (a fault beside it ended it).
+        m.lenient = true;
+        let e = m.server_fault(Op::BackendKill, Some(b(1)), &F);
+        assert_eq!(e.expected_reply, Some(F));
+        assert!(e.gone.is_empty() && m.key_held(K));
+        // Sequential: a live target is killed, with every other backend.
+        m.lenient = false;
+        let e = m.server_fault(Op::BackendKill, Some(b(1)), &OK);
+        assert_eq!(e.expected_reply, Some(OK));
+        assert_eq!(e.gone, vec![b(1)]);
+    }
+
+    #[test]
+    fn session_mode_reconnect_closes_a_linked_server_at_disconnect() {
+        let mut m = connected_model(Some(PoolMode::Session), 2);
+        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
+        real(&mut m, 1, Op::Ping, None, b(2), OK);
+        // C2 leaves: B2 is reset and back in the pool, idle.
+        assert!(m.disconnect(1).gone.is_empty());
+        assert_eq!(m.clients[0].linked, Some(b(1)));
+        let e = m.server_fault(Op::PoolerReconnect, None, &OK);
+        assert_eq!(e.gone, vec![b(2)]);
+        assert_eq!(m.closing, BTreeMap::from([(b(1), Op::PoolerReconnect)]));
+        // Session mode: every statement keeps the server, so it stays open...
+        let e = real(&mut m, 0, Op::TryLock, Some(K7), b(1), T);
+        assert!(e.gone.is_empty() && m.key_held(K) && m.key_held(K7));
+        assert!(!m.clients[0].broken);
+        // ...until the client leaves: closed instead of reset and pooled.
+        let d = m.disconnect(0);
+        assert_eq!(d.gone, vec![b(1)]);
+        assert!(d.probes.contains(&(ProbeReason::ServerClosed, K)), "{d:?}");
+        assert!(d.probes.contains(&(ProbeReason::ServerClosed, K7)), "{d:?}");
+        assert!(m.closing.is_empty() && m.held().is_empty());
+        assert!(m.dead.contains_key(&b(1)));
+        // Without the fault the same disconnect resets and pools the server.
+        let mut n = connected_model(Some(PoolMode::Session), 1);
+        real(&mut n, 0, Op::TryLock, Some(K), b(1), T);
+        assert!(n.disconnect(0).gone.is_empty());
+        assert!(n.backends.contains_key(&b(1)) && !n.key_held(K));
     }
 }

@@ -508,4 +508,250 @@ mod tests {
         };
         assert!(statement_waits(&session, Some(id(1))).released.is_empty());
     }
+
+    // -- faults of the servers --------------------------------------------------------------
+
+    /// B1 in a transaction, linked to C1; B2 idle in the pool (C2 ran on it last); B3 idle,
+    /// no client's.
+    fn fault_scene() -> Observation {
+        Observation {
+            backends: vec![
+                row(1, "idle in transaction", &[7]),
+                row(2, "idle", &[8]),
+                row(3, "idle", &[]),
+            ],
+            servers: vec![server(1, "active"), server(2, "idle"), server(3, "idle")],
+            ..Default::default()
+        }
+    }
+
+    /// C1 linked to B1, C2 last on B2 (released), C3 connected but never served, C4 not
+    /// connected.
+    fn fault_slots() -> [Slot; 4] {
+        [
+            slot(1),
+            slot(2),
+            Slot {
+                connected: true,
+                ..Slot::default()
+            },
+            Slot::default(),
+        ]
+    }
+
+    #[test]
+    fn pause_and_safe_restart_are_skipped_exactly_while_a_client_is_linked() {
+        let rules = tx_rules(3);
+        let obs = fault_scene();
+        let slots = fault_slots();
+        for op in [Op::PoolerPause, Op::PoolerRestart] {
+            let why = fault_would_wait(&rules, &slots, op, &obs)
+                .unwrap_or_else(|| panic!("{op}: C1 keeps B1 linked"));
+            assert!(why.starts_with(&format!("{op} waits")), "{why}");
+            assert!(why.contains("C1 keeps one linked"), "{why}");
+            assert!(!why.contains("C2") && !why.contains("C3"), "{why}");
+        }
+        // Every other fault runs (and so does any other op).
+        for op in Op::FAULTS
+            .into_iter()
+            .filter(|op| !matches!(op, Op::PoolerPause | Op::PoolerRestart))
+            .chain([Op::Terminate, Op::TryLock, Op::Commit])
+        {
+            assert_eq!(fault_would_wait(&rules, &slots, op, &obs), None, "{op}");
+        }
+        // C1's server released: nothing linked, nothing to wait for.
+        let mut released = obs.clone();
+        released.servers[0] = server(1, "idle");
+        released.backends[0] = row(1, "idle", &[7]);
+        for op in [Op::PoolerPause, Op::PoolerRestart] {
+            assert_eq!(
+                fault_would_wait(&rules, &slots, op, &released),
+                None,
+                "{op}"
+            );
+        }
+        // C1 disconnected, or another client ran on B1 after it: not C1's link.
+        let mut gone = slots;
+        gone[0].connected = false;
+        assert_eq!(fault_would_wait(&rules, &gone, Op::PoolerPause, &obs), None);
+        let mut moved = slots;
+        served(&mut moved, 3, id(1));
+        moved[3].connected = true;
+        let why = fault_would_wait(&rules, &moved, Op::PoolerPause, &obs).unwrap();
+        assert!(why.contains("C4 keeps") && !why.contains("C1"), "{why}");
+        // Two linked clients are both named.
+        let mut both = obs.clone();
+        both.servers[1] = server(2, "active");
+        let why = fault_would_wait(&rules, &slots, Op::PoolerRestart, &both).unwrap();
+        assert!(why.contains("C1, C2 keeps one linked"), "{why}");
+        // Session mode: a connected client keeps its server even between transactions.
+        let session = PoolRules {
+            mode: Some(PoolMode::Session),
+            ..tx_rules(3)
+        };
+        let mut idle = released.clone();
+        idle.servers[0] = server(1, "active");
+        assert!(fault_would_wait(&session, &slots, Op::PoolerPause, &idle).is_some());
+        assert!(fault_would_wait(&session, &slots, Op::PoolerReconnect, &idle).is_none());
+    }
+
+    #[test]
+    fn fault_waits_end_break_and_mark_by_the_fault_meaning() {
+        use crate::vocab::fault::{Breaks, Ends, meaning};
+        let rules = tx_rules(3);
+        let obs = fault_scene();
+        let all = vec![id(1), id(2), id(3)];
+        let broken = |slots: &[Slot]| -> Vec<usize> {
+            (0..slots.len()).filter(|i| slots[*i].broken).collect()
+        };
+
+        // KILL (ends every backend, breaks every client connection).
+        let mut slots = fault_slots();
+        let mut closing = vec![];
+        let w = fault_waits(&rules, &mut slots, Op::PoolerKill, &obs, &mut closing);
+        assert_eq!(
+            w,
+            Waits {
+                gone: all.clone(),
+                ..Default::default()
+            }
+        );
+        assert!(closing.is_empty());
+        assert_eq!(broken(&slots), [0, 1, 2], "every connected client");
+
+        // A PostgreSQL restart: every backend; only C1's connection, on an ended backend,
+        // breaks (C2 is not linked: it gets a new server).
+        for op in [Op::PgRestart, Op::PgCrash, Op::BackendKill, Op::LinkCut] {
+            let mut slots = fault_slots();
+            let w = fault_waits(&rules, &mut slots, op, &obs, &mut closing);
+            assert_eq!(w.gone, all, "{op}");
+            assert!(closing.is_empty(), "{op}");
+            assert_eq!(broken(&slots), [0], "{op}");
+        }
+
+        // RECONNECT: the idle servers now, the linked one marked to close at release.
+        for op in [Op::PoolerReconnect, Op::PoolerPause] {
+            let mut slots = fault_slots();
+            let mut closing = vec![id(9)];
+            let w = fault_waits(&rules, &mut slots, op, &obs, &mut closing);
+            assert_eq!(
+                w,
+                Waits {
+                    gone: vec![id(2), id(3)],
+                    ..Default::default()
+                },
+                "{op}"
+            );
+            assert_eq!(closing, [id(9), id(1)], "{op}: added to what was marked");
+            assert!(broken(&slots).is_empty(), "{op}");
+        }
+
+        // Faults that end nothing wait for nothing and break nothing.
+        for op in [
+            Op::PoolerReload,
+            Op::PoolerFreeze,
+            Op::BackendFreeze,
+            Op::LinkBlackhole,
+            Op::LinkDelay,
+            Op::Terminate,
+            Op::Ping,
+        ] {
+            let mut slots = fault_slots();
+            let mut closing = vec![];
+            let w = fault_waits(&rules, &mut slots, op, &obs, &mut closing);
+            assert_eq!(w, Waits::default(), "{op}");
+            assert!(closing.is_empty() && broken(&slots).is_empty(), "{op}");
+        }
+
+        // Every fault, by its meaning.
+        for op in Op::FAULTS {
+            let m = meaning(op).unwrap();
+            let mut slots = fault_slots();
+            let mut closing = vec![];
+            let w = fault_waits(&rules, &mut slots, op, &obs, &mut closing);
+            let (gone, marked) = match m.ends {
+                Ends::Nothing => (vec![], vec![]),
+                Ends::All => (all.clone(), vec![]),
+                Ends::IdleNowLinkedAtRelease => (vec![id(2), id(3)], vec![id(1)]),
+            };
+            assert_eq!((w.gone, closing), (gone, marked), "{op}");
+            let want: &[usize] = match (m.breaks, m.ends) {
+                (Breaks::Nothing, _) | (Breaks::OnEndedBackend, Ends::Nothing) => &[],
+                (Breaks::OnEndedBackend, _) => &[0],
+                (Breaks::AllClients, _) => &[0, 1, 2],
+            };
+            assert_eq!(broken(&slots), want, "{op}");
+        }
+
+        // Direct: every client on a live backend is on one that ended.
+        let direct = Observation {
+            backends: vec![row(1, "idle", &[7]), row(2, "idle", &[])],
+            ..Default::default()
+        };
+        let mut slots = [slot(1), slot(2), Slot::default()];
+        let w = fault_waits(
+            &PoolRules::direct(),
+            &mut slots,
+            Op::PgRestart,
+            &direct,
+            &mut closing,
+        );
+        assert_eq!(w.gone, [id(1), id(2)]);
+        assert_eq!(broken(&slots), [0, 1]);
+    }
+
+    #[test]
+    fn a_server_marked_closing_is_awaited_gone_instead_of_released() {
+        let closing = [id(1)];
+        // Transaction mode: the statement releases B1, which closes instead.
+        let mut w = statement_waits(&tx_rules(2), Some(id(1)));
+        close_at_release(&mut w, &closing);
+        assert_eq!(
+            w,
+            Waits {
+                quiet: vec![id(1)],
+                closing: vec![id(1)],
+                ..Default::default()
+            }
+        );
+        // Released through the reset query (server_reset_query_always): the same.
+        let always = PoolRules {
+            reset_always: true,
+            ..tx_rules(2)
+        };
+        let mut w = statement_waits(&always, Some(id(1)));
+        assert_eq!(w.reset, [id(1)]);
+        close_at_release(&mut w, &closing);
+        assert!(w.reset.is_empty() && w.released.is_empty());
+        assert_eq!(w.closing, [id(1)]);
+        // A server not marked is released as before.
+        let mut w = statement_waits(&tx_rules(2), Some(id(2)));
+        close_at_release(&mut w, &closing);
+        assert_eq!((w.released, w.closing), (vec![id(2)], vec![]));
+        // Session mode: a statement releases nothing; the client's disconnect does (reset).
+        let session = PoolRules {
+            mode: Some(PoolMode::Session),
+            ..tx_rules(2)
+        };
+        let mut w = statement_waits(&session, Some(id(1)));
+        close_at_release(&mut w, &closing);
+        assert!(w.closing.is_empty());
+        let mut w = disconnect_waits(ServerFate::Released { resets: true }, Some(id(1)));
+        close_at_release(&mut w, &closing);
+        assert_eq!((w.reset, w.closing), (vec![], vec![id(1)]));
+        // A server the disconnect closes anyway stays awaited as gone.
+        let mut w = disconnect_waits(ServerFate::Closed, Some(id(1)));
+        close_at_release(&mut w, &closing);
+        assert_eq!((w.gone, w.closing), (vec![id(1)], vec![]));
+        // Several at once: only the marked ones move, in order.
+        let mut w = Waits {
+            released: vec![id(1), id(2), id(3)],
+            reset: vec![id(4)],
+            ..Default::default()
+        };
+        close_at_release(&mut w, &[id(3), id(4), id(1)]);
+        assert_eq!(w.released, [id(2)]);
+        assert!(w.reset.is_empty());
+        assert_eq!(w.closing, [id(1), id(3), id(4)]);
+    }
 }

@@ -1109,3 +1109,384 @@ fn known_pgbouncer_settings_are_sorted_and_cover_harness_keys() {
         assert!(names.contains(name), "{name}");
     }
 }
+
+/// A pooled topology to hang a `faults` section on (6 lines; `faults:` is line 7).
+const POOLED: &str = "name: f\npostgres:\n  version: \"18.6\"\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n";
+
+/// The error `src` gives: at `line`:`column`, its message containing `needle`.
+#[track_caller]
+fn err_at(src: &str, line: usize, column: usize, needle: &str) -> TopologyError {
+    let e = err(src);
+    assert_eq!(
+        (e.line(), e.column()),
+        (Some(line), Some(column)),
+        "wrong position for {needle:?}:\n{e}"
+    );
+    assert!(
+        e.message().contains(needle),
+        "message lacks {needle:?}:\n{e}"
+    );
+    e
+}
+
+#[track_caller]
+fn has_hint(e: &TopologyError, needle: &str) {
+    assert!(
+        e.hints().iter().any(|h| h.contains(needle)),
+        "no hint with {needle:?}:\n{e}"
+    );
+}
+
+#[test]
+fn faults_section_defaults_and_values() {
+    // Defaults: weight, hold and delay; zero weights dropped; copied to the workload.
+    let t = ok(&format!(
+        "{POOLED}faults:\n  kinds: {{ pooler_reconnect: 2, pg_restart: 1, pooler_kill: 0 }}\n"
+    ));
+    let kinds = BTreeMap::from([(Op::PoolerReconnect, 2), (Op::PgRestart, 1)]);
+    assert_eq!(t.faults.kinds, kinds);
+    assert_eq!(t.faults.weight, limits::DEFAULT_FAULT_WEIGHT);
+    assert_eq!(
+        t.faults.hold,
+        Duration::from_millis(limits::DEFAULT_FAULT_HOLD_MS)
+    );
+    assert_eq!(
+        t.faults.delay,
+        Duration::from_millis(limits::DEFAULT_LINK_DELAY_MS)
+    );
+    assert_eq!(
+        (t.faults.hold, t.faults.delay),
+        (Duration::from_millis(100), Duration::from_millis(10))
+    );
+    assert_eq!(t.workload.faults, kinds);
+    assert_eq!(t.workload.fault_weight, limits::DEFAULT_FAULT_WEIGHT);
+    assert!(t.workload.uses(Op::PoolerReconnect) && t.workload.uses(Op::PgRestart));
+    assert!(!t.workload.uses(Op::PoolerKill), "weight 0 is not run");
+    // The client ops are untouched by the faults.
+    assert_eq!(t.workload.ops, Api::Session.default_weights());
+
+    // Every key given, block style.
+    let t = ok(&format!(
+        "{POOLED}faults:\n  kinds:\n    link_delay: 3\n    backend_freeze: 1\n  weight: 7\n  hold: 50ms\n  delay: 5ms\n"
+    ));
+    let kinds = BTreeMap::from([(Op::LinkDelay, 3), (Op::BackendFreeze, 1)]);
+    assert_eq!(
+        t.faults,
+        Faults {
+            kinds: kinds.clone(),
+            weight: 7,
+            hold: Duration::from_millis(50),
+            delay: Duration::from_millis(5),
+        }
+    );
+    assert_eq!((t.workload.faults, t.workload.fault_weight), (kinds, 7));
+    // The limits themselves are allowed.
+    let t = ok(&format!(
+        "{POOLED}faults: {{ kinds: {{ pooler_freeze: 1000 }}, weight: 1000, hold: 10s, delay: 1ms }}\n"
+    ));
+    assert_eq!(t.faults.kinds[&Op::PoolerFreeze], 1000);
+    assert_eq!(t.faults.weight, 1000);
+    assert_eq!(t.faults.hold, Duration::from_secs(10));
+    assert_eq!(t.faults.delay, Duration::from_millis(1));
+
+    // No section: no faults drawn.
+    let t = ok(POOLED);
+    assert_eq!(t.faults, Faults::default());
+    assert!(t.workload.faults.is_empty());
+    assert!(Op::FAULTS.iter().all(|op| !t.workload.uses(*op)));
+    // Every weight 0: a section that draws nothing.
+    let t = ok(&format!(
+        "{POOLED}faults:\n  kinds: {{ pooler_reload: 0 }}\n"
+    ));
+    assert!(t.faults.kinds.is_empty() && t.workload.faults.is_empty());
+
+    // PostgreSQL's faults need no pooler.
+    let t = ok(&format!(
+        "{MINIMAL}faults:\n  kinds: {{ pg_restart: 1, pg_crash: 1, backend_kill: 1, backend_freeze: 1 }}\n"
+    ));
+    assert!(t.is_direct());
+    assert_eq!(t.workload.faults.len(), 4);
+    // A PgBouncer fault with weight 0 is no fault: allowed without a pooler.
+    let t = ok(&format!(
+        "{MINIMAL}faults:\n  kinds: {{ pg_restart: 1, pooler_kill: 0 }}\n"
+    ));
+    assert_eq!(t.workload.faults, BTreeMap::from([(Op::PgRestart, 1)]));
+
+    // Each fault alone, where its needs are met (a pooler and a standby).
+    let full = "name: f\npostgres:\n  version: \"18.6\"\n  standby: true\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n";
+    for op in Op::FAULTS {
+        let t = parse(&format!("{full}faults:\n  kinds: {{ {op}: 4 }}\n"))
+            .unwrap_or_else(|e| panic!("{op}: {e}"));
+        assert_eq!(t.workload.faults, BTreeMap::from([(op, 4)]), "{op}");
+    }
+    // Promote with a standby, and no pooler.
+    let t = ok(&format!(
+        "{MINIMAL}  standby: true\nfaults:\n  kinds: {{ promote: 1, pg_restart: 1 }}\n"
+    ));
+    assert!(t.faults.kinds.contains_key(&Op::Promote));
+}
+
+#[test]
+fn unknown_faults_are_positioned_at_the_name_with_suggestions() {
+    // Line 8: `  kinds: { pooler_reconect: 1 }`: the name at column 12.
+    let e = err_at(
+        &format!("{POOLED}faults:\n  kinds: {{ pooler_reconect: 1 }}\n"),
+        8,
+        12,
+        "unknown fault `pooler_reconect`",
+    );
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| h.starts_with("did you mean `pooler_reconnect`")),
+        "{e}"
+    );
+    let valid: Vec<&str> = Op::FAULTS.iter().map(|o| o.name()).collect();
+    assert!(
+        e.hints()
+            .iter()
+            .any(|h| *h == format!("valid faults: {}", valid.join(", "))),
+        "{e}"
+    );
+    assert!(
+        !e.hints().iter().any(|h| h.contains("client op")),
+        "not a client op: {e}"
+    );
+    // Block style: the key on its own line.
+    err_at(
+        &format!("{POOLED}faults:\n  kinds:\n    pg_restart: 1\n    pg_reboot: 1\n"),
+        10,
+        5,
+        "unknown fault `pg_reboot`",
+    );
+    // A client op: pointed to `workload.ops`.
+    for (op, column) in [("terminate", 12), ("ping", 12), ("try_lock", 12)] {
+        let e = err_at(
+            &format!("{POOLED}faults:\n  kinds: {{ {op}: 1 }}\n"),
+            8,
+            column,
+            &format!("unknown fault `{op}`"),
+        );
+        has_hint(
+            &e,
+            &format!("`{op}` is a client op: weigh it in `workload.ops`"),
+        );
+        has_hint(&e, "valid faults: pooler_pause, pooler_reconnect,");
+    }
+    // A script-only op is not a client op of `workload.ops`.
+    let e = err(&format!("{POOLED}faults:\n  kinds: {{ sleep: 1 }}\n"));
+    assert!(!e.hints().iter().any(|h| h.contains("client op")), "{e}");
+    // An unknown key of the section (not a kind).
+    let e = err_at(
+        &format!("{POOLED}faults:\n  kinds: {{ pooler_reload: 1 }}\n  holds: 50ms\n"),
+        9,
+        3,
+        "unknown key `holds` in `faults`",
+    );
+    has_hint(&e, "`hold`");
+}
+
+#[test]
+fn faults_the_topology_cannot_run_are_positioned_at_the_fault() {
+    // A PgBouncer fault without PgBouncer; line 5: `  kinds: { pg_restart: 1, pooler_kill: 1 }`.
+    let e = err_at(
+        &format!("{MINIMAL}faults:\n  kinds: {{ pg_restart: 1, pooler_kill: 1 }}\n"),
+        5,
+        27,
+        "`pooler_kill` is a fault of PgBouncer, and this topology has none",
+    );
+    has_hint(&e, "add a `pgbouncer` section, or remove the fault");
+    // Every fault that needs the pooler, alone.
+    for op in Op::FAULTS {
+        let needs = crate::vocab::fault::meaning(op).unwrap().needs_pooler;
+        let src = format!("{MINIMAL}  standby: true\nfaults:\n  kinds:\n    {op}: 1\n");
+        match parse(&src) {
+            Ok(_) => assert!(!needs, "{op} needs PgBouncer"),
+            Err(e) => {
+                assert!(needs, "{op}: {e}");
+                assert_eq!((e.line(), e.column()), (Some(7), Some(5)), "{op}: {e}");
+                assert!(e.message().contains("is a fault of PgBouncer"), "{op}: {e}");
+            }
+        }
+    }
+
+    // Promote without a standby.
+    let e = err_at(
+        &format!("{POOLED}faults:\n  kinds:\n    pooler_reload: 1\n    promote: 2\n"),
+        10,
+        5,
+        "`promote` fails over to a standby, and this topology has none",
+    );
+    has_hint(&e, "set `postgres.standby: true`");
+    err_at(
+        &format!("{MINIMAL}  standby: false\nfaults:\n  kinds: {{ promote: 1 }}\n"),
+        6,
+        12,
+        "`promote` fails over to a standby",
+    );
+    // Weight 0: no fault, no need.
+    ok(&format!(
+        "{POOLED}faults:\n  kinds: {{ promote: 0, pg_crash: 1 }}\n"
+    ));
+
+    // Link faults and promote: at the kinds mapping.
+    let standby = "name: f\npostgres:\n  version: \"18.6\"\n  standby: true\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n";
+    for link in ["link_cut", "link_blackhole", "link_delay"] {
+        let e = err_at(
+            &format!("{standby}faults:\n  kinds: {{ promote: 1, {link}: 1 }}\n"),
+            9,
+            10,
+            &format!("`{link}` and `promote` cannot be combined yet"),
+        );
+        has_hint(&e, "use two topologies");
+    }
+    // Either alone is fine; with weight 0 the link fault is not there.
+    ok(&format!("{standby}faults:\n  kinds: {{ promote: 1 }}\n"));
+    ok(&format!("{standby}faults:\n  kinds: {{ link_cut: 1 }}\n"));
+    ok(&format!(
+        "{standby}faults:\n  kinds: {{ promote: 1, link_cut: 0 }}\n"
+    ));
+}
+
+#[test]
+fn fault_durations_and_weights_are_positioned_at_the_value() {
+    let at = |key: &str, value: &str| {
+        format!("{POOLED}faults:\n  kinds: {{ pooler_freeze: 1 }}\n  {key}: {value}\n")
+    };
+    // Line 9: `  hold: <value>` (value at column 9), `  delay: <value>` (column 10),
+    // `  weight: <value>` (column 11).
+    let e = err_at(
+        &at("hold", "0ms"),
+        9,
+        9,
+        "`faults.hold` must be greater than zero",
+    );
+    has_hint(&e, "`500ms`");
+    let e = err_at(&at("hold", "50"), 9, 9, "`faults.hold` needs a unit");
+    has_hint(&e, "write `50ms` or `50s`");
+    err_at(
+        &at("hold", "11s"),
+        9,
+        9,
+        "`faults.hold` must be at most 10s, found 11s",
+    );
+    err_at(
+        &at("hold", "10001ms"),
+        9,
+        9,
+        "`faults.hold` must be at most 10s, found 10001ms",
+    );
+    err_at(
+        &at("hold", "a while"),
+        9,
+        9,
+        "`faults.hold` is not a duration: `a while`",
+    );
+    err_at(
+        &at("hold", "[1s]"),
+        9,
+        9,
+        "`faults.hold` must be a duration",
+    );
+    err_at(
+        &at("delay", "0s"),
+        9,
+        10,
+        "`faults.delay` must be greater than zero",
+    );
+    err_at(
+        &at("delay", "soon"),
+        9,
+        10,
+        "`faults.delay` is not a duration: `soon`",
+    );
+    err_at(
+        &at("delay", "1m"),
+        9,
+        10,
+        "`faults.delay` must be at most 10s, found 1m",
+    );
+    err_at(
+        &at("weight", "0"),
+        9,
+        11,
+        "`faults.weight` must be an integer from 1 to 1000, found 0",
+    );
+    err_at(
+        &at("weight", "1001"),
+        9,
+        11,
+        "`faults.weight` must be an integer from 1 to 1000, found 1001",
+    );
+    err_at(
+        &at("weight", "often"),
+        9,
+        11,
+        "`faults.weight` must be an integer from 1 to 1000, found `often`",
+    );
+    // A kind's weight, at its value: `  kinds: { pooler_reconnect: <value> }`.
+    for (value, found) in [("-1", "-1"), ("1001", "1001"), ("lots", "`lots`")] {
+        err_at(
+            &format!("{POOLED}faults:\n  kinds: {{ pooler_reconnect: {value} }}\n"),
+            8,
+            30,
+            &format!(
+                "`faults.kinds.pooler_reconnect` must be an integer from 0 to 1000, found {found}"
+            ),
+        );
+    }
+
+    // The section's shape.
+    let e = err(&format!("{POOLED}faults:\n  weight: 3\n"));
+    assert!(
+        e.message()
+            .contains("missing required key `kinds` in `faults`"),
+        "{e}"
+    );
+    assert_eq!(e.line(), Some(8), "at the section's mapping: {e}");
+    has_hint(&e, "add `kinds: { pooler_reconnect: 1 }`");
+    let e = err_at(
+        &format!("{POOLED}faults:\n  kinds: [pooler_reconnect]\n"),
+        8,
+        10,
+        "`faults.kinds` must be a mapping",
+    );
+    has_hint(&e, "faults.kinds: {");
+}
+
+#[test]
+fn faults_beside_a_script_are_checked_but_not_drawn() {
+    // A scripted (concurrent) workload runs its script: the faults section is validated and
+    // kept in `faults`, but no step is drawn from it (the script has no fault steps).
+    let script = "workload:\n  script:\n    - clients: 2\n      ops: [lock: 42, unlock: 42]\nrun:\n  schedule: concurrent\n";
+    let t = ok(&format!(
+        "{POOLED}{script}faults:\n  kinds: {{ pooler_reconnect: 2 }}\n  weight: 9\n  hold: 20ms\n"
+    ));
+    assert_eq!(t.run.schedule, Schedule::Concurrent);
+    assert_eq!(t.workload.script.len(), 1);
+    assert_eq!(t.faults.kinds, BTreeMap::from([(Op::PoolerReconnect, 2)]));
+    assert_eq!(
+        (t.faults.weight, t.faults.hold),
+        (9, Duration::from_millis(20))
+    );
+    assert!(t.workload.faults.is_empty(), "{:?}", t.workload.faults);
+    assert_eq!(t.workload.fault_weight, 0);
+    assert!(!t.workload.uses(Op::PoolerReconnect));
+    // Still validated: a PgBouncer fault with no PgBouncer.
+    let direct = format!("{MINIMAL}{script}faults:\n  kinds: {{ pooler_reconnect: 2 }}\n");
+    err_at(
+        &direct,
+        11,
+        12,
+        "`pooler_reconnect` is a fault of PgBouncer",
+    );
+    // And a script cannot name a fault itself.
+    let e = err(&format!(
+        "{POOLED}workload:\n  script:\n    - ops: [pooler_reconnect]\nrun:\n  schedule: concurrent\n"
+    ));
+    assert!(
+        e.message()
+            .contains("`pooler_reconnect` cannot be scripted yet"),
+        "{e}"
+    );
+}
