@@ -625,24 +625,34 @@ impl Invariant for NoStaleHolder {
         Self::INFO
     }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
-        for (i, c) in f.model.clients.iter().enumerate() {
-            for (k, bl) in &c.beliefs {
-                if bl.stale && bl.lost_to.is_none() {
-                    let dead: Vec<BackendId> = bl
-                        .backends
-                        .iter()
-                        .filter(|b| f.model.dead.contains_key(b))
-                        .copied()
-                        .collect();
-                    out.push(format!(
-                        "C{} believes it holds {k}, but the backend that granted it ({}) was terminated",
-                        i + 1,
-                        pids(&dead)
-                    ));
-                }
-            }
+        for (c, k, dead, _) in stale_beliefs(f.model).filter(|s| s.3.is_none()) {
+            out.push(format!(
+                "C{} believes it holds {k}, but the backend that granted it ({}) was terminated",
+                c + 1,
+                pids(&dead)
+            ));
         }
     }
+}
+
+/// Beliefs whose granting backend ended before their client heard of it: the client, the
+/// key, the ended backends that granted it, and the fault of the servers that ended them
+/// (`None`: a `terminate`).
+fn stale_beliefs(m: &Model) -> impl Iterator<Item = (usize, Key, Vec<BackendId>, Option<Op>)> {
+    m.clients.iter().enumerate().flat_map(move |(i, c)| {
+        c.beliefs
+            .iter()
+            .filter(|(_, bl)| bl.stale)
+            .map(move |(k, bl)| {
+                let dead = bl
+                    .backends
+                    .iter()
+                    .filter(|b| m.dead.contains_key(b))
+                    .copied()
+                    .collect();
+                (i, *k, dead, bl.lost_to)
+            })
+    })
 }
 
 invariant!(
@@ -656,20 +666,11 @@ impl Invariant for NoLostLock {
         Self::INFO
     }
     fn check(&self, f: &StepFacts, out: &mut Vec<String>) {
-        for (i, c) in f.model.clients.iter().enumerate() {
-            for (k, bl) in &c.beliefs {
-                let (true, Some(fault)) = (bl.stale, bl.lost_to) else {
-                    continue;
-                };
-                let dead: Vec<BackendId> = bl
-                    .backends
-                    .iter()
-                    .filter(|b| f.model.dead.contains_key(b))
-                    .copied()
-                    .collect();
+        for (c, k, dead, fault) in stale_beliefs(f.model) {
+            if let Some(fault) = fault {
                 out.push(format!(
                     "C{} believes it holds {k}, but {fault} closed the backend that granted it ({})",
-                    i + 1,
+                    c + 1,
                     pids(&dead)
                 ));
             }

@@ -173,6 +173,13 @@ impl Observer {
         if !self.c().closed() {
             return Ok(false);
         }
+        self.reopen(cluster).await?;
+        Ok(true)
+    }
+
+    /// Open every connection again (a look failed though none reads as closed yet),
+    /// retrying while PostgreSQL recovers (bounded: 30 s).
+    pub async fn reopen(&self, cluster: &Cluster) -> Result<()> {
         *self.outside_config.borrow_mut() = cluster.socket_config(CLIENT_ROLE);
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut attempt = 0;
@@ -182,7 +189,7 @@ impl Observer {
             match Conns::open(&cluster.socket_config(SUPERUSER), admin.as_ref()).await {
                 Ok(c) => {
                     *self.conns.borrow_mut() = std::rc::Rc::new(c);
-                    return Ok(true);
+                    return Ok(());
                 }
                 Err(e) if Instant::now() > deadline => {
                     return Err(e.context("observer: reconnecting after a fault (30 s)"));

@@ -394,17 +394,19 @@ async fn sampler(sh: &Shared<'_, '_>, pool: Option<&crate::client::AppPool>) -> 
             // A fault restarted a server under the look: open the connections again (the
             // fault's own call waits for the servers) and look next time.
             Err(e) => {
-                failures += 1;
                 let faulting = sh
                     .inflight
                     .borrow()
                     .values()
                     .any(|f| f.op.is_server_fault());
-                if !faulting && failures > 3 {
-                    return Err(e.context("sampler: four looks in a row failed"));
-                }
+                // Only looks that fail with no fault running count, and each first tries
+                // to open the connections again.
                 if !faulting {
-                    runner.observer.reconnect(runner.cluster).await?;
+                    failures += 1;
+                    if failures > 3 {
+                        return Err(e.context("sampler: four looks in a row failed"));
+                    }
+                    runner.observer.reopen(runner.cluster).await?;
                 }
                 tokio::time::sleep(every).await;
                 continue;

@@ -855,24 +855,13 @@ impl Cx<'_> {
         let mut kinds = BTreeMap::new();
         for (name, value) in self.entries(&raw.kinds, "faults.kinds")? {
             let Some(op) = Op::from_fault_name(&name.value) else {
-                let mut hints = Vec::new();
-                let close = close_matches(&name.value, Op::FAULTS.iter().map(|o| o.name()));
-                if !close.is_empty() {
-                    hints.push(did_you_mean(&close));
-                }
-                if Op::from_name(&name.value).is_some() {
-                    hints.push(format!(
+                let hint = Op::from_name(&name.value).map(|_| {
+                    format!(
                         "`{}` is a client op: weigh it in `workload.ops`",
                         name.value
-                    ));
-                }
-                let valid: Vec<&str> = Op::FAULTS.iter().map(|o| o.name()).collect();
-                hints.push(format!("valid faults: {}", valid.join(", ")));
-                return Err(self.err(
-                    &name.referenced,
-                    format!("unknown fault `{}`", name.value),
-                    hints,
-                ));
+                    )
+                });
+                return Err(self.unknown_op(name, "fault", &Op::FAULTS, hint));
             };
             let w = self.int(
                 value,
@@ -937,6 +926,29 @@ impl Cx<'_> {
             hold,
             delay,
         })
+    }
+
+    /// `unknown {what} `name``, with the close names, `hint`, and every valid one.
+    fn unknown_op(
+        &self,
+        name: &Spanned<String>,
+        what: &str,
+        valid: &[Op],
+        hint: Option<String>,
+    ) -> TopologyError {
+        let mut hints = Vec::new();
+        let close = close_matches(&name.value, valid.iter().map(|o| o.name()));
+        if !close.is_empty() {
+            hints.push(did_you_mean(&close));
+        }
+        hints.extend(hint);
+        let names: Vec<&str> = valid.iter().map(|o| o.name()).collect();
+        hints.push(format!("valid {what}s: {}", names.join(", ")));
+        self.err(
+            &name.referenced,
+            format!("unknown {what} `{}`", name.value),
+            hints,
+        )
     }
 
     pub(super) fn app_pool(&self, raw: &RawAppPool, at: &Location) -> Res<AppPool> {
@@ -1463,18 +1475,7 @@ impl Cx<'_> {
         let mut weights = api.default_weights();
         for (name, value) in self.entries(leaf, "workload.ops")? {
             let Some(op) = Op::from_name(&name.value) else {
-                let mut hints = Vec::new();
-                let close = close_matches(&name.value, Op::ALL.iter().map(|o| o.name()));
-                if !close.is_empty() {
-                    hints.push(did_you_mean(&close));
-                }
-                let valid: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
-                hints.push(format!("valid ops: {}", valid.join(", ")));
-                return Err(self.err(
-                    &name.referenced,
-                    format!("unknown op `{}`", name.value),
-                    hints,
-                ));
+                return Err(self.unknown_op(name, "op", &Op::ALL, None));
             };
             let w = self.int(
                 value,
