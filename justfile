@@ -47,6 +47,10 @@ history RUN *ARGS: build
 compare *NAMES: build
     {{bin}} compare {{NAMES}}
 
+# Write a topology from a pgbouncer.ini's pooling settings (add --name, --out, --force).
+import INI *ARGS: build
+    {{bin}} import {{INI}} {{ARGS}}
+
 # The test suite: unit tests, then real-server tests (provisions first).
 test: build
     {{bin}} provision

@@ -10,6 +10,7 @@ mod bench;
 mod chaos;
 mod compare;
 mod history;
+mod import;
 mod reproduce;
 mod up;
 
@@ -57,6 +58,8 @@ enum Cmd {
     Compare(compare::Args),
     /// The concurrent workers' op rate (observation off, sampling on) beside pgbench's.
     Bench(bench::Args),
+    /// Write a topology with the pooling settings of a pgbouncer.ini.
+    Import(import::Args),
 }
 
 /// Exit code for an outcome.
@@ -231,6 +234,7 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::Analyze(a) => analyze::analyze(a),
         Cmd::History(a) => history::history(a),
         Cmd::Compare(a) => compare::compare(a),
+        Cmd::Import(a) => import::import(a),
     }
 }
 

@@ -63,8 +63,8 @@ pub struct Nemesis {
     local_processes: bool,
     /// Backends frozen by a fault in progress (continued on drop).
     frozen: std::cell::RefCell<Vec<i32>>,
-    /// One fault of the servers at a time (Jepsen's nemesis is one process too): in the
-    /// concurrent schedule two clients' fault steps may come due together.
+    /// One fault at a time (Jepsen's nemesis is one process too): in the concurrent
+    /// schedule two clients' fault steps may come due together.
     one_at_a_time: tokio::sync::Mutex<()>,
 }
 
@@ -275,6 +275,8 @@ impl Nemesis {
     /// Start a fault and confirm its effect. The reply is what the admin function returned
     /// (`true`: the backend was there and was signalled).
     pub async fn run(&self, fault: Fault) -> Result<Reply> {
+        // Not while a fault of the servers restarts one (its connection would go under it).
+        let _one = self.one_at_a_time.lock().await;
         match fault {
             Fault::Terminate(id) => self.terminate(id).await,
             Fault::Cancel(id) => {
