@@ -166,7 +166,9 @@ pub fn check(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck 
                         &owner,
                     )
                 });
-                if outcome == Outcome::Info && !c.value.is_closed() {
+                // A fault of the servers that timed out (a PAUSE a held server kept waiting)
+                // is applied all the same: the model knows what it may have done.
+                if outcome == Outcome::Info && !c.value.is_closed() && !op.is_server_fault() {
                     // Unknown: the op may or may not have taken effect. Judge only its time.
                     unknown = true;
                     let facts = StepFacts {

@@ -107,10 +107,11 @@ pub fn import(a: Args) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// Now, to the second, in microseconds since the epoch.
 fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
+        .map(|d| d.as_secs() as i64 * 1_000_000)
         .unwrap_or(0)
 }
 
