@@ -856,3 +856,76 @@ fn fault_topologies_keep_pg_semantics_under_both_schedules() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `import` turns a production-style pgbouncer.ini into a topology that runs: the pooling
+/// settings carried over, what the harness controls dropped with a note, and a chaos run on
+/// it keeps every `pg.*` invariant and finds transaction pooling's broken mutual exclusion.
+#[test]
+fn an_imported_pgbouncer_ini_runs() {
+    let dir = tmp("import");
+    let ini = dir.join("prod.ini");
+    std::fs::write(
+        &ini,
+        "[databases]\n\
+         app = host=10.0.0.5 port=5432 dbname=app\n\n\
+         [pgbouncer]\n\
+         listen_addr = *\n\
+         listen_port = 6432\n\
+         auth_type = scram-sha-256\n\
+         auth_file = /etc/pgbouncer/userlist.txt\n\
+         admin_users = admin\n\
+         pool_mode = transaction\n\
+         default_pool_size = 2\n\
+         max_client_conn = 1000\n\
+         server_reset_query = DISCARD ALL\n\
+         server_lifetime = 3600\n\
+         max_prepared_statements = 200\n\
+         logfile = /var/log/pgbouncer.log\n",
+    )
+    .unwrap();
+    let topo = dir.join("prod.yaml");
+    let o = pgchaos(&[
+        "import",
+        ini.to_str().unwrap(),
+        "--out",
+        topo.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let yaml = std::fs::read_to_string(&topo).unwrap();
+    assert!(yaml.contains("pool_mode: transaction"), "{yaml}");
+    assert!(yaml.contains("dropped listen_port"), "{yaml}");
+    assert!(!yaml.contains("10.0.0.5"), "no host copied: {yaml}");
+    // Importing again does not overwrite.
+    let again = pgchaos(&[
+        "import",
+        ini.to_str().unwrap(),
+        "--out",
+        topo.to_str().unwrap(),
+    ]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert_eq!(std::fs::read_to_string(&topo).unwrap(), yaml);
+    let out = dir.join("reports");
+    let o = pgchaos(&[
+        "chaos",
+        topo.to_str().unwrap(),
+        "--seed",
+        "1",
+        "--cases",
+        "16",
+        "--max-shrink-runs",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let (_, results) = latest(&out, "prod");
+    assert!(results["steps"].as_u64().unwrap() > 0, "{}", text(&o));
+    assert_no_pg_violation(&results);
+    assert_eq!(
+        invariant(&results, "app.mutual_exclusion")["verdict"],
+        "violated",
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
