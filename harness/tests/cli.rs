@@ -5,6 +5,15 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// One real-server test at a time: the concurrent experiments' outcomes depend on timing, and
+/// two chaos runs sharing two cores change it (a run of the fault topologies beside the
+/// starvation experiment once let a queued worker get a second server).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
@@ -66,6 +75,7 @@ fn assert_no_pg_violation(results: &Value) {
 /// minimal case replays 10 times out of 10.
 #[test]
 fn transaction_mode_mutual_exclusion_is_found_shrunk_and_reproduced() {
+    let _serial = serial();
     let out = tmp("tx");
     for seed in 1..=5 {
         let seed = seed.to_string();
@@ -216,6 +226,7 @@ fn assert_analyze_agrees(dir: &Path, results: &Value) {
 /// the same verdicts again from `analyze`; then the comparison matrix.
 #[test]
 fn shipped_topologies_meet_their_expectations_and_compare() {
+    let _serial = serial();
     let out = tmp("all");
     let names = [
         "direct",
@@ -303,6 +314,7 @@ fn shipped_topologies_meet_their_expectations_and_compare() {
 
 #[test]
 fn a_malformed_topology_exits_2_naming_file_line_and_column() {
+    let _serial = serial();
     let dir = tmp("bad");
     let bad = dir.join("bad.yaml");
     std::fs::write(&bad, "name: bad\npostgres:\n  version: \"18.6\"\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transction\n").unwrap();
@@ -326,6 +338,7 @@ fn a_malformed_topology_exits_2_naming_file_line_and_column() {
 
 #[test]
 fn usage_and_environment_errors_exit_2_with_the_cause() {
+    let _serial = serial();
     let o = pgchaos(&["chaos", "transaction-mode", "--seed", "banana"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("--seed \"banana\""), "{}", text(&o));
@@ -378,6 +391,7 @@ fn usage_and_environment_errors_exit_2_with_the_cause() {
 
 #[test]
 fn up_once_json_reports_versions_drift_and_endpoints() {
+    let _serial = serial();
     let o = pgchaos(&["up", "transaction-mode", "--once", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout);
@@ -416,6 +430,7 @@ fn up_once_json_reports_versions_drift_and_endpoints() {
 /// A stored run directory can be re-checked and printed; bad ones are errors naming the path.
 #[test]
 fn analyze_and_history_refuse_what_is_not_a_run() {
+    let _serial = serial();
     let o = pgchaos(&["analyze", "/nonexistent/run"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("/nonexistent/run"), "{}", text(&o));
@@ -437,6 +452,7 @@ fn analyze_and_history_refuse_what_is_not_a_run() {
 /// difference from what ran: a topology declaring 18.5, run on the 18.6 binaries.
 #[test]
 fn postgres_drift_keeps_the_declared_version_and_is_listed() {
+    let _serial = serial();
     let dir = tmp("drift");
     let topo = dir.join("drift.yaml");
     let src = std::fs::read_to_string(root().join("topologies/direct.yaml"))
@@ -536,6 +552,7 @@ fn evidence_detail(dir: &Path, invariant: &str) -> (Value, String) {
 /// from outside is refused with 53300, and the minimal case reproduces by verdict.
 #[test]
 fn starvation_is_found_with_its_wait_for_graph_and_reproduced() {
+    let _serial = serial();
     let out = tmp("starve");
     let (dir, results) = chaos_as_expected(&out, "starvation", &["--max-shrink-runs", "0"]);
     let p = invariant(&results, "app.progress");
@@ -594,6 +611,7 @@ fn starvation_is_found_with_its_wait_for_graph_and_reproduced() {
 /// the lock does not exclude, the migration is applied twice, and the unlock misses.
 #[test]
 fn migrate_race_holds_directly_and_in_session_mode_and_breaks_in_transaction_mode() {
+    let _serial = serial();
     let out = tmp("migrate");
     for name in [
         "migrate-race",
@@ -631,6 +649,7 @@ fn migrate_race_holds_directly_and_in_session_mode_and_breaks_in_transaction_mod
 /// connection and the lock stays behind on an idle one; pinned, both hold.
 #[test]
 fn an_unpinned_app_pool_strands_the_lock_and_pinning_fixes_it() {
+    let _serial = serial();
     let out = tmp("apppool");
     for name in ["app-pool-unpinned", "app-pool-pinned"] {
         let (_, results) = chaos_as_expected(&out, name, &[]);
@@ -662,6 +681,7 @@ fn an_unpinned_app_pool_strands_the_lock_and_pinning_fixes_it() {
 /// transaction-scoped locks the same waits end at COMMIT and everything holds.
 #[test]
 fn transaction_pooling_waits_starve_with_session_locks_and_not_with_xact_locks() {
+    let _serial = serial();
     let out = tmp("txwait");
     for name in ["transaction-mode-starvation", "transaction-mode-xact-wait"] {
         let (dir, results) = chaos_as_expected(&out, name, &["--max-shrink-runs", "0"]);
@@ -696,6 +716,7 @@ fn transaction_pooling_waits_starve_with_session_locks_and_not_with_xact_locks()
 /// pgbench's statements the workers' own; bad arguments and an app-pool topology refused.
 #[test]
 fn bench_measures_workers_and_pgbench_side_by_side() {
+    let _serial = serial();
     let out = tmp("bench");
     let o = pgchaos(&[
         "bench",
@@ -759,6 +780,7 @@ fn bench_measures_workers_and_pgbench_side_by_side() {
 /// violation, and `analyze` re-checks the run to the same verdicts.
 #[test]
 fn failover_loss_is_found_shrunk_and_reproduced() {
+    let _serial = serial();
     let out = tmp("failover");
     let o = pgchaos(&[
         "chaos",
@@ -799,6 +821,7 @@ fn failover_loss_is_found_shrunk_and_reproduced() {
 /// violation, and a fault's lost lock is found where the topology expects it.
 #[test]
 fn fault_topologies_keep_pg_semantics_under_both_schedules() {
+    let _serial = serial();
     let out = tmp("faults");
     for name in [
         "transaction-mode-faults",
@@ -862,6 +885,7 @@ fn fault_topologies_keep_pg_semantics_under_both_schedules() {
 /// it keeps every `pg.*` invariant and finds transaction pooling's broken mutual exclusion.
 #[test]
 fn an_imported_pgbouncer_ini_runs() {
+    let _serial = serial();
     let dir = tmp("import");
     let ini = dir.join("prod.ini");
     std::fs::write(
