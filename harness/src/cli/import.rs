@@ -486,18 +486,12 @@ fn is_secret(name: &str) -> bool {
     name == "auth_ldap_options" || name.contains("password") || name.contains("secret")
 }
 
-/// PgBouncer timeouts pgchaos accepts only as 0 (off) or at least 60 s (see the topology's
-/// validation: a smaller value could fire during a case).
-const UNMODELLED_TIMEOUTS: &[&str] = &[
-    "server_lifetime",
-    "server_idle_timeout",
-    "client_idle_timeout",
-    "idle_transaction_timeout",
-    "query_timeout",
-    "query_wait_timeout",
-    "transaction_timeout",
-];
-const TIMEOUT_FLOOR_SECS: f64 = 60.0;
+/// PgBouncer timeouts pgchaos accepts only as 0 (off) or at least a floor (the topology's
+/// own lists: a smaller value could fire during a case).
+use crate::topology::{
+    PGBOUNCER_UNMODELLED_TIMEOUTS as UNMODELLED_TIMEOUTS,
+    UNMODELLED_TIMEOUT_FLOOR_SECS as TIMEOUT_FLOOR_SECS,
+};
 
 /// A YAML scalar for an ini value: a plain integer, else a double-quoted string.
 fn yaml_value(v: &str) -> String {

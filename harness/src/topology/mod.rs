@@ -36,6 +36,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::{Location, Spanned};
 use settings::*;
+pub use settings::{PGBOUNCER_UNMODELLED_TIMEOUTS, UNMODELLED_TIMEOUT_FLOOR_SECS};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};

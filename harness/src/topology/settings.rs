@@ -191,7 +191,7 @@ pub(super) fn is_setting_name(s: &str) -> bool {
 /// model does not know yet (the nemesis will): a value that could fire during a case would
 /// turn into a false `pg.*` verdict, so only "off" (0) or a value far beyond any case is
 /// accepted. `(name, unit of a bare number)`.
-pub(super) const PGBOUNCER_UNMODELLED_TIMEOUTS: &[&str] = &[
+pub const PGBOUNCER_UNMODELLED_TIMEOUTS: &[&str] = &[
     "server_lifetime",
     "server_idle_timeout",
     "client_idle_timeout",
@@ -211,7 +211,7 @@ pub(super) const PG_UNMODELLED_TIMEOUTS: &[&str] = &[
 ];
 
 /// The smallest value an unmodelled timeout may take when it is not 0 (off).
-pub(super) const UNMODELLED_TIMEOUT_FLOOR_SECS: f64 = 60.0;
+pub const UNMODELLED_TIMEOUT_FLOOR_SECS: f64 = 60.0;
 
 /// A PgBouncer time setting as seconds: a bare number is seconds (PgBouncer's own unit).
 pub(super) fn pgbouncer_seconds(text: &str) -> Option<f64> {
