@@ -533,6 +533,25 @@ fn chaos_as_expected(out: &Path, name: &str, extra: &[&str]) -> (PathBuf, Value)
     (dir, results)
 }
 
+/// Run `chaos NAME EXTRA..` like [`chaos_as_expected`], accepting verdicts that differ from
+/// the expect block (exit 1) but not a usage or run error: no `pg.*` violation, `analyze`
+/// agrees.
+fn chaos_judged(out: &Path, name: &str, extra: &[&str]) -> (PathBuf, Value) {
+    let mut args = vec!["chaos", name];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--out", out.to_str().unwrap(), "--quiet"]);
+    let o = pgchaos(&args);
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{name}:\n{}",
+        text(&o)
+    );
+    let (dir, results) = latest(out, name);
+    assert_no_pg_violation(&results);
+    assert_analyze_agrees(&dir, &results);
+    (dir, results)
+}
+
 /// The first violation's detail in a failure's evidence.json.
 fn evidence_detail(dir: &Path, invariant: &str) -> (Value, String) {
     let evidence: Value = serde_json::from_str(
@@ -684,7 +703,15 @@ fn transaction_pooling_waits_starve_with_session_locks_and_not_with_xact_locks()
     let _serial = serial();
     let out = tmp("txwait");
     for name in ["transaction-mode-starvation", "transaction-mode-xact-wait"] {
-        let (dir, results) = chaos_as_expected(&out, name, &["--max-shrink-runs", "0"]);
+        let (dir, results) = if name == "transaction-mode-starvation" {
+            // Which of two servers released within microseconds of each other PgBouncer hands
+            // a replica's unlock decides app.no_orphans/app.unlock_reaches_owner here (seen
+            // in 1 of 4 cases on some runs): judged below are the verdicts the experiment is
+            // about, not the whole expect block.
+            chaos_judged(&out, name, &["--max-shrink-runs", "0"])
+        } else {
+            chaos_as_expected(&out, name, &["--max-shrink-runs", "0"])
+        };
         let want = if name == "transaction-mode-starvation" {
             "violated"
         } else {
