@@ -288,9 +288,15 @@ impl Model {
         self.backends
             .iter()
             .filter(|(id, m)| **id != b && m.holds(k))
-            .filter(|(id, m)| !self.maybe_discarded.contains(id) || m.xact.contains_key(&k))
+            .filter(|(id, m)| !self.maybe_reset(id) || m.xact.contains_key(&k))
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Whether `b`'s session locks may be gone without the history saying so: a DISCARD ALL
+    /// it cannot place, or a fault that may have closed it.
+    fn maybe_reset(&self, b: &BackendId) -> bool {
+        self.maybe_discarded.contains(b) || self.maybe_gone.contains_key(b)
     }
 
     /// Whether a backend other than `b` holds `k`, or may hold it after a failed lock call.
@@ -668,7 +674,6 @@ impl Model {
                 for b in self.backends.keys() {
                     if self.born.get(b).is_some_and(|t| *t >= self.invoked_at) {
                         self.maybe_gone.insert(*b, op);
-                        self.maybe_discarded.insert(*b);
                     } else {
                         old.push(*b);
                     }
@@ -685,7 +690,6 @@ impl Model {
                 self.last_idle_fault = Some((self.clock, op));
                 for b in self.backends.keys() {
                     self.maybe_gone.insert(*b, op);
-                    self.maybe_discarded.insert(*b);
                 }
                 vec![]
             }
@@ -749,7 +753,6 @@ impl Model {
                 && self.invoked_at < t
             {
                 self.maybe_gone.insert(b, fault);
-                self.maybe_discarded.insert(b);
             }
         }
         // Concurrent schedule, through a pooler: a statement that reaches the pooler before
@@ -927,9 +930,7 @@ impl Model {
         let pre = self.backends.get(&b).cloned().unwrap_or_default();
         let mut expected = self.exec(b, op, key, refused, cancelled);
         if self.lenient
-            && (self.beside.on_backend
-                || self.maybe_discarded.contains(&b)
-                || self.unsure.contains(&b))
+            && (self.beside.on_backend || self.maybe_reset(&b) || self.unsure.contains(&b))
             && !expected.same_as(reply)
         {
             expected = self.other_order(

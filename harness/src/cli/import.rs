@@ -212,28 +212,7 @@ impl fmt::Display for IniError {
             self.column,
             self.message
         )?;
-        let mut shown = String::new();
-        let mut caret_at = None;
-        for (i, c) in self.source_line.chars().enumerate() {
-            if i + 1 == self.column {
-                caret_at = Some(shown.chars().count());
-            }
-            if c == '\t' {
-                shown.push_str("    ");
-            } else {
-                shown.push(c);
-            }
-        }
-        let caret_at = caret_at.unwrap_or(shown.chars().count());
-        let gutter = self.line.to_string();
-        let pad = " ".repeat(gutter.len());
-        write!(f, "\n{gutter} | {shown}")?;
-        write!(
-            f,
-            "\n{pad} | {}{}",
-            " ".repeat(caret_at),
-            "^".repeat(self.width.max(1))
-        )?;
+        crate::topology::write_snippet(f, self.line, &self.source_line, self.column, self.width)?;
         for h in &self.hints {
             write!(f, "\nhint: {h}")?;
         }

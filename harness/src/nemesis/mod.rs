@@ -15,7 +15,7 @@
 use crate::client::{Raw, run_raw};
 use crate::launch::proxy::LinkMode;
 use crate::launch::{Cluster, Control, DB, SUPERUSER, Which, connect, timed};
-use crate::observe::{backoff, process_running};
+use crate::observe::{backoff, process_running, until_accepted};
 use crate::sql;
 use crate::vocab::{BackendId, Op, Reply};
 use anyhow::{Context, Result, bail};
@@ -103,24 +103,10 @@ impl Nemesis {
         if !self.pg.borrow().is_closed() {
             return Ok(());
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let config = self.config.borrow().clone();
-            match connect(&config).await {
-                Ok(c) => {
-                    *self.pg.borrow_mut() = std::rc::Rc::new(c);
-                    return Ok(());
-                }
-                Err(e) if Instant::now() > deadline => {
-                    return Err(e.context(
-                        "nemesis: PostgreSQL did not accept connections within 30 s of a fault",
-                    ));
-                }
-                Err(_) => backoff(attempt.min(8)).await,
-            }
-        }
+        let config = self.config.borrow().clone();
+        let c = until_accepted("nemesis", || connect(&config)).await?;
+        *self.pg.borrow_mut() = std::rc::Rc::new(c);
+        Ok(())
     }
 
     /// Start a fault of the servers, hold it for `hold` where it holds, heal it, and return

@@ -181,22 +181,11 @@ impl Observer {
     /// retrying while PostgreSQL recovers (bounded: 30 s).
     pub async fn reopen(&self, cluster: &Cluster) -> Result<()> {
         *self.outside_config.borrow_mut() = cluster.socket_config(CLIENT_ROLE);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let admin = cluster.admin_config();
-            match Conns::open(&cluster.socket_config(SUPERUSER), admin.as_ref()).await {
-                Ok(c) => {
-                    *self.conns.borrow_mut() = std::rc::Rc::new(c);
-                    return Ok(());
-                }
-                Err(e) if Instant::now() > deadline => {
-                    return Err(e.context("observer: reconnecting after a fault (30 s)"));
-                }
-                Err(_) => backoff(attempt.min(8)).await,
-            }
-        }
+        let admin = cluster.admin_config();
+        let direct = cluster.socket_config(SUPERUSER);
+        let c = until_accepted("observer", || Conns::open(&direct, admin.as_ref())).await?;
+        *self.conns.borrow_mut() = std::rc::Rc::new(c);
+        Ok(())
     }
 
     /// The concurrent sampler's look: the pooler's views (SHOW POOLS included) and
@@ -522,6 +511,33 @@ pub async fn backoff(attempt: u32) {
         0 | 1 => tokio::task::yield_now().await,
         n if n < 6 => std::thread::sleep(Duration::from_micros(50 << (n - 2))),
         _ => tokio::time::sleep(Duration::from_millis(1)).await,
+    }
+}
+
+/// How long PostgreSQL (or the pooler) may take to accept connections again after a fault
+/// restarted or reset it (crash recovery included).
+pub const RECOVERY_BOUND: Duration = Duration::from_secs(30);
+
+/// Open `open` again until it succeeds, with [`backoff`], within [`RECOVERY_BOUND`]; the last
+/// error names `who`.
+pub async fn until_accepted<T, F, Fut>(who: &str, mut open: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = Instant::now() + RECOVERY_BOUND;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match open().await {
+            Ok(t) => return Ok(t),
+            Err(e) if Instant::now() > deadline => {
+                return Err(e.context(format!(
+                    "{who}: the servers did not accept connections within {RECOVERY_BOUND:?} of a fault"
+                )));
+            }
+            Err(_) => backoff(attempt.min(8)).await,
+        }
     }
 }
 

@@ -87,7 +87,7 @@ pub fn fault_would_wait(
     op: Op,
     obs: &Observation,
 ) -> Option<String> {
-    if !matches!(op, Op::PoolerPause | Op::PoolerRestart) {
+    if !crate::vocab::fault::meaning(op).is_some_and(|m| m.waits_for_release) {
         return None;
     }
     let linked: Vec<String> = slots

@@ -78,22 +78,34 @@ impl fmt::Display for TopologyError {
         };
         write!(f, "{path}:{}:{}: {}", at.line, at.column, e.message)?;
         if let Some(line) = &at.source_line {
-            let (shown, caret_at) = expand_tabs(line, at.column);
-            let gutter = at.line.to_string();
-            let pad = " ".repeat(gutter.len());
-            write!(f, "\n{gutter} | {shown}")?;
-            write!(
-                f,
-                "\n{pad} | {}{}",
-                " ".repeat(caret_at),
-                "^".repeat(at.width.max(1))
-            )?;
+            write_snippet(f, at.line, line, at.column, at.width)?;
         }
         for hint in &self.inner.hints {
             write!(f, "\nhint: {hint}")?;
         }
         Ok(())
     }
+}
+
+/// The source line under a positioned error, with a caret under `column` (1-based) `width`
+/// characters wide: the layout every positioned input error uses (YAML topologies, ini).
+pub fn write_snippet(
+    f: &mut fmt::Formatter<'_>,
+    line_no: usize,
+    line: &str,
+    column: usize,
+    width: usize,
+) -> fmt::Result {
+    let (shown, caret_at) = expand_tabs(line, column);
+    let gutter = line_no.to_string();
+    let pad = " ".repeat(gutter.len());
+    write!(f, "\n{gutter} | {shown}")?;
+    write!(
+        f,
+        "\n{pad} | {}{}",
+        " ".repeat(caret_at),
+        "^".repeat(width.max(1))
+    )
 }
 
 impl std::error::Error for TopologyError {

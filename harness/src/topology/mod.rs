@@ -29,8 +29,8 @@ mod tests;
 use crate::vocab::{InvariantInfo, Key, Op, Verdict};
 
 pub use convert::parse_duration;
-pub use error::TopologyError;
 use error::*;
+pub use error::{TopologyError, write_snippet};
 use raw::*;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};

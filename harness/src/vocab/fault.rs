@@ -43,6 +43,9 @@ pub struct Meaning {
     pub resets_postgres: bool,
     /// It needs PgBouncer.
     pub needs_pooler: bool,
+    /// It waits until every server is released (PAUSE; SIGINT's safe shutdown): a client
+    /// linked to one holds it up.
+    pub waits_for_release: bool,
 }
 
 /// What a fault needs of the topology beyond PgBouncer: a streaming standby (`promote`).
@@ -64,6 +67,7 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             breaks,
             resets_postgres,
             needs_pooler,
+            waits_for_release: matches!(op, Op::PoolerPause | Op::PoolerRestart),
         })
     };
     use Breaks as B;
