@@ -23,7 +23,8 @@ up NAME *ARGS: build
 check *NAMES: build
     {{bin}} check {{NAMES}}
 
-# Run the chaos engine on a topology: random cases, invariants, minimal repros, a report.
+# Run the chaos engine on a topology: random cases, invariants, minimal repros, a report
+# (report.md, report.html with a timeline of each minimal case; add --junit PATH for JUnit XML).
 chaos NAME *ARGS: build
     {{bin}} chaos {{NAME}} {{ARGS}}
 
@@ -43,13 +44,22 @@ bench NAME *ARGS: build
 history RUN *ARGS: build
     {{bin}} history {{RUN}} {{ARGS}}
 
-# Compare the latest runs of topologies (or run directories); add --markdown.
+# Compare the latest runs of topologies (or run directories); add --markdown, or --html PATH.
 compare *NAMES: build
     {{bin}} compare {{NAMES}}
 
 # Write a topology from a pgbouncer.ini's pooling settings (add --name, --out, --force).
 import INI *ARGS: build
     {{bin}} import {{INI}} {{ARGS}}
+
+# Client profiles (profiles/) on topologies: the compatibility matrix (add --profiles,
+# --topologies, --seeds 1-3, --replicas N, --junit PATH).
+matrix *ARGS: build
+    {{bin}} matrix {{ARGS}}
+
+# Regenerate the README's matrix: every profile on the five topologies, seeds 1-3.
+readme-matrix: build
+    {{bin}} matrix --update-readme README.md
 
 # The test suite: unit tests, then real-server tests (provisions first).
 test: build

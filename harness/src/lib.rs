@@ -18,6 +18,7 @@ pub mod launch;
 pub mod nemesis;
 pub mod observe;
 pub mod pooler;
+pub mod profile;
 pub mod provision;
 pub mod report;
 pub mod run;

@@ -67,6 +67,7 @@ pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> 
         | Op::Open
         | Op::Release
         | Op::Sleep
+        | Op::Raise
         | Op::Migrate
         | Op::PoolerPause
         | Op::PoolerReconnect

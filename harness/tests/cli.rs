@@ -1,9 +1,12 @@
 //! The command line end to end, against real servers: chaos runs and their exit codes,
 //! minimal cases and their replays, compare, and the errors a user meets.
 
+mod common;
+
+use common::{pgchaos, root, text, tmp};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// One real-server test at a time: the concurrent experiments' outcomes depend on timing, and
 /// two chaos runs sharing two cores change it (a run of the fault topologies beside the
@@ -12,38 +15,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// Run the binary from the workspace root.
-fn pgchaos(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pgchaos"))
-        .args(args)
-        .current_dir(root())
-        .env("PGCHAOS_QUIET", "1")
-        .output()
-        .expect("run pgchaos")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pgchaos-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn latest(out: &Path, topology: &str) -> (PathBuf, Value) {
@@ -975,5 +946,117 @@ fn an_imported_pgbouncer_ini_runs() {
         "{}",
         text(&o)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The matrix end to end: two profiles on two topologies, one seed. Flyway's transactional
+/// lock is safe behind transaction pooling; Rails on PostgreSQL directly takes its own error
+/// path (one try: the replicas that lose it raise ConcurrentMigrationError); every cell has
+/// its composed topology, its run, and a JUnit test case; a bad profile name exits 2.
+#[test]
+fn the_matrix_classes_real_tools_on_real_poolers() {
+    let _one = serial();
+    let dir = tmp("matrix");
+    let junit = dir.join("junit.xml");
+    let o = pgchaos(&[
+        "matrix",
+        "--profiles",
+        "rails,flyway",
+        "--topologies",
+        "direct,transaction-mode",
+        "--seeds",
+        "1",
+        "--max-shrink-runs",
+        "2",
+        "--out",
+        dir.to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{out}");
+    let mdir = dir.join("matrix").join("latest").canonicalize().unwrap();
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(mdir.join("matrix.json")).unwrap()).unwrap();
+    let cell = |p: &str, t: &str| {
+        m["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["profile"] == p && c["topology"] == t)
+            .unwrap_or_else(|| panic!("no cell {p} on {t}: {m}"))
+            .clone()
+    };
+    assert_eq!(m["cells"].as_array().unwrap().len(), 4);
+    let flyway = cell("flyway", "transaction-mode");
+    assert_eq!(flyway["worst"], "safe", "{flyway}");
+    let rails = cell("rails", "direct");
+    assert_eq!(rails["worst"], "error path", "{rails}");
+    let raised = rails["runs"][0]["facts"]["raised"].as_object().unwrap();
+    assert!(
+        raised
+            .keys()
+            .any(|k| k.contains("Cannot run migrations because another migration process")),
+        "{rails}"
+    );
+    for c in m["cells"].as_array().unwrap() {
+        let run = &c["runs"][0];
+        assert!(run["error"].is_null(), "{c}");
+        assert!(
+            mdir.join(run["dir"].as_str().unwrap())
+                .join("results.json")
+                .is_file()
+        );
+        assert!(mdir.join(c["topology_file"].as_str().unwrap()).is_file());
+        assert!(
+            !run["facts"]["violated"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v.as_str().unwrap().starts_with("pg.")),
+            "{c}"
+        );
+    }
+    let md = std::fs::read_to_string(mdir.join("matrix.md")).unwrap();
+    assert!(
+        md.contains("| profile | direct | transaction-mode |"),
+        "{md}"
+    );
+    assert!(
+        std::fs::read_to_string(mdir.join("matrix.html"))
+            .unwrap()
+            .contains("data-worst=\"safe\"")
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 4, "{xml}");
+    // The exit code says whether every cell was as expected.
+    let differs = m["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["worst"] != c["expected"]);
+    assert_eq!(o.status.code(), Some(if differs { 1 } else { 0 }), "{out}");
+    // A cell's minimal case replays after the matrix directory was moved into place: its
+    // composed topology is found beside its run (the recorded path was the temporary one).
+    if let Some(ev) = m["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|c| c["runs"][0]["evidence"].as_str())
+    {
+        let case = mdir.join(ev);
+        let r = pgchaos(&["reproduce", case.to_str().unwrap(), "--times", "1"]);
+        assert!(matches!(r.status.code(), Some(0 | 1)), "{}", text(&r));
+        assert!(text(&r).contains("replays"), "{}", text(&r));
+    }
+    let bad = pgchaos(&[
+        "matrix",
+        "--profiles",
+        "no-such-tool",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).contains("no-such-tool.yaml"), "{}", text(&bad));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -521,3 +521,50 @@ async fn seed002_reset_always_drops_session_lock_before_next_statement() {
     assert_eq!(id3, id1);
     assert!(!unlocked, "the client's unlock finds nothing");
 }
+
+// ---------------------------------------------------------------------------------------
+// Client profiles' keys, where the tool computes them on the server.
+
+/// GoodJob computes its per-job key in SQL, and Rails and sqlx hash what
+/// `current_database()` returns: on the real server, the expression GoodJob sends gives the
+/// key of `profiles/good-job.yaml`, the database the profiles' keys were derived for is the
+/// one the harness's clients land in (through the pooler too), and pg_locks shows a bigint
+/// key as (classid, objid) = its high and low 32 bits.
+#[tokio::test(flavor = "current_thread")]
+async fn profile_keys_computed_on_the_server() {
+    use pgchaos::workload::keys;
+    let cluster = launch("transaction-mode").await;
+    let c = client(&cluster).await;
+    let job = "3f1e9c2a-5b7d-4e8f-9a10-b2c3d4e5f607";
+    let sql = format!(
+        "SELECT {}::text, current_database()",
+        keys::GOOD_JOB_LOCK_KEY_SQL.replace("$1", &format!("'good_jobs-{job}'"))
+    );
+    let r = rows(&c, &sql).await;
+    let key: i64 = r[0][0].as_deref().unwrap().parse().unwrap();
+    assert_eq!(
+        key,
+        keys::good_job_lock_key(&keys::good_job_lockable_key("good_jobs", job))
+    );
+    let profile = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/good-job.yaml"),
+    )
+    .unwrap();
+    assert!(profile.contains(&format!("keys: [{key}]")), "{profile}");
+    assert_eq!(r[0][1].as_deref(), Some("chaos"), "the profiles' database");
+    // pg_locks columns of a held bigint key.
+    let d = direct(&cluster).await;
+    let (_, got) = try_lock(&d, key).await;
+    assert!(got);
+    let obs = Observer::connect(&cluster).await;
+    let cols = rows(
+        &obs.client,
+        "SELECT classid::text, objid::text FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1",
+    )
+    .await;
+    let (hi, lo) = keys::pg_locks_classid_objid(key);
+    assert_eq!(
+        (cols[0][0].as_deref(), cols[0][1].as_deref()),
+        (Some(hi.to_string().as_str()), Some(lo.to_string().as_str()))
+    );
+}

@@ -146,6 +146,10 @@ fn apply_op(
             expected_reply: Some(Reply::Ok),
             ..Default::default()
         },
+        Op::Raise => model::Effect {
+            expected_reply: Some(Reply::error(crate::vocab::reply::code::RAISED)),
+            ..Default::default()
+        },
         _ => model.apply(c, op, s.key, s.done.and_then(|d| d.backend), reply),
     })
 }

@@ -113,7 +113,7 @@ pub fn describe(
     // Ops that reached no backend wait for a connection or a pooled server.
     let pool_waiters: Vec<&Running> = running
         .iter()
-        .filter(|r| obs.ran(&tag_of(r.step)).is_none() && !matches!(r.op, Op::Sleep))
+        .filter(|r| obs.ran(&tag_of(r.step)).is_none() && !r.op.client_side())
         .collect();
     if !pool_waiters.is_empty() {
         let what = match (&obs.app_pool, obs.pools.first()) {

@@ -7,11 +7,11 @@ use crate::history::{self, Body, HistoryWriter, RunEnd};
 use crate::launch::{self, LaunchOptions};
 use crate::report::results::HistoryOut;
 use crate::report::terminal::{Progress, verdict_table};
-use crate::report::{self, Results, RunDir};
+use crate::report::{self, Results, RunDir, junit};
 use crate::run::Runner;
 use crate::workload;
 use anyhow::{Context, Result, anyhow, bail};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -44,6 +44,10 @@ pub struct Args {
     /// Run cases `sequential` or `concurrent`, whatever the topology's `run.schedule` says.
     #[arg(long)]
     schedule: Option<String>,
+    /// Also write the verdicts as JUnit XML to this file (a test case per invariant, failed
+    /// when its verdict differs from `expect`), once the report directory is in place.
+    #[arg(long, value_name = "PATH")]
+    junit: Option<PathBuf>,
 }
 
 pub async fn chaos(a: Args) -> Result<Exit> {
@@ -64,6 +68,9 @@ pub async fn chaos(a: Args) -> Result<Exit> {
         bail!("--cases must be at least 1");
     }
     let cpu = cpu_for(&topo, a.cpu.as_deref())?;
+    if let Some(p) = &a.junit {
+        junit_path_usable(p)?;
+    }
     // The report directory first: a bad --out fails before anything starts.
     let run_dir = RunDir::create(&a.out, &topo.name, seed)?;
     let cluster = launch::launch(
@@ -182,6 +189,21 @@ pub async fn chaos(a: Args) -> Result<Exit> {
         );
     }
     println!("report: {}", dir.join("report.md").display());
+    println!("html: {}", dir.join("report.html").display());
+    if let Some(p) = &a.junit {
+        let xml = junit::junit_xml(
+            &format!("pgchaos.{}", results.topology),
+            &junit::from_results(&results, &dir),
+        );
+        std::fs::write(p, xml).with_context(|| {
+            format!(
+                "--junit {}: cannot write the JUnit XML (the run's report is in {})",
+                p.display(),
+                dir.display()
+            )
+        })?;
+        println!("junit: {}", p.display());
+    }
     if results.pg_violated() {
         println!(
             "!!! a pg.* invariant was violated: PostgreSQL, the pooler or pgchaos is wrong. Read the report."
@@ -194,4 +216,24 @@ pub async fn chaos(a: Args) -> Result<Exit> {
         println!("verdicts differ from the topology's expect block: FAIL");
         Ok(Exit::Mismatch)
     }
+}
+
+/// `--junit PATH` checked before the run: not a directory, and its directory exists (a typo
+/// is reported now, not after the run).
+fn junit_path_usable(p: &Path) -> Result<()> {
+    if p.is_dir() {
+        bail!("--junit {}: is a directory; give a file path", p.display());
+    }
+    let parent = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!(
+            "--junit {}: the directory {} does not exist",
+            p.display(),
+            parent.display()
+        );
+    }
+    Ok(())
 }

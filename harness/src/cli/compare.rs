@@ -2,8 +2,8 @@
 
 use super::Exit;
 use crate::report::Results;
-use crate::report::compare::{compare as table, resolve_run};
-use anyhow::{Result, bail};
+use crate::report::compare::{compare as table, compare_html, resolve_run};
+use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -13,6 +13,9 @@ pub struct Args {
     markdown: bool,
     #[arg(long, default_value = "reports")]
     reports: PathBuf,
+    /// Also write the comparison as a self-contained HTML page to this file.
+    #[arg(long, value_name = "PATH")]
+    html: Option<PathBuf>,
 }
 
 pub fn compare(a: Args) -> Result<Exit> {
@@ -24,5 +27,10 @@ pub fn compare(a: Args) -> Result<Exit> {
         results.push(Results::load(&resolve_run(r, &a.reports)?)?);
     }
     print!("{}", table(&results, a.markdown));
+    if let Some(p) = &a.html {
+        std::fs::write(p, compare_html(&results))
+            .with_context(|| format!("--html {}: cannot write the comparison", p.display()))?;
+        eprintln!("pgchaos: comparison written to {}", p.display());
+    }
     Ok(Exit::Ok)
 }

@@ -11,6 +11,7 @@ mod chaos;
 mod compare;
 mod history;
 mod import;
+mod matrix;
 mod reproduce;
 mod up;
 
@@ -60,6 +61,8 @@ enum Cmd {
     Bench(bench::Args),
     /// Write a topology with the pooling settings of a pgbouncer.ini.
     Import(import::Args),
+    /// Run client profiles (profiles/) on topologies: the compatibility matrix.
+    Matrix(matrix::Args),
 }
 
 /// Exit code for an outcome.
@@ -235,6 +238,7 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::History(a) => history::history(a),
         Cmd::Compare(a) => compare::compare(a),
         Cmd::Import(a) => import::import(a),
+        Cmd::Matrix(a) => matrix::matrix(a).await,
     }
 }
 

@@ -77,9 +77,19 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
         }
         None => {
             let case = CaseFile::load(Path::new(&a.target))?;
-            // Recorded relative to the workspace root: also try the name under topologies/.
+            // Recorded relative to the workspace root; else the copy in the case's run
+            // directory (`<run>/failures/<invariant>/case.yaml` beside `<run>/topology.yaml`:
+            // a matrix's composed topologies move with their matrix); else the name under
+            // topologies/.
+            let copy = Path::new(&a.target)
+                .ancestors()
+                .nth(3)
+                .map(|run| run.join("topology.yaml"))
+                .filter(|p| p.is_file());
             let topo = if Path::new(&case.topology).exists() {
                 load(&case.topology)?
+            } else if let Some(copy) = copy {
+                load(&copy.display().to_string())?
             } else {
                 let stem = Path::new(&case.topology)
                     .file_stem()

@@ -15,7 +15,7 @@
 
 use super::observation::Observation;
 use crate::pooler::PoolRules;
-use crate::vocab::{BackendId, Key, Op, Reply};
+use crate::vocab::{BackendId, Key, Op, Reply, When};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -216,6 +216,12 @@ pub struct Invoke {
     /// Faults generated as a client's step (terminate, cancel): that client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<usize>,
+    /// Scripts: the step's guard (a client profile's control flow), for replays.
+    #[serde(default, skip_serializing_if = "When::is_default")]
+    pub when: When,
+    /// `raise`: the tool's error message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -239,7 +245,27 @@ pub struct Skip {
     pub key: Option<Key>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "When::is_default")]
+    pub when: When,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     pub reason: String,
+}
+
+impl Skip {
+    /// A step not run, and why (its guard, or a fault with no backend to act on).
+    pub fn of(p: Process, index: usize, step: &crate::workload::Step, reason: String) -> Skip {
+        Skip {
+            p,
+            step: index,
+            f: step.op,
+            key: step.key,
+            ms: step.ms,
+            when: step.when,
+            message: step.message.clone(),
+            reason,
+        }
+    }
 }
 
 /// When an observation or probe was taken.
@@ -357,6 +383,8 @@ mod tests {
                 ms: None,
                 target: None,
                 client: None,
+                when: Default::default(),
+                message: None,
             }),
         };
         let j = serde_json::to_string(&e).unwrap();

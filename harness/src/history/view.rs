@@ -17,6 +17,9 @@ pub struct StepView<'e> {
     pub op: Option<Op>,
     pub key: Option<Key>,
     pub ms: Option<u64>,
+    /// Scripts: the step's guard and (`raise`) message.
+    pub when: crate::vocab::When,
+    pub message: Option<&'e str>,
     /// The client (re)connected before the op (its connection was gone).
     pub opened: bool,
     pub invoke: Option<&'e Invoke>,
@@ -123,6 +126,8 @@ impl<'e> CaseView<'e> {
                         s.op = Some(f);
                         s.key = inv.key;
                         s.ms = inv.ms;
+                        s.when = inv.when;
+                        s.message = inv.message.as_deref();
                         s.invoke = Some(inv);
                         s.t_invoke = Some(ev.t);
                     }
@@ -145,6 +150,8 @@ impl<'e> CaseView<'e> {
                     s.op = Some(sk.f);
                     s.key = sk.key;
                     s.ms = sk.ms;
+                    s.when = sk.when;
+                    s.message = sk.message.as_deref();
                     s.skip = Some(sk);
                 }
                 Body::Obs(o) => {
@@ -200,6 +207,8 @@ impl<'e> CaseView<'e> {
                     op: s.op?,
                     key: s.key,
                     ms: s.ms,
+                    when: s.when,
+                    message: s.message.map(str::to_string),
                 })
             })
             .collect()
@@ -272,6 +281,8 @@ mod tests {
                     ms: None,
                     target: None,
                     client: None,
+                    when: Default::default(),
+                    message: None,
                 }),
             ),
             ev(
@@ -284,6 +295,8 @@ mod tests {
                     ms: None,
                     target: None,
                     client: None,
+                    when: Default::default(),
+                    message: None,
                 }),
             ),
             ev(
@@ -315,6 +328,8 @@ mod tests {
                     key: None,
                     ms: None,
                     reason: "nothing served C2".into(),
+                    when: Default::default(),
+                    message: None,
                 }),
             ),
             ev(

@@ -96,6 +96,8 @@ impl CaseFile {
                         op: s.op.expect("filtered"),
                         key: s.key,
                         ms: s.ms,
+                        when: s.when,
+                        message: s.message.map(str::to_string),
                     },
                     expected: check.expected_at(s.index).map(ToString::to_string),
                     observed: observed(s),

@@ -102,6 +102,99 @@ pub fn compare(runs: &[Results], markdown: bool) -> String {
     out
 }
 
+/// The comparison of runs as a self-contained HTML page: the same table, a cell per
+/// invariant and run (classed by verdict, `unexpected` when it differs from `expect`), and
+/// a line per run with its versions, drift, cases and seed.
+pub fn compare_html(runs: &[Results]) -> String {
+    use super::html::esc;
+    use std::fmt::Write as _;
+    let names: Vec<String> = runs
+        .first()
+        .map(|r| r.invariants.iter().map(|i| i.name.clone()).collect())
+        .unwrap_or_default();
+    let mut b = String::from(
+        "<h1>pgchaos: comparison of runs</h1>\n<table class=\"compare\">\n<thead><tr><th>invariant</th>",
+    );
+    for r in runs {
+        let _ = write!(
+            b,
+            "<th data-topology=\"{}\">{}</th>",
+            esc(&r.topology),
+            esc(&r.topology)
+        );
+    }
+    b.push_str("</tr></thead>\n<tbody>\n");
+    for name in &names {
+        let _ = write!(
+            b,
+            "<tr data-invariant=\"{}\"><td class=\"mono\">{}</td>",
+            esc(name),
+            esc(name)
+        );
+        for r in runs {
+            match r.invariants.iter().find(|i| &i.name == name) {
+                Some(i) => {
+                    let unexpected = i.verdict != i.expected;
+                    let detail = match &i.first_failure {
+                        Some(f) => format!(
+                            " {}/{}, min {}",
+                            i.violating_cases,
+                            cases(r.cases),
+                            f.minimal_steps
+                        ),
+                        None => String::new(),
+                    };
+                    let _ = write!(
+                        b,
+                        "<td class=\"{}{}\" data-topology=\"{}\" data-verdict=\"{}\" data-expected=\"{}\">{}{}{}</td>",
+                        i.verdict,
+                        if unexpected { " unexpected" } else { "" },
+                        esc(&r.topology),
+                        i.verdict,
+                        i.expected,
+                        i.verdict,
+                        if unexpected { " (UNEXPECTED)" } else { "" },
+                        esc(&detail),
+                    );
+                }
+                None => b.push_str("<td>-</td>"),
+            }
+        }
+        b.push_str("</tr>\n");
+    }
+    b.push_str("<tr class=\"passed\"><td>passed</td>");
+    for r in runs {
+        let _ = write!(
+            b,
+            "<td class=\"{}\" data-topology=\"{}\">{}</td>",
+            if r.passed { "pass" } else { "fail" },
+            esc(&r.topology),
+            r.passed
+        );
+    }
+    b.push_str("</tr>\n</tbody>\n</table>\n<p>violated N/M cases: N of the run's M cases violated it; min: steps in its minimal case. A cell shaded red differs from the topology's <code>expect</code> block.</p>\n<ul class=\"runs\">\n");
+    for r in runs {
+        let _ = writeln!(
+            b,
+            "<li data-topology=\"{}\"><b>{}</b> ({}): {}, seed {}; PostgreSQL {} / PgBouncer {}; version drift: {}</li>",
+            esc(&r.topology),
+            esc(&r.topology),
+            esc(&r.topology_file),
+            cases(r.cases),
+            r.seed,
+            esc(&r.versions.postgres),
+            esc(r.versions.pgbouncer.as_deref().unwrap_or("none")),
+            esc(&if r.version_drift.is_empty() {
+                "none".to_string()
+            } else {
+                r.version_drift.join("; ")
+            }),
+        );
+    }
+    b.push_str("</ul>\n");
+    super::html::page("pgchaos: comparison of runs", &b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::results::*;
@@ -186,6 +279,21 @@ mod tests {
         let table_width = t.lines().next().unwrap().chars().count();
         assert!(table_width < 100, "table is {table_width} wide:\n{t}");
         assert!(t.contains(long), "the drift is still reported: {t}");
+        let html = compare_html(&[
+            results("transaction-mode", 256, 140, &[long]),
+            results("<x>", 64, 0, &[]),
+        ]);
+        assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+        assert!(
+            !html.contains("<script") && !html.contains("http://") && !html.contains("https://")
+        );
+        assert!(
+            html.contains("<th data-topology=\"&lt;x&gt;\">&lt;x&gt;</th>"),
+            "{html}"
+        );
+        assert!(html.contains("data-verdict=\"violated\" data-expected=\"violated\">violated 140/256 cases, min 2</td>"), "{html}");
+        assert!(html.contains("class=\"holds unexpected\""), "{html}");
+        assert!(html.contains(long), "{html}");
         let md = compare(&[results("a", 1, 0, &[])], true);
         assert!(md.contains("| app.mutual_exclusion"), "{md}");
         assert!(md.contains("- a: 1 case, seed 1"), "{md}");

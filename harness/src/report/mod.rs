@@ -1,5 +1,6 @@
 //! What a person reads, rendered from typed data only (the checker's results and the
-//! recorded history): `results.json` ([`Results`]), `report.md`, minimal cases
+//! recorded history): `results.json` ([`Results`]), `report.md`, `report.html` (with a
+//! timeline of each minimal case), JUnit XML, minimal cases
 //! (`case.yaml`) with their evidence (`evidence.json`), the terminal's table, progress and
 //! findings, and the comparison of runs. A report directory is written into a temporary
 //! directory and renamed into place ([`RunDir`]): complete or absent.
@@ -9,7 +10,10 @@
 pub mod casefile;
 pub mod compare;
 pub mod evidence;
+pub mod html;
+pub mod junit;
 pub mod markdown;
+pub mod matrix;
 pub mod results;
 pub mod store;
 pub mod terminal;
@@ -37,7 +41,8 @@ pub fn topo_label(topo: &Topology) -> String {
         .to_string()
 }
 
-/// Write `results.json`, `report.md` and `failures/<invariant>/{case.yaml,evidence.json}`
+/// Write `results.json`, `report.md`, `report.html` and
+/// `failures/<invariant>/{case.yaml,evidence.json}`
 /// into `dir` (which exists). `shown_dir` is where the report will live when finished (for
 /// the reproduce commands it prints).
 pub fn write_report(
@@ -87,6 +92,10 @@ pub fn write_report(
             shown_dir,
             &tally.failures,
         ),
+    )?;
+    write(
+        &dir.join("report.html"),
+        html::report(results, topology.description.as_deref(), &tally.failures),
     )?;
     Ok(())
 }

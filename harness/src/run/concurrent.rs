@@ -17,7 +17,7 @@ use crate::nemesis::Fault;
 use crate::observe::backoff;
 use crate::topology::Schedule;
 use crate::vocab::reply::code;
-use crate::vocab::{BackendId, Op, Reply};
+use crate::vocab::{BackendId, Op, Replica, Reply};
 use crate::workload::Step;
 use anyhow::Result;
 use std::cell::{Cell, RefCell};
@@ -223,29 +223,30 @@ async fn client_task(
     let topo = &runner.cluster.topology;
     let bounds = runner.bounds();
     let config = runner.cluster.client_config();
+    // What the replica knows of itself, for its steps' guards (a client profile's flow).
+    let mut me = Replica::default();
     for (n, &i) in mine.iter().enumerate() {
+        let step = &steps[i];
+        let p = Process::Client(c);
+        if !step.when.admits(&me) {
+            sh.emit(Body::Skip(Skip::of(p, i, step, step.when.skip_reason(&me))));
+            me.skipped();
+            continue;
+        }
         if n > 0 {
             let t = think_for(topo.workload.think, seed, i);
             if !t.is_zero() {
                 tokio::time::sleep(t).await;
             }
         }
-        let step = &steps[i];
-        let p = Process::Client(c);
         let target = if step.op.targets_backend() {
             sh.last.borrow()[c]
         } else {
             None
         };
         if step.op.targets_backend() && target.is_none() {
-            sh.emit(Body::Skip(Skip {
-                p,
-                step: i,
-                f: step.op,
-                key: step.key,
-                ms: step.ms,
-                reason: format!("C{} has not been served by a backend yet", c + 1),
-            }));
+            let reason = format!("C{} has not been served by a backend yet", c + 1);
+            sh.emit(Body::Skip(Skip::of(p, i, step, reason)));
             continue;
         }
         let bound_ns = bounds.of(step.op, step.ms);
@@ -269,12 +270,21 @@ async fn client_task(
             ms: step.ms,
             target,
             client: step.op.is_fault().then_some(c),
+            when: step.when,
+            message: step.message.clone(),
         }));
         let (reply, served) = match step.op {
             Op::Sleep => {
                 tokio::time::sleep(Duration::from_millis(step.ms.unwrap_or(0))).await;
                 (Reply::Ok, None)
             }
+            Op::Raise => (
+                Reply::Error {
+                    code: code::RAISED.into(),
+                    message: step.message.clone().unwrap_or_default(),
+                },
+                None,
+            ),
             Op::Disconnect => {
                 client.disconnect();
                 (Reply::Ok, None)
@@ -315,6 +325,7 @@ async fn client_task(
         if reply.ended_by_server() && !step.op.is_fault() {
             client.disconnect();
         }
+        me.after(step.op, &reply);
         sh.inflight.borrow_mut().remove(&i);
         sh.emit(Body::completion(Completion {
             p: Process::of(step.op, c),
@@ -337,6 +348,8 @@ async fn client_task(
             ms: None,
             target: None,
             client: None,
+            when: Default::default(),
+            message: None,
         }));
         client.release_pin();
         sh.emit(Body::Ok(Completion {

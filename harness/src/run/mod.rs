@@ -139,14 +139,7 @@ impl<'a> Runner<'a> {
                 plan::would_wait(&self.rules, &slots, c, step.op, &last_obs)
             };
             if let Some(reason) = skip {
-                rec.emit(Body::Skip(Skip {
-                    p,
-                    step: i,
-                    f: step.op,
-                    key: step.key,
-                    ms: step.ms,
-                    reason,
-                }));
+                rec.emit(Body::Skip(Skip::of(p, i, step, reason)));
                 continue;
             }
 
@@ -184,6 +177,8 @@ impl<'a> Runner<'a> {
                         ms: None,
                         target: Some(t),
                         client: Some(c),
+                        when: Default::default(),
+                        message: None,
                     }));
                     let reply = self.nemesis.run(fault).await?;
                     if matches!(fault, Fault::Terminate(_))
@@ -208,6 +203,8 @@ impl<'a> Runner<'a> {
                         ms: None,
                         target,
                         client: Some(c),
+                        when: Default::default(),
+                        message: None,
                     }));
                     let hold = self.cluster.topology.faults.hold;
                     let reply = self
@@ -433,6 +430,8 @@ impl<'a> Runner<'a> {
             ms: step.ms,
             target,
             client: None,
+            when: Default::default(),
+            message: None,
         }));
     }
 
@@ -452,6 +451,8 @@ impl<'a> Runner<'a> {
             ms: None,
             target: None,
             client: None,
+            when: Default::default(),
+            message: None,
         }));
         c.connect(&self.cluster.client_config()).await?;
         rec.emit(Body::Ok(Completion {

@@ -172,7 +172,8 @@ pub fn would_wait_for_app_pool(
     c: usize,
     op: Op,
 ) -> Option<String> {
-    let needs = !matches!(op, Op::Disconnect | Op::Reconnect | Op::Sleep) && !op.is_fault();
+    let needs =
+        !matches!(op, Op::Disconnect | Op::Reconnect) && !op.client_side() && !op.is_fault();
     (needs && pin == Pin::Session && !holds && pool.size >= pool.max_open && pool.idle == 0).then(|| {
         format!(
             "application pool exhausted: all {} connections are kept by other clients, so C{} would wait for one forever in a sequential schedule",

@@ -2,7 +2,7 @@
 //! checks.
 
 use super::*;
-use crate::vocab::Tier;
+use crate::vocab::{Tier, When};
 
 /// Whether the key was written in the file (null counts as written).
 pub(super) fn is_given(leaf: &Leaf) -> bool {
@@ -1198,12 +1198,44 @@ impl Cx<'_> {
                 Vec::new(),
             ));
         };
+        const MODIFIERS: [&str; 3] = ["when", "attempts", "pause"];
         let mut out = vec![];
         for item in items {
+            // `name`, `name: argument`, or that with modifiers beside it:
+            // `{ unlock: 42, when: held }`, `{ try_lock: 42, attempts: 51, pause: 1s }`.
+            let mut modifiers: Vec<(&Spanned<String>, &Leaf)> = vec![];
             let (name, arg, at) = match &item.value {
                 Node::Str(s) => (s.clone(), None, item.referenced),
-                Node::Map(e) if e.len() == 1 => {
-                    (e[0].0.value.clone(), Some(&e[0].1), e[0].0.referenced)
+                Node::Map(e) => {
+                    let mut named = None;
+                    for (k, v) in e {
+                        if MODIFIERS.contains(&k.value.as_str()) {
+                            modifiers.push((k, v));
+                        } else if named.is_none() {
+                            // `{ rollback, when: failed }`: a name without an argument.
+                            let arg = (!matches!(v.value, Node::Null)).then_some(v);
+                            named = Some((k.value.clone(), arg, k.referenced));
+                        } else {
+                            return Err(self.err(
+                                &k.referenced,
+                                format!("a script op names one op; `{}` is a second", k.value),
+                                vec![format!(
+                                    "beside the op only these may be given: {}",
+                                    MODIFIERS.join(", ")
+                                )],
+                            ));
+                        }
+                    }
+                    match named {
+                        Some(n) => n,
+                        None => {
+                            return Err(self.err(
+                                &item.referenced,
+                                "a script op mapping needs the op's name: `{ unlock: 42, when: held }`",
+                                Vec::new(),
+                            ));
+                        }
+                    }
                 }
                 _ => {
                     return Err(self.err(
@@ -1241,7 +1273,58 @@ impl Cx<'_> {
                 op,
                 key: None,
                 ms: None,
+                when: When::Ok,
+                message: None,
             };
+            let mut attempts = 1u32;
+            let mut pause = Duration::ZERO;
+            for (k, v) in &modifiers {
+                match k.value.as_str() {
+                    "when" => {
+                        let text = self.string(v, "when", &[])?;
+                        step.when = When::from_name(&text).ok_or_else(|| {
+                            let names: Vec<&str> = When::ALL.iter().map(|w| w.name()).collect();
+                            self.err(
+                                &v.referenced,
+                                format!("unknown `when` condition `{text}`"),
+                                vec![format!("valid conditions: {}", names.join(", "))],
+                            )
+                        })?;
+                    }
+                    "attempts" => {
+                        attempts = self.int(v, "attempts", 1, 1000)? as u32;
+                        if !matches!(op, Op::TryLock | Op::TryXactLock) {
+                            return Err(self.err(
+                                &k.referenced,
+                                format!("`attempts` retries a try: `{name}` is not `try_lock` or `try_xact_lock`"),
+                                Vec::new(),
+                            ));
+                        }
+                    }
+                    _ => {
+                        pause = self.duration_or(
+                            v,
+                            "pause",
+                            Some(Duration::from_secs(60)),
+                            Duration::ZERO,
+                        )?
+                    }
+                }
+            }
+            if op == Op::Raise {
+                match arg {
+                    Some(a) => step.message = Some(self.string(a, "raise", &[])?),
+                    None => {
+                        return Err(self.err(
+                            &at,
+                            "`raise` needs the tool's error message: `raise: \"...\"`",
+                            Vec::new(),
+                        ));
+                    }
+                }
+                out.push(step);
+                continue;
+            }
             match (op.takes_key(), op.takes_duration(), arg) {
                 (true, _, Some(a)) => step.key = Some(self.key(a)?),
                 (_, true, Some(a)) => {
@@ -1273,7 +1356,26 @@ impl Cx<'_> {
                 }
                 _ => {}
             }
+            // A retried try: the first attempt as written, then each retry after a pause,
+            // both only while the lock is not held (Flyway's loop; a failed last attempt is
+            // what a following `when: last_failed` sees).
+            let retry = ScriptOp {
+                when: When::NotHeld,
+                ..step.clone()
+            };
             out.push(step);
+            for _ in 1..attempts {
+                if !pause.is_zero() {
+                    out.push(ScriptOp {
+                        op: Op::Sleep,
+                        key: None,
+                        ms: Some(pause.as_millis() as u64),
+                        when: When::NotHeld,
+                        message: None,
+                    });
+                }
+                out.push(retry.clone());
+            }
         }
         if out.is_empty() {
             return Err(self.err(

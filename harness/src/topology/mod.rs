@@ -284,6 +284,10 @@ pub struct ScriptOp {
     pub key: Option<Key>,
     /// Milliseconds, for `sleep`, `pg_sleep`, `migrate`.
     pub ms: Option<u64>,
+    /// When it runs (`when: held`, ...; default: unless the replica has failed).
+    pub when: crate::vocab::When,
+    /// `raise`: the tool's error message.
+    pub message: Option<String>,
 }
 
 /// A group of identical replicas running one script.

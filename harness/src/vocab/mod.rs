@@ -8,6 +8,7 @@ pub mod op;
 pub mod reply;
 pub mod verdict;
 pub mod versions;
+pub mod when;
 
 pub use backend::BackendId;
 pub use key::Key;
@@ -15,3 +16,4 @@ pub use op::Op;
 pub use reply::{Outcome, Reply};
 pub use verdict::{InvariantInfo, Tier, Verdict};
 pub use versions::{Versions, parse_pg_version};
+pub use when::{Replica, When};

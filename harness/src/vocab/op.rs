@@ -46,6 +46,11 @@ pub enum Op {
     /// version table; if version 1 is not applied, work for `ms`, then apply it (create its
     /// table, record the version). Replies whether this call applied it.
     Migrate,
+    /// Script only: the tool's own error path (a client profile's exception: Rails'
+    /// `ConcurrentMigrationError`, Prisma's `P1002`). No statement; the reply is an error
+    /// with code `raised` and the tool's message, and the replica has failed from here on
+    /// (only its `when: held`/`failed`/`always` steps still run).
+    Raise,
     /// Not a workload op: a client opening its connection (at case setup, or before a step
     /// whose client has none).
     Open,
@@ -96,7 +101,7 @@ pub enum Op {
 
 impl Op {
     /// Script-only ops (they take an argument, or a protocol's context).
-    pub const SCRIPT_ONLY: [Op; 3] = [Op::Sleep, Op::PgSleep, Op::Migrate];
+    pub const SCRIPT_ONLY: [Op; 4] = [Op::Sleep, Op::PgSleep, Op::Migrate, Op::Raise];
 
     /// Ops a random workload can weigh.
     pub const ALL: [Op; 16] = [
@@ -177,6 +182,7 @@ impl Op {
             Op::Sleep => "sleep",
             Op::PgSleep => "pg_sleep",
             Op::Migrate => "migrate",
+            Op::Raise => "raise",
             Op::Open => "open",
             Op::Release => "release",
             Op::PoolerPause => "pooler_pause",
@@ -238,6 +244,19 @@ impl Op {
     /// Run by the nemesis, not by the client itself.
     pub fn is_fault(self) -> bool {
         matches!(self, Op::Terminate | Op::Cancel) || self.is_server_fault()
+    }
+
+    /// Asks for an advisory lock (session or transaction level, try or wait).
+    pub fn acquires(self) -> bool {
+        matches!(
+            self,
+            Op::TryLock | Op::Lock | Op::XactLock | Op::TryXactLock
+        )
+    }
+
+    /// Sends no statement: the client's own time (`sleep`) or its error path (`raise`).
+    pub fn client_side(self) -> bool {
+        matches!(self, Op::Sleep | Op::Raise)
     }
 
     /// Transaction-level lock API (`api: xact`).

@@ -25,6 +25,8 @@ pub mod code {
     pub const CLOSED: &str = "closed";
     /// Not a SQLSTATE: no reply within the bound (a cancel was sent).
     pub const TIMEOUT: &str = "timeout";
+    /// Not a SQLSTATE: a client profile took its tool's own error path (`raise`).
+    pub const RAISED: &str = "raised";
     /// Not a SQLSTATE: the reply was not what the op returns (a harness defect).
     pub const HARNESS: &str = "harness";
 }

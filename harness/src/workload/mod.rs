@@ -8,7 +8,7 @@
 pub mod keys;
 
 use crate::topology::Workload;
-use crate::vocab::{Key, Op};
+use crate::vocab::{Key, Op, When};
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, Union, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -27,6 +27,12 @@ pub struct Step {
     /// Milliseconds, for the ops that take a duration.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ms: Option<u64>,
+    /// Scripts: when the step runs (a client profile's control flow).
+    #[serde(skip_serializing_if = "When::is_default", default)]
+    pub when: When,
+    /// `raise`: the tool's error message.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message: Option<String>,
 }
 
 fn ser_client<S: Serializer>(c: &usize, s: S) -> Result<S::Ok, S::Error> {
@@ -50,6 +56,12 @@ impl fmt::Display for Step {
         }
         if let Some(ms) = self.ms {
             write!(f, " {ms}ms")?;
+        }
+        if let Some(m) = &self.message {
+            write!(f, " {m:?}")?;
+        }
+        if !self.when.is_default() {
+            write!(f, " (when {})", self.when)?;
         }
         Ok(())
     }
@@ -105,6 +117,8 @@ pub fn step_strategy(w: &Workload) -> BoxedStrategy<Step> {
             op,
             key: op.takes_key().then(|| keys[k]),
             ms: None,
+            when: When::Ok,
+            message: None,
         })
         .boxed()
 }
@@ -281,6 +295,8 @@ pub fn script_steps(w: &Workload) -> Vec<Step> {
                     op: op.op,
                     key: op.key,
                     ms: op.ms,
+                    when: op.when,
+                    message: op.message.clone(),
                 });
             }
             client += 1;
@@ -447,16 +463,22 @@ mod tests {
                     op: Op::Lock,
                     key: Some(Key::Big(7)),
                     ms: None,
+                    when: Default::default(),
+                    message: None,
                 },
                 ScriptOp {
                     op: Op::Sleep,
                     key: None,
                     ms: Some(100),
+                    when: Default::default(),
+                    message: None,
                 },
                 ScriptOp {
                     op: Op::Unlock,
                     key: Some(Key::Big(7)),
                     ms: None,
+                    when: Default::default(),
+                    message: None,
                 },
             ],
         }];
@@ -505,6 +527,8 @@ mod tests {
             op,
             key: None,
             ms: None,
+            when: Default::default(),
+            message: None,
         };
         let case = vec![s(2, Op::Begin), s(0, Op::Begin), s(2, Op::Commit)];
         let r = relabel_clients(&case);
@@ -521,6 +545,8 @@ mod tests {
             op: Op::TryLock,
             key: Some(Key::Big(7)),
             ms: None,
+            when: Default::default(),
+            message: None,
         };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(json, r#"{"client":"C2","op":"try_lock","key":7}"#);

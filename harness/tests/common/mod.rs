@@ -455,3 +455,41 @@ pub async fn wait_dead(procs: &[Proc], within: Duration) -> Result<Duration, Vec
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The binary, for the command-line tests (cli.rs, browser.rs).
+
+/// The workspace root.
+pub fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Run the pgchaos binary from the workspace root.
+pub fn pgchaos(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_pgchaos"))
+        .args(args)
+        .current_dir(root())
+        .env("PGCHAOS_QUIET", "1")
+        .output()
+        .expect("run pgchaos")
+}
+
+/// A run's stdout and stderr, for assertion messages.
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A fresh, empty temporary directory for one test.
+pub fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("pgchaos-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

@@ -1,0 +1,381 @@
+//! Client profiles: one tool's advisory-locking protocol as it runs it (`profiles/NAME.yaml`:
+//! the lock call, the key, what a failed try does, the work under the lock, the unlock and
+//! whether its result is checked, the tool's timeout), composed with a topology's servers
+//! into a runnable topology; and the matrix's outcome classes, from the facts of a run
+//! (read from its results and history by `report::matrix`, never from the servers).
+//!
+//! May import `vocab`, `topology` and the checker's catalog.
+//!
+//! A profile file is the `workload:` section of a topology (a scripted group of replicas,
+//! steps guarded with `when:`) plus `tool:`, `waits_forever:` and `expected:` (the cell the
+//! matrix should show on each topology, written before running). Composition keeps the
+//! profile's lines where they are, so an error in its script is reported at the profile's
+//! own line and column.
+
+use crate::check::catalog;
+use crate::topology::Topology;
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The topologies a matrix runs when none are named (the issue's five).
+pub const DEFAULT_TOPOLOGIES: [&str; 5] = [
+    "direct",
+    "session-mode",
+    "transaction-mode",
+    "transaction-mode-xact",
+    "transaction-mode-reset-always",
+];
+
+/// A `raise` message starting so is the harness's own stop (a tool that waits forever,
+/// stopped at the harness's patience), not the tool's error path.
+pub const HARNESS_STOP: &str = "pgchaos:";
+
+/// What happened to a tool on a topology, worst first (a cell shows its worst class).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Class {
+    /// Two replicas inside the critical section at once (`app.mutual_exclusion` or
+    /// `app.applied_once` violated).
+    #[serde(rename = "ran twice")]
+    RanTwice,
+    /// A holder lost its lock to a fault of the servers (`app.no_lost_lock`).
+    #[serde(rename = "lost")]
+    Lost,
+    /// A lock still held once every replica had finished, by a live backend no replica
+    /// believes holds it (`app.no_orphans` at the case's end).
+    #[serde(rename = "leaked")]
+    Leaked,
+    /// An op missed its bound (`app.progress`), or a tool that waits forever for its lock
+    /// was still waiting when the harness's patience (`lock_timeout`) ran out.
+    #[serde(rename = "stuck")]
+    Stuck,
+    /// The tool's own error path (a `raise`: its timeout error, "another migration is
+    /// running", "failed to release").
+    #[serde(rename = "error path")]
+    ErrorPath,
+    #[serde(rename = "safe")]
+    Safe,
+}
+
+impl Class {
+    pub const ALL: [Class; 6] = [
+        Class::RanTwice,
+        Class::Lost,
+        Class::Leaked,
+        Class::Stuck,
+        Class::ErrorPath,
+        Class::Safe,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::RanTwice => "ran twice",
+            Class::Lost => "lost",
+            Class::Leaked => "leaked",
+            Class::Stuck => "stuck",
+            Class::ErrorPath => "error path",
+            Class::Safe => "safe",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Class> {
+        Class::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// The invariant whose minimal case is this class's evidence, if one is.
+    pub fn invariants(self) -> &'static [&'static str] {
+        match self {
+            Class::RanTwice => &["app.mutual_exclusion", "app.applied_once"],
+            Class::Lost => &["app.no_lost_lock"],
+            Class::Leaked => &["app.no_orphans", "app.unlock_reaches_owner"],
+            Class::Stuck => &["app.progress"],
+            Class::ErrorPath | Class::Safe => &[],
+        }
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A profile file.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// The file's stem: `rails`.
+    pub name: String,
+    pub path: PathBuf,
+    /// For people: the tool and version whose source the protocol follows.
+    pub tool: String,
+    /// The tool's blocking lock has no timeout of its own.
+    pub waits_forever: bool,
+    /// Topology name -> the cell expected there (written before running).
+    pub expected: BTreeMap<String, Class>,
+    pub text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    tool: String,
+    #[serde(default)]
+    waits_forever: bool,
+    #[serde(default)]
+    expected: BTreeMap<String, String>,
+    #[allow(dead_code)]
+    workload: serde::de::IgnoredAny,
+}
+
+/// `rails` -> `profiles/rails.yaml` (here or in the nearest ancestor that has it); a
+/// path (with `/` or `.yaml`) as it is.
+pub fn resolve(arg: &str) -> PathBuf {
+    if arg.contains('/') || arg.ends_with(".yaml") || arg.ends_with(".yml") {
+        return PathBuf::from(arg);
+    }
+    let rel = Path::new("profiles").join(format!("{arg}.yaml"));
+    let cwd = std::env::current_dir().unwrap_or_default();
+    cwd.ancestors()
+        .map(|d| d.join(&rel))
+        .find(|p| p.is_file())
+        .unwrap_or(rel)
+}
+
+/// Every profile in the `profiles/` directory (here or in the nearest ancestor), by name.
+pub fn all() -> Result<Vec<String>> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let Some(dir) = cwd
+        .ancestors()
+        .map(|d| d.join("profiles"))
+        .find(|p| p.is_dir())
+    else {
+        bail!(
+            "no profiles/ directory in {} or above it: name profiles with --profiles",
+            cwd.display()
+        );
+    };
+    let mut names = vec![];
+    for e in std::fs::read_dir(&dir).with_context(|| format!("{}: reading", dir.display()))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "yaml") {
+            names.push(p.file_stem().unwrap_or_default().to_string_lossy().into());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+impl Profile {
+    pub fn load(path: &Path) -> Result<Profile> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read the profile", path.display()))?;
+        Profile::parse(&text, path)
+    }
+
+    /// Parse a profile; its script is checked by composing it with a direct topology.
+    pub fn parse(text: &str, path: &Path) -> Result<Profile> {
+        let raw: RawProfile =
+            serde_saphyr::from_str(text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let mut expected = BTreeMap::new();
+        for (t, c) in raw.expected {
+            let class = Class::from_name(&c).ok_or_else(|| {
+                anyhow!(
+                    "{}: expected.{t}: unknown outcome class {c:?} (one of: {})",
+                    path.display(),
+                    Class::ALL.map(Class::name).join(", ")
+                )
+            })?;
+            expected.insert(t, class);
+        }
+        let p = Profile {
+            name: path
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into(),
+            path: path.to_path_buf(),
+            tool: raw.tool,
+            waits_forever: raw.waits_forever,
+            expected,
+            text: text.to_string(),
+        };
+        // The script itself: parsed as a topology would parse it, errors at its lines.
+        p.compose(
+            "postgres:\n  version: \"18.6\"\n",
+            "direct",
+            &Compose::default(),
+        )?;
+        Ok(p)
+    }
+
+    /// A topology text: this profile's `workload:` (at its own lines, the other keys of the
+    /// profile commented out) with the servers of `base` (a topology's text: every key but
+    /// name, description, workload, run, expect and faults) and a concurrent `run:`.
+    /// Returns the text and the parsed topology; errors name the profile's file and line.
+    pub fn compose(&self, base: &str, base_name: &str, c: &Compose) -> Result<(String, Topology)> {
+        let mut out = String::new();
+        for (key, lines) in sections(&self.text) {
+            for line in lines {
+                if key.as_deref() == Some("workload") || key.is_none() {
+                    out.push_str(&replicas_line(line, c.replicas));
+                } else {
+                    out.push_str("# ");
+                    out.push_str(line);
+                }
+                out.push('\n');
+            }
+        }
+        let name = format!("{}--{base_name}", self.name);
+        out.push_str(&format!(
+            "\n# Composed by pgchaos matrix: profile {} ({}) on the servers of topology {base_name}.\n",
+            self.path.display(),
+            self.tool
+        ));
+        out.push_str(&format!("name: {name}\n"));
+        out.push_str(&format!(
+            "description: >-\n  {} as replicas on {base_name}.\n",
+            self.tool.replace(':', " -")
+        ));
+        for (key, lines) in sections(base) {
+            let skip = matches!(
+                key.as_deref(),
+                None | Some("name" | "description" | "workload" | "run" | "expect" | "faults")
+            );
+            if !skip {
+                for line in lines {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        out.push_str(&format!(
+            "run:\n  schedule: concurrent\n  cases: {}\n  seed: {}\n  time_limit: 5m\n  op_deadline: {}ms\n  max_shrink_runs: {}\n",
+            c.cases,
+            c.seed,
+            c.op_deadline_ms,
+            c.max_shrink_runs
+        ));
+        let topo = Topology::parse(&out, &self.path, catalog()).map_err(|e| {
+            anyhow!(
+                "{e}\n(profile {} composed with topology {base_name})",
+                self.path.display()
+            )
+        })?;
+        if topo.workload.script.is_empty() {
+            bail!(
+                "{}: a profile needs `workload.script`: its replicas' protocol",
+                self.path.display()
+            );
+        }
+        Ok((out, topo))
+    }
+}
+
+/// How a profile is composed with a topology.
+#[derive(Clone, Debug)]
+pub struct Compose {
+    /// Replaces the first script group's `clients:` (the profile's own count when `None`).
+    pub replicas: Option<u32>,
+    pub seed: u64,
+    pub cases: u32,
+    pub max_shrink_runs: u32,
+    pub op_deadline_ms: u64,
+}
+
+impl Default for Compose {
+    fn default() -> Compose {
+        Compose {
+            replicas: None,
+            seed: 1,
+            cases: 1,
+            max_shrink_runs: 6,
+            op_deadline_ms: 2000,
+        }
+    }
+}
+
+/// A YAML text's top-level sections in order: `(Some(key), lines)`, or `(None, lines)` for
+/// comments and blank lines before the first key. Block style, keys at column 0.
+fn sections(text: &str) -> Vec<(Option<String>, Vec<&str>)> {
+    let mut out: Vec<(Option<String>, Vec<&str>)> = vec![(None, vec![])];
+    for line in text.lines() {
+        let top = line
+            .chars()
+            .next()
+            .is_some_and(|ch| !ch.is_whitespace() && ch != '#' && ch != '-')
+            && line.contains(':');
+        if top {
+            let key = line.split(':').next().unwrap_or("").trim().to_string();
+            out.push((Some(key), vec![line]));
+        } else {
+            out.last_mut().expect("one").1.push(line);
+        }
+    }
+    out
+}
+
+/// The first `- clients: N` line with N replaced (same line, same columns before it).
+fn replicas_line(line: &str, replicas: Option<u32>) -> String {
+    let Some(n) = replicas else {
+        return line.to_string();
+    };
+    let t = line.trim_start();
+    match t.strip_prefix("- clients:") {
+        Some(rest) if rest.trim().parse::<u32>().is_ok() => {
+            format!("{}- clients: {n}", &line[..line.len() - t.len()])
+        }
+        _ => line.to_string(),
+    }
+}
+
+/// What one run showed, read from its results and its history (generated cases only).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFacts {
+    /// Invariants violated in the run.
+    pub violated: BTreeSet<String>,
+    /// The tool's errors raised, with how many times each.
+    pub raised: BTreeMap<String, u32>,
+    /// Blocking lock calls that ended at `lock_timeout` (55P03).
+    pub lock_timeouts: u32,
+    /// The orphaned locks at a case's end (pg_locks), where `app.no_orphans` was violated:
+    /// `pid N (backend_start) key K`.
+    pub leaked: Vec<String>,
+}
+
+impl RunFacts {
+    /// Every class the run showed (`safe` alone when none other).
+    pub fn classes(&self, waits_forever: bool) -> BTreeSet<Class> {
+        let v = |n: &str| self.violated.contains(n);
+        let mut out = BTreeSet::new();
+        if v("app.mutual_exclusion") || v("app.applied_once") {
+            out.insert(Class::RanTwice);
+        }
+        if v("app.no_lost_lock") {
+            out.insert(Class::Lost);
+        }
+        if v("app.no_orphans") {
+            out.insert(Class::Leaked);
+        }
+        if v("app.progress") || (waits_forever && self.lock_timeouts > 0) {
+            out.insert(Class::Stuck);
+        }
+        if self.raised.keys().any(|m| !m.starts_with(HARNESS_STOP)) {
+            out.insert(Class::ErrorPath);
+        }
+        if out.is_empty() {
+            out.insert(Class::Safe);
+        }
+        out
+    }
+
+    /// A `pg.*` invariant was violated: PostgreSQL, the pooler or pgchaos is wrong, and the
+    /// cell cannot be trusted until that is understood.
+    pub fn pg_violated(&self) -> bool {
+        self.violated.iter().any(|n| n.starts_with("pg."))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,245 @@
+//! Profiles: every shipped file parses, its key is the tool's own derivation for the
+//! `chaos` database (the functions of `workload::keys`, themselves checked against values
+//! computed apart in Python), composition keeps the profile's lines, and the outcome
+//! classes follow the run's facts.
+
+use super::*;
+use crate::vocab::{Key, Op};
+use crate::workload::keys;
+
+fn shipped(name: &str) -> Profile {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../profiles")
+        .join(format!("{name}.yaml"));
+    Profile::load(&path).unwrap_or_else(|e| panic!("{name}: {e:#}"))
+}
+
+/// The profile composed with a bare direct topology.
+fn on_direct(p: &Profile) -> Topology {
+    p.compose(
+        "postgres:\n  version: \"18.6\"\n",
+        "direct",
+        &Compose::default(),
+    )
+    .unwrap()
+    .1
+}
+
+fn key_of(p: &Profile) -> Key {
+    let topo = on_direct(p);
+    assert_eq!(topo.workload.keys.len(), 1, "{}: one key", p.name);
+    topo.workload.keys[0]
+}
+
+/// Each profile's key as its tool computes it for the `chaos` database.
+#[test]
+fn keys_are_the_tools_own_derivations() {
+    let cases: [(&str, i64); 8] = [
+        // Zlib.crc32(current_database) * MIGRATOR_SALT
+        ("rails", keys::rails_migrator_lock_id("chaos")),
+        // the migrate CLI hashes the URL path, "/chaos"
+        (
+            "golang-migrate",
+            keys::golang_migrate_lock_id("/chaos", "public", "schema_migrations"),
+        ),
+        ("prisma", keys::PRISMA_LOCK_ID),
+        (
+            "flyway",
+            keys::flyway_lock_id("public", "flyway_schema_history"),
+        ),
+        (
+            "flyway-session",
+            keys::flyway_lock_id("public", "flyway_schema_history"),
+        ),
+        ("sqlx", keys::sqlx_lock_id("chaos")),
+        ("authentik", keys::AUTHENTIK_LOCK_ID),
+        (
+            "good-job",
+            keys::good_job_lock_key(&keys::good_job_lockable_key(
+                "good_jobs",
+                "3f1e9c2a-5b7d-4e8f-9a10-b2c3d4e5f607",
+            )),
+        ),
+    ];
+    for (name, want) in cases {
+        let p = shipped(name);
+        assert_eq!(key_of(&p), Key::Big(want), "{name}");
+        // Every key in its script is that key.
+        let topo = on_direct(&p);
+        for op in topo.workload.script.iter().flat_map(|g| &g.ops) {
+            if let Some(k) = op.key {
+                assert_eq!(k, Key::Big(want), "{name}: {:?}", op.op);
+            }
+        }
+    }
+    // The values themselves, as the tools' sources give them for `chaos`.
+    assert_eq!(
+        keys::rails_migrator_lock_id("chaos"),
+        4_560_344_785_677_148_545
+    );
+    assert_eq!(
+        keys::golang_migrate_lock_id("/chaos", "public", "schema_migrations"),
+        2_043_205_533
+    );
+    assert_eq!(keys::sqlx_lock_id("chaos"), 2_280_172_391_728_170_742);
+    assert_eq!(
+        keys::flyway_lock_id("public", "flyway_schema_history"),
+        77_433_833_903_597
+    );
+}
+
+#[test]
+fn every_shipped_profile_parses_with_five_replicas_and_expectations() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "yaml") {
+            continue;
+        }
+        n += 1;
+        let p = Profile::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
+        let topo = on_direct(&p);
+        assert_eq!(topo.workload.clients, 5, "{}: five replicas", p.name);
+        for t in DEFAULT_TOPOLOGIES {
+            assert!(
+                p.expected.contains_key(t),
+                "{}: no expected cell for {t}",
+                p.name
+            );
+        }
+    }
+    assert!(n >= 8, "the seven tools (Flyway twice): {n}");
+}
+
+/// Flyway's retries expand into guarded pauses and tries; Rails' checked unlock is a raise
+/// after it.
+#[test]
+fn retries_and_checks_compile_to_guarded_steps() {
+    let p = shipped("flyway");
+    let topo = on_direct(&p);
+    let ops = &topo.workload.script[0].ops;
+    let tries = ops.iter().filter(|o| o.op == Op::TryXactLock).count();
+    assert_eq!(tries, 51, "lockRetryCount 50: 51 attempts");
+    let pauses: Vec<_> = ops.iter().filter(|o| o.op == Op::Sleep).collect();
+    assert_eq!(pauses.len(), 50);
+    assert!(
+        pauses
+            .iter()
+            .all(|s| s.ms == Some(100) && s.when == crate::vocab::When::NotHeld)
+    );
+    assert_eq!(
+        ops[1].when,
+        crate::vocab::When::Ok,
+        "the first try as written"
+    );
+    assert_eq!(
+        ops[3].when,
+        crate::vocab::When::NotHeld,
+        "retries only while not held"
+    );
+    let raise = ops.iter().find(|o| o.op == Op::Raise).unwrap();
+    assert_eq!(raise.when, crate::vocab::When::LastFailed);
+    assert!(
+        raise
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("Number of retries exceeded")
+    );
+}
+
+#[test]
+fn composition_keeps_the_profiles_lines_and_replaces_the_servers() {
+    let p = shipped("rails");
+    let base = "# a comment\nname: mine\npostgres:\n  version: \"18.6\"\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\nworkload:\n  keys: [1]\nrun:\n  cases: 9\nexpect:\n  app.progress: violated\n";
+    let c = Compose {
+        replicas: Some(3),
+        seed: 7,
+        ..Compose::default()
+    };
+    let (text, topo) = p.compose(base, "mine", &c).unwrap();
+    let src: Vec<&str> = p.text.lines().collect();
+    let out: Vec<&str> = text.lines().collect();
+    let at = src.iter().position(|l| l.starts_with("workload:")).unwrap();
+    assert_eq!(out[at], src[at], "workload at the profile's own line");
+    assert_eq!(topo.name, "rails--mine");
+    assert_eq!(topo.workload.clients, 3, "--replicas");
+    assert_eq!(topo.run.seed, Some(7));
+    assert_eq!(topo.run.cases, 1);
+    assert!(topo.expect.is_empty(), "the base's expect block is dropped");
+    assert_eq!(
+        topo.pgbouncer.as_ref().map(|b| b.pool_mode.as_str()),
+        Some("transaction")
+    );
+    assert!(text.contains("# tool: Rails"), "profile keys commented out");
+}
+
+#[test]
+fn a_bad_script_is_reported_at_the_profiles_line_and_column() {
+    let text = "tool: x\nworkload:\n  keys: [1]\n  script:\n    - clients: 2\n      ops:\n        - try_lock: 1\n        - { unlock: 1, when: sometimes }\n";
+    let e = Profile::parse(text, Path::new("profiles/bad.yaml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("profiles/bad.yaml:8:"), "{e}");
+    assert!(e.contains("unknown `when` condition `sometimes`"), "{e}");
+    let e = Profile::parse(
+        "tool: x\nexpected: { direct: fine }\nworkload: {}\n",
+        Path::new("p.yaml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("unknown outcome class \"fine\""), "{e}");
+    let e = Profile::parse(
+        "tool: x\nworkload:\n  keys: [1]\n  script:\n    - ops: [raise]\n",
+        Path::new("p.yaml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("`raise` needs the tool's error message"), "{e}");
+}
+
+#[test]
+fn classes_follow_the_facts_worst_first() {
+    let mut f = RunFacts::default();
+    assert_eq!(f.classes(false), BTreeSet::from([Class::Safe]));
+    f.raised.insert("ConcurrentMigrationError".into(), 4);
+    assert_eq!(f.classes(false), BTreeSet::from([Class::ErrorPath]));
+    let mut stop = RunFacts::default();
+    stop.raised
+        .insert(format!("{HARNESS_STOP} still waiting"), 1);
+    assert_eq!(
+        stop.classes(false),
+        BTreeSet::from([Class::Safe]),
+        "the harness's stop is not the tool's error"
+    );
+    f.lock_timeouts = 1;
+    assert!(
+        !f.classes(false).contains(&Class::Stuck),
+        "the tool's own timeout"
+    );
+    assert!(
+        f.classes(true).contains(&Class::Stuck),
+        "a tool that waits forever"
+    );
+    f.leaked.push("pid 1 key 2".into());
+    assert!(
+        !f.classes(false).contains(&Class::Leaked),
+        "rows alone are not a verdict"
+    );
+    f.violated.insert("app.no_orphans".into());
+    f.violated.insert("app.applied_once".into());
+    let c = f.classes(false);
+    assert_eq!(c.first(), Some(&Class::RanTwice), "worst first: {c:?}");
+    assert!(c.contains(&Class::Leaked) && !c.contains(&Class::Safe));
+    assert!(!f.pg_violated());
+    f.violated.insert("pg.exclusion".into());
+    assert!(f.pg_violated());
+    for c in Class::ALL {
+        assert_eq!(Class::from_name(c.name()), Some(c));
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            format!("\"{}\"", c.name())
+        );
+    }
+}

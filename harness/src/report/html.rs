@@ -1,0 +1,1237 @@
+//! `report.html`: the run in a browser, self-contained (inline CSS and SVG, no script, no
+//! network fetch): the run's header, the verdict table, and for every minimal failure with
+//! evidence a timeline of its evidence replay drawn from the recorded events alone.
+//!
+//! The timeline has a lane per client (C1, C2, ...), one for the nemesis when the case has
+//! faults, and one per backend (B1, B2, ... as in `case.yaml`). Each op is a bar from its
+//! invoke to its completion, coloured by outcome; each backend's advisory locks, as the
+//! observations' `pg_locks` rows show them, are spans in its lane; faults of the servers
+//! shade every lane; the violation is a red line at the step where it was found. Sequential
+//! cases get a slot per step (time is stretched between steps, so a 0.3 ms op is as wide as
+//! a 200 ms one); concurrent cases a linear time axis, so overlapping ops overlap.
+//!
+//! Elements carry classes and data attributes for tests and for people reading the source:
+//! `g.lane[data-client|data-nemesis|data-backend]`, `g.op.{ok,false,error,info,skip}` with
+//! `data-t0`/`data-t1` (ns since the run started), `g.hold[data-pid][data-backend-start]`,
+//! `rect.fault`, `g.violation[data-invariant]`.
+
+use super::Results;
+use crate::check::{CaseCheck, FirstFailure};
+use crate::history::{Body, CaseView, Event, Process, StepView, symbol};
+use crate::topology::Schedule;
+use crate::vocab::{BackendId, Key, Outcome, Reply};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Escape text for HTML (element content and quoted attribute values alike).
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Control characters other than tab and newline would make the document invalid.
+            c if c.is_control() && c != '\n' && c != '\t' => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const CSS: &str = r#"
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em 2em; color: #1d232b; background: #fff; }
+h1 { font-size: 1.5em; margin-bottom: .2em; }
+h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #d6dbe1; padding-bottom: .2em; }
+code, pre, .mono { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .92em; }
+pre { background: #f5f7f9; padding: .8em; overflow-x: auto; white-space: pre-wrap; }
+dl.facts { display: grid; grid-template-columns: max-content auto; gap: .15em 1em; }
+dl.facts dt { color: #5b6670; }
+dl.facts dd { margin: 0; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #d6dbe1; padding: .25em .6em; text-align: left; }
+th { background: #eef1f4; }
+td.violated { color: #b3261e; font-weight: 600; }
+td.holds { color: #2e7d32; }
+tr.unexpected td, td.unexpected { background: #fde8e6; }
+.pass { color: #2e7d32; font-weight: 600; }
+.fail { color: #b3261e; font-weight: 600; }
+.timeline { overflow-x: auto; border: 1px solid #d6dbe1; margin: .8em 0; }
+.legend span { display: inline-block; margin-right: 1.2em; }
+.legend i { display: inline-block; width: 1.6em; height: .9em; vertical-align: middle; margin-right: .3em; border: 1px solid #889; }
+ul.violations li { margin: .2em 0; }
+p.caption { color: #5b6670; font-size: .88em; margin-top: -.4em; }
+svg text { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 10px; }
+svg .lane-label { font-size: 11px; fill: #1d232b; }
+svg .bg-even { fill: #fafbfc; }
+svg .bg-odd { fill: #f0f3f6; }
+svg .tick line { stroke: #d6dbe1; }
+svg .tick text { fill: #5b6670; }
+svg .op rect { stroke: #33404d; stroke-width: .5; }
+svg .op text { fill: #10161c; pointer-events: none; }
+svg .op.ok rect { fill: #66bb6a; } .legend i.ok { background: #66bb6a; }
+svg .op.false rect { fill: #f6c343; } .legend i.false { background: #f6c343; }
+svg .op.error rect { fill: #ef6b57; } .legend i.error { background: #ef6b57; }
+svg .op.info rect { fill: #b58ae6; } .legend i.info { background: #b58ae6; }
+svg .op.skip rect { fill: #e3e6ea; stroke-dasharray: 3 2; } .legend i.skip { background: #e3e6ea; border-style: dashed; }
+svg .hold rect { fill: #4a86d9; fill-opacity: .75; } .legend i.hold { background: #6f9fe2; }
+svg .hold text { fill: #fff; }
+svg .wait rect { fill: #bcd6f5; stroke: #4a86d9; stroke-dasharray: 3 2; } .legend i.wait { background: #bcd6f5; border: 1px dashed #4a86d9; }
+svg .serve rect { fill: #33404d; }
+svg rect.fault { fill: #ff9800; fill-opacity: .18; stroke: #ff9800; stroke-opacity: .6; } .legend i.fault { background: #ffe6c2; border-color: #ff9800; }
+svg .violation line { stroke: #d50000; stroke-width: 2; }
+svg .violation text { fill: #d50000; font-weight: 700; font-size: 11px; }
+.legend i.violation { background: #d50000; width: .25em; border: 0; }
+"#;
+
+/// A complete HTML document around `body`.
+pub fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
+        esc(title)
+    )
+}
+
+/// `PostgreSQL 18.6 + PgBouncer 1.24.1 (declared 1.25.2)`, from the results.
+pub fn versions_line(r: &Results) -> String {
+    match &r.versions.pgbouncer {
+        Some(b) => format!(
+            "PostgreSQL {} + PgBouncer {} (declared {})",
+            r.versions.postgres,
+            b,
+            r.versions.pgbouncer_declared.clone().unwrap_or_default()
+        ),
+        None => format!("PostgreSQL {}", r.versions.postgres),
+    }
+}
+
+/// The whole `report.html`.
+pub fn report(results: &Results, description: Option<&str>, failures: &[FirstFailure]) -> String {
+    let r = results;
+    let mut b = String::new();
+    let _ = write!(
+        b,
+        "<header>\n<h1>pgchaos report: {}</h1>\n",
+        esc(&r.topology)
+    );
+    if let Some(d) = description.filter(|d| !d.trim().is_empty()) {
+        let _ = writeln!(b, "<p class=\"description\">{}</p>", esc(d.trim()));
+    }
+    let facts: Vec<(&str, String, &str)> = vec![
+        ("topology", r.topology_file.clone(), "mono"),
+        ("versions", versions_line(r), ""),
+        (
+            "version drift",
+            if r.version_drift.is_empty() {
+                "none".into()
+            } else {
+                r.version_drift.join("; ")
+            },
+            "",
+        ),
+        (
+            "pool mode",
+            r.pool_mode
+                .clone()
+                .unwrap_or_else(|| "direct (no pooler)".into()),
+            "",
+        ),
+        ("seed", r.seed.to_string(), "mono"),
+        (
+            "cases",
+            format!(
+                "{}, {} steps ({} skipped){}",
+                r.cases,
+                r.steps,
+                r.skipped_steps,
+                if r.stopped_by_time_limit {
+                    ", stopped by the time limit"
+                } else {
+                    ""
+                }
+            ),
+            "",
+        ),
+    ];
+    b.push_str("<dl class=\"facts\">\n");
+    for (k, v, class) in facts {
+        let _ = writeln!(
+            b,
+            "<dt>{}</dt><dd class=\"{class}\" data-fact=\"{}\">{}</dd>",
+            esc(k),
+            esc(k),
+            esc(&v)
+        );
+    }
+    let _ = writeln!(
+        b,
+        "<dt>passed</dt><dd data-fact=\"passed\" class=\"{}\">{} (verdicts {} the topology's <code>expect</code> block)</dd>",
+        if r.passed { "pass" } else { "fail" },
+        r.passed,
+        if r.passed { "match" } else { "differ from" },
+    );
+    b.push_str("</dl>\n</header>\n");
+    b.push_str(&verdict_table(r, failures));
+    b.push_str(LEGEND);
+    for f in failures {
+        b.push_str(&failure_section(r, f));
+    }
+    page(&format!("pgchaos report: {}", r.topology), &b)
+}
+
+const LEGEND: &str = "<p class=\"legend\">\
+<span><i class=\"ok\"></i>ok</span>\
+<span><i class=\"false\"></i>false</span>\
+<span><i class=\"error\"></i>error</span>\
+<span><i class=\"info\"></i>outcome unknown</span>\
+<span><i class=\"skip\"></i>skipped</span>\
+<span><i class=\"hold\"></i>advisory lock held (pg_locks)</span>\
+<span><i class=\"wait\"></i>waiting for a lock</span>\
+<span><i class=\"fault\"></i>fault of the servers</span>\
+<span><i class=\"violation\"></i>violation</span>\
+</p>\n";
+
+fn has_evidence(failures: &[FirstFailure], name: &str) -> bool {
+    failures
+        .iter()
+        .any(|f| f.invariant == name && f.evidence.is_some())
+}
+
+/// The verdict table: a row per invariant, its minimal case linked.
+fn verdict_table(r: &Results, failures: &[FirstFailure]) -> String {
+    let mut t = String::from(
+        "<table class=\"verdicts\">\n<thead><tr><th>invariant</th><th>tier</th><th>verdict</th><th>expected</th><th>violating cases</th><th>minimal case</th></tr></thead>\n<tbody>\n",
+    );
+    for i in &r.invariants {
+        let unexpected = i.verdict != i.expected;
+        let minimal = match &i.first_failure {
+            Some(f) if has_evidence(failures, &i.name) => format!(
+                "<a href=\"{}\">{}</a> ({} steps, {} shrink runs) <a href=\"#{}\">timeline</a>",
+                esc(&f.case_file),
+                esc(&f.case_file),
+                f.minimal_steps,
+                f.shrink_runs,
+                esc(&anchor(&i.name)),
+            ),
+            Some(f) => format!("{} steps ({} shrink runs)", f.minimal_steps, f.shrink_runs),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            t,
+            "<tr class=\"inv{}\" data-invariant=\"{}\" data-verdict=\"{}\" data-expected=\"{}\"><td class=\"mono\">{}</td><td>{}</td><td class=\"{}\">{}{}</td><td>{}</td><td>{}/{}</td><td>{}</td></tr>",
+            if unexpected { " unexpected" } else { "" },
+            esc(&i.name),
+            i.verdict,
+            i.expected,
+            esc(&i.name),
+            i.tier,
+            i.verdict,
+            i.verdict,
+            if unexpected { " (UNEXPECTED)" } else { "" },
+            i.expected,
+            i.violating_cases,
+            r.cases,
+            minimal,
+        );
+    }
+    t.push_str("</tbody>\n</table>\n");
+    t
+}
+
+fn anchor(invariant: &str) -> String {
+    format!("failure-{invariant}")
+}
+
+/// A failure's section: what shrinking made of it, the timeline, the violations, the story.
+fn failure_section(r: &Results, f: &FirstFailure) -> String {
+    let Some((events, check)) = &f.evidence else {
+        return String::new();
+    };
+    let Ok(view) = CaseView::build(events) else {
+        return String::new();
+    };
+    let inv = &f.invariant;
+    let case_file = format!("failures/{inv}/case.yaml");
+    let mut s = format!(
+        "<section class=\"failure\" id=\"{}\" data-invariant=\"{}\">\n<h2>{}</h2>\n",
+        esc(&anchor(inv)),
+        esc(inv),
+        esc(inv)
+    );
+    let _ = writeln!(
+        s,
+        "<p>Minimal case: {} steps (from {}; {} shrink runs), {} schedule. Case file: <a href=\"{}\">{}</a>, evidence: <a href=\"failures/{}/evidence.json\">evidence.json</a>. Reproduce: <code>pgchaos reproduce {}</code> or <code>pgchaos reproduce --seed {} --invariant {} {}</code></p>",
+        view.steps.len(),
+        f.original.len(),
+        f.shrink_runs,
+        match view.start.schedule {
+            Schedule::Sequential => "sequential",
+            Schedule::Concurrent => "concurrent",
+        },
+        esc(&case_file),
+        esc(&case_file),
+        esc(inv),
+        esc(&case_file),
+        f.case_seed.unwrap_or(0),
+        esc(inv),
+        esc(&r.topology_file),
+    );
+    if !check.violates(inv) {
+        s.push_str("<p class=\"fail\">The evidence replay of this minimal case did not show the violation (a concurrent case depends on timing); the timeline is of that replay, and <code>pgchaos reproduce</code> replays it again.</p>\n");
+    }
+    let _ = writeln!(
+        s,
+        "<div class=\"timeline\">\n{}</div>\n<p class=\"caption\">{}</p>",
+        timeline(inv, events, &view, check),
+        match view.start.schedule {
+            Schedule::Sequential =>
+                "A slot per step: each op's bar runs from its invoke to its reply; after it, the observation (pg_locks) and the contender's probes. Lock spans are what pg_locks showed, from the first observation that had the row to the first that did not. Hover for replies, backends and times.",
+            Schedule::Concurrent =>
+                "Time runs left to right, stretched between events (square-root scale) so short ops stay visible beside long ones; order and overlap are exact, ticks give the time since the case began. Lock spans are what the sampler's pg_locks rows showed. Hover for replies, backends and times.",
+        }
+    );
+    if !check.violations.is_empty() {
+        s.push_str("<ul class=\"violations\">\n");
+        for v in &check.violations {
+            let step = view.steps.get(v.step);
+            let _ = writeln!(
+                s,
+                "<li data-invariant=\"{}\"><b>{}</b> at step {}{}: {}</li>",
+                esc(&v.invariant),
+                esc(&v.invariant),
+                v.step + 1,
+                step.map(|s| format!(" ({})", esc(&s.label())))
+                    .unwrap_or_default(),
+                esc(&v.detail)
+            );
+        }
+        s.push_str("</ul>\n");
+    }
+    let _ = writeln!(
+        s,
+        "<details open><summary>The case in words</summary><pre>{}</pre></details>\n</section>",
+        esc(&super::markdown::story(&view, check))
+    );
+    s
+}
+
+// ---------------------------------------------------------------------------------------
+// The timeline
+
+/// Width of the lane labels, left of the plot.
+const LABEL_W: f64 = 190.0;
+/// Height of a lane.
+const LANE_H: f64 = 26.0;
+/// Above the lanes: violation labels and the axis.
+const TOP: f64 = 44.0;
+/// The plot of a concurrent timeline.
+const PLOT_W: f64 = 1060.0;
+/// Narrowest bar drawn.
+const MIN_W: f64 = 3.0;
+/// Approximate advance of a 10px monospace character.
+const CHAR_W: f64 = 6.1;
+
+/// From event time (ns) to x: piecewise linear through anchors `(t, x)`, increasing in
+/// both (clamped outside them). Monotone, so order and overlap are kept exactly.
+struct Scale(Vec<(u64, f64)>);
+
+impl Scale {
+    /// Anchors in any order; those that would make it non-monotone are dropped.
+    fn new(mut anchors: Vec<(u64, f64)>) -> Scale {
+        anchors.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        let mut mono: Vec<(u64, f64)> = vec![];
+        for a in anchors {
+            match mono.last() {
+                Some(l) if a.0 <= l.0 || a.1 < l.1 => {}
+                _ => mono.push(a),
+            }
+        }
+        Scale(mono)
+    }
+
+    /// Events at `times` spread over `[x0, x0 + w]`, each gap as wide as the square root of
+    /// its duration: short ops stay visible beside long ones.
+    fn compressed(times: &[u64], x0: f64, w: f64) -> Scale {
+        let mut ts = times.to_vec();
+        ts.sort_unstable();
+        ts.dedup();
+        let gaps: Vec<f64> = ts
+            .windows(2)
+            .map(|p| ((p[1] - p[0]) as f64).sqrt())
+            .collect();
+        let total: f64 = gaps.iter().sum();
+        let mut x = x0;
+        let mut anchors = vec![];
+        for (i, t) in ts.iter().enumerate() {
+            anchors.push((*t, x));
+            if let Some(g) = gaps.get(i) {
+                x += if total > 0.0 { g / total * w } else { 0.0 };
+            }
+        }
+        Scale::new(anchors)
+    }
+
+    fn x(&self, t: u64) -> f64 {
+        let a = &self.0;
+        let Some(first) = a.first() else {
+            return LABEL_W;
+        };
+        if t <= first.0 {
+            return first.1;
+        }
+        for w in a.windows(2) {
+            let ((ta, xa), (tb, xb)) = (w[0], w[1]);
+            if t <= tb {
+                let f = (t - ta) as f64 / (tb - ta).max(1) as f64;
+                return xa + f * (xb - xa);
+            }
+        }
+        a.last().map(|l| l.1).unwrap_or(LABEL_W)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum LaneKind {
+    Client(usize),
+    Nemesis,
+    Backend(BackendId),
+}
+
+/// ms since the case began, for people.
+fn ms(t: u64, base: u64) -> String {
+    format!("{:.3} ms", t.saturating_sub(base) as f64 / 1e6)
+}
+
+fn reply_class(r: &Reply) -> &'static str {
+    match r {
+        Reply::Bool { value: false } => "false",
+        _ => match r.outcome() {
+            Outcome::Ok => "ok",
+            Outcome::Fail => "error",
+            Outcome::Info => "info",
+        },
+    }
+}
+
+fn reply_text(r: &Reply) -> String {
+    match r {
+        Reply::Error { code, message } if !message.is_empty() => {
+            format!("error {code} ({message})")
+        }
+        r => r.to_string(),
+    }
+}
+
+/// The text that fits in `w` pixels: `full`, else `short`, else nothing.
+fn fitting<'a>(w: f64, full: &'a str, short: &'a str) -> &'a str {
+    let fits = |s: &str| (s.chars().count() as f64) * CHAR_W + 4.0 <= w;
+    if fits(full) {
+        full
+    } else if fits(short) {
+        short
+    } else {
+        ""
+    }
+}
+
+/// A lock seen in `pg_locks`, from one observation to the first that lacks it.
+struct Span {
+    backend: BackendId,
+    backend_start: String,
+    key: Key,
+    mode: String,
+    granted: bool,
+    t0: u64,
+    t1: u64,
+    /// Still there at the last observation.
+    open_end: bool,
+}
+
+/// Lock spans from every observation of the case, in time order.
+fn lock_spans(events: &[Event], t_end: u64) -> Vec<Span> {
+    type Row = (BackendId, Key, bool);
+    let mut open: BTreeMap<Row, (u64, String, String)> = BTreeMap::new();
+    let mut out = vec![];
+    let mut obs: Vec<(u64, &crate::history::Observation)> = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            Body::Obs(o) => Some((e.t, &o.obs)),
+            _ => None,
+        })
+        .collect();
+    obs.sort_by_key(|(t, _)| *t);
+    for (t, o) in obs {
+        let mut now: BTreeMap<Row, (String, String)> = BTreeMap::new();
+        for b in &o.backends {
+            for l in &b.locks {
+                now.insert(
+                    (b.id, l.key, l.granted),
+                    (b.backend_start.clone(), l.mode.clone()),
+                );
+            }
+        }
+        let gone: Vec<Row> = open
+            .keys()
+            .filter(|k| !now.contains_key(k))
+            .copied()
+            .collect();
+        for k in gone {
+            if let Some((t0, start, mode)) = open.remove(&k) {
+                out.push(Span {
+                    backend: k.0,
+                    backend_start: start,
+                    key: k.1,
+                    mode,
+                    granted: k.2,
+                    t0,
+                    t1: t,
+                    open_end: false,
+                });
+            }
+        }
+        for (k, (start, mode)) in now {
+            open.entry(k).or_insert((t, start, mode));
+        }
+    }
+    for (k, (t0, start, mode)) in open {
+        out.push(Span {
+            backend: k.0,
+            backend_start: start,
+            key: k.1,
+            mode,
+            granted: k.2,
+            t0,
+            t1: t_end.max(t0),
+            open_end: true,
+        });
+    }
+    out.sort_by_key(|s| (s.t0, s.backend, s.key));
+    out
+}
+
+/// Who ran a step: a client, or the nemesis (faults).
+fn step_process(s: &StepView) -> Process {
+    if let Some(i) = s.invoke {
+        return i.p;
+    }
+    if let Some(k) = s.skip {
+        return k.p;
+    }
+    match s.op {
+        Some(op) => Process::of(op, s.client),
+        None => Process::Client(s.client),
+    }
+}
+
+/// The timeline of one recorded case as an inline SVG.
+pub fn timeline(invariant: &str, events: &[Event], view: &CaseView, check: &CaseCheck) -> String {
+    let base = events.first().map(|e| e.t).unwrap_or(0);
+    let t_last = events.last().map(|e| e.t).unwrap_or(base);
+    // When each skipped step was skipped (skips carry no time in the view).
+    let skip_t: BTreeMap<usize, u64> = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            Body::Skip(k) => Some((k.step, e.t)),
+            _ => None,
+        })
+        .collect();
+    let steps: Vec<&StepView> = view.steps.iter().filter(|s| s.op.is_some()).collect();
+    let t_start_of = |s: &StepView| s.t_invoke.or(skip_t.get(&s.index).copied());
+    let sequential = view.start.schedule == Schedule::Sequential;
+
+    // The scale, and the plot's extent: a slot per step (sequential), or time compressed
+    // between events (concurrent).
+    let slot_w = (900.0 / view.steps.len().max(1) as f64).clamp(132.0, 240.0);
+    let (scale, plot_w, t_hi) = if sequential {
+        let n = view.steps.len().max(1);
+        let mut anchors: Vec<(u64, f64)> = vec![(base, LABEL_W)];
+        for s in &view.steps {
+            let slot = LABEL_W + s.index as f64 * slot_w;
+            if let Some(ti) = s.t_invoke {
+                anchors.push((ti, slot + 0.1 * slot_w));
+                if let Some(td) = s.t_done {
+                    anchors.push((td, slot + 0.7 * slot_w));
+                }
+            } else if let Some(t) = skip_t.get(&s.index) {
+                anchors.push((*t, slot + 0.4 * slot_w));
+            }
+        }
+        anchors.push((t_last, LABEL_W + n as f64 * slot_w));
+        (Scale::new(anchors), n as f64 * slot_w, t_last)
+    } else {
+        let lo = steps
+            .iter()
+            .filter_map(|s| t_start_of(s))
+            .min()
+            .unwrap_or(base);
+        let hi = steps
+            .iter()
+            .filter_map(|s| s.t_done)
+            .chain(events.iter().filter_map(|e| match &e.body {
+                Body::Obs(o) if o.at == crate::history::At::End => Some(e.t),
+                _ => None,
+            }))
+            .max()
+            .unwrap_or(t_last)
+            .max(lo + 1);
+        let pad = (hi - lo) / 100;
+        let (lo, hi) = (lo.saturating_sub(pad), hi + pad);
+        let mut times: Vec<u64> = vec![lo, hi];
+        for s in &steps {
+            times.extend(t_start_of(s));
+            times.extend(s.t_done);
+        }
+        for sp in lock_spans(events, hi) {
+            times.push(sp.t0.clamp(lo, hi));
+            times.push(sp.t1.clamp(lo, hi));
+        }
+        (Scale::compressed(&times, LABEL_W, PLOT_W), PLOT_W, hi)
+    };
+    let x_end = LABEL_W + plot_w;
+    let clamp = |x: f64| x.clamp(LABEL_W, x_end);
+    let x = |t: u64| clamp(scale.x(t));
+
+    // Lanes: clients with steps, the nemesis, backends that served or held.
+    let order = view.backend_order();
+    let spans = lock_spans(events, t_hi);
+    let mut lanes: Vec<LaneKind> = vec![];
+    for s in &steps {
+        let l = match step_process(s) {
+            Process::Client(c) => LaneKind::Client(c),
+            Process::Nemesis => LaneKind::Nemesis,
+        };
+        if !lanes.contains(&l) {
+            lanes.push(l);
+        }
+    }
+    lanes.sort();
+    let mut backends: Vec<BackendId> = order.clone();
+    for sp in &spans {
+        if !backends.contains(&sp.backend) {
+            backends.push(sp.backend);
+        }
+    }
+    lanes.extend(backends.iter().map(|b| LaneKind::Backend(*b)));
+    let lane_y = |l: &LaneKind| -> f64 {
+        TOP + lanes.iter().position(|x| x == l).unwrap_or(0) as f64 * LANE_H
+    };
+    let height = TOP + lanes.len() as f64 * LANE_H + 8.0;
+    let width = x_end + 16.0;
+    let bsym = |b: BackendId| -> String {
+        match backends.iter().position(|x| *x == b) {
+            Some(i) if i < order.len() => symbol(&order, b),
+            Some(i) => format!("B{}", i + 1),
+            None => format!("pid {}", b.pid),
+        }
+    };
+
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline-svg\" data-invariant=\"{}\" data-schedule=\"{}\" data-shown=\"{}\" width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\" role=\"img\" aria-label=\"timeline of the minimal case of {}\">",
+        esc(invariant),
+        if sequential {
+            "sequential"
+        } else {
+            "concurrent"
+        },
+        check.violates(invariant),
+        esc(invariant),
+    );
+    // Lane backgrounds.
+    for (i, _) in lanes.iter().enumerate() {
+        let _ = writeln!(
+            svg,
+            "<rect class=\"{}\" x=\"0\" y=\"{:.1}\" width=\"{width:.0}\" height=\"{LANE_H}\"/>",
+            if i % 2 == 0 { "bg-even" } else { "bg-odd" },
+            TOP + i as f64 * LANE_H
+        );
+    }
+    // The axis: a slot per step, or milliseconds.
+    let lanes_bottom = TOP + lanes.len() as f64 * LANE_H;
+    svg.push_str("<g class=\"axis\">\n");
+    if sequential {
+        for i in 0..=view.steps.len() {
+            let xs = LABEL_W + i as f64 * slot_w;
+            let _ = write!(
+                svg,
+                "<g class=\"tick\"><line x1=\"{xs:.1}\" y1=\"{:.1}\" x2=\"{xs:.1}\" y2=\"{lanes_bottom:.1}\"/>",
+                TOP - 4.0
+            );
+            if i < view.steps.len() {
+                let _ = write!(
+                    svg,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">step {}</text>",
+                    xs + slot_w / 2.0,
+                    TOP - 6.0,
+                    i + 1
+                );
+            }
+            svg.push_str("</g>\n");
+        }
+    } else {
+        // Ticks at the events' real times, where there is room for a label.
+        let mut last_x = f64::NEG_INFINITY;
+        for (t, xs) in &scale.0 {
+            if xs - last_x < 64.0 || *xs > x_end - 20.0 {
+                continue;
+            }
+            last_x = *xs;
+            let _ = writeln!(
+                svg,
+                "<g class=\"tick\"><line x1=\"{xs:.1}\" y1=\"{:.1}\" x2=\"{xs:.1}\" y2=\"{lanes_bottom:.1}\"/><text x=\"{xs:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text></g>",
+                TOP - 4.0,
+                TOP - 6.0,
+                short_ms(t.saturating_sub(base))
+            );
+        }
+    }
+    svg.push_str("</g>\n");
+    // Faults of the servers: bands across every lane.
+    for s in &steps {
+        let Some(op) = s.op.filter(|o| o.is_server_fault()) else {
+            continue;
+        };
+        let Some(t0) = t_start_of(s) else { continue };
+        let t1 = s.t_done.unwrap_or(t_hi);
+        let (x0, x1) = (x(t0), x(t1));
+        let _ = writeln!(
+            svg,
+            "<rect class=\"fault\" data-op=\"{}\" data-step=\"{}\" data-t0=\"{t0}\" data-t1=\"{t1}\" x=\"{x0:.1}\" y=\"{TOP:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{}</title></rect>",
+            op.name(),
+            s.index,
+            (x1 - x0).max(MIN_W),
+            lanes_bottom - TOP,
+            esc(&format!(
+                "fault {} (step {}): {} from {} to {}",
+                op.name(),
+                s.index + 1,
+                s.done
+                    .map(|d| reply_text(&d.value))
+                    .unwrap_or_else(|| "no reply recorded".into()),
+                ms(t0, base),
+                ms(t1, base)
+            ))
+        );
+    }
+    // Lanes with their contents.
+    for l in &lanes {
+        let y = lane_y(l);
+        let (attrs, label) = match l {
+            LaneKind::Client(c) => (
+                format!("data-lane=\"C{0}\" data-client=\"C{0}\"", c + 1),
+                format!("C{}", c + 1),
+            ),
+            LaneKind::Nemesis => (
+                "data-lane=\"nemesis\" data-nemesis=\"nemesis\"".to_string(),
+                "nemesis".to_string(),
+            ),
+            LaneKind::Backend(b) => (
+                format!(
+                    "data-lane=\"{0}\" data-backend=\"{0}\" data-pid=\"{1}\" data-backend-start=\"{2}\"",
+                    esc(&bsym(*b)),
+                    b.pid,
+                    esc(&b.backend_start())
+                ),
+                format!("{} pid {}", bsym(*b), b.pid),
+            ),
+        };
+        let _ = writeln!(svg, "<g class=\"lane\" {attrs}>");
+        let _ = write!(
+            svg,
+            "<text class=\"lane-label\" x=\"8\" y=\"{:.1}\">{}",
+            y + LANE_H / 2.0 + 4.0,
+            esc(&label)
+        );
+        if let LaneKind::Backend(b) = l {
+            let _ = write!(
+                svg,
+                "<title>{}</title>",
+                esc(&format!(
+                    "{} pid {} backend_start {}",
+                    bsym(*b),
+                    b.pid,
+                    b.backend_start()
+                ))
+            );
+        }
+        svg.push_str("</text>\n");
+        match l {
+            LaneKind::Client(_) | LaneKind::Nemesis => {
+                for s in steps.iter().filter(|s| {
+                    let p = step_process(s);
+                    match l {
+                        LaneKind::Client(c) => p == Process::Client(*c),
+                        _ => p == Process::Nemesis,
+                    }
+                }) {
+                    svg.push_str(&op_bar(
+                        s,
+                        skip_t.get(&s.index).copied(),
+                        y,
+                        base,
+                        t_hi,
+                        &x,
+                        &bsym,
+                        check,
+                    ));
+                }
+            }
+            LaneKind::Backend(b) => {
+                // The ops it served: thin marks at the bottom of its lane.
+                for s in &steps {
+                    let Some(d) = s.done.filter(|d| d.backend == Some(*b)) else {
+                        continue;
+                    };
+                    let (Some(t0), Some(t1)) = (s.t_invoke, s.t_done) else {
+                        continue;
+                    };
+                    let (x0, x1) = (x(t0), x(t1));
+                    let _ = writeln!(
+                        svg,
+                        "<g class=\"serve\" data-step=\"{}\"><rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"3\"/><title>{}</title></g>",
+                        s.index,
+                        y + LANE_H - 5.0,
+                        (x1 - x0).max(MIN_W),
+                        esc(&format!(
+                            "{} (pid {}, backend_start {}) served {}: {}",
+                            bsym(*b),
+                            b.pid,
+                            b.backend_start(),
+                            s.label(),
+                            reply_text(&d.value)
+                        ))
+                    );
+                }
+                for sp in spans.iter().filter(|sp| sp.backend == *b) {
+                    let (x0, x1) = (x(sp.t0), x(sp.t1));
+                    let w = (x1 - x0).max(MIN_W * 2.0);
+                    let key = sp.key.to_string();
+                    let text = fitting(w, &key, "");
+                    let _ = writeln!(
+                        svg,
+                        "<g class=\"{}\" data-pid=\"{}\" data-backend-start=\"{}\" data-key=\"{}\" data-t0=\"{}\" data-t1=\"{}\"><rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{:.1}\" rx=\"2\"/>{}<title>{}</title></g>",
+                        if sp.granted { "hold" } else { "wait" },
+                        sp.backend.pid,
+                        esc(&sp.backend_start),
+                        esc(&key),
+                        sp.t0,
+                        sp.t1,
+                        y + 4.0,
+                        LANE_H - 11.0,
+                        bar_text(text, x0 + 3.0, y + LANE_H / 2.0 + 2.0),
+                        esc(&format!(
+                            "{} pid {} backend_start {}\n{} key {} ({}) in pg_locks\nseen from {} to {}{}",
+                            bsym(sp.backend),
+                            sp.backend.pid,
+                            sp.backend_start,
+                            if sp.granted { "holds" } else { "waits for" },
+                            sp.key,
+                            sp.mode,
+                            ms(sp.t0, base),
+                            ms(sp.t1, base),
+                            if sp.open_end {
+                                " (still there at the last observation)"
+                            } else {
+                                ""
+                            }
+                        ))
+                    );
+                }
+            }
+        }
+        svg.push_str("</g>\n");
+    }
+    // The violation: where the checker found it.
+    if let Some(v) = check.violations.iter().find(|v| v.invariant == invariant) {
+        let s = view.steps.get(v.step);
+        let t = s.and_then(|s| s.t_done.or(t_start_of(s))).unwrap_or(t_hi);
+        let xv = x(t);
+        let anchor = if xv > x_end - 160.0 { "end" } else { "start" };
+        let dx = if anchor == "end" { -4.0 } else { 4.0 };
+        let _ = writeln!(
+            svg,
+            "<g class=\"violation\" data-invariant=\"{}\" data-step=\"{}\" data-t=\"{t}\"><line x1=\"{xv:.1}\" y1=\"4\" x2=\"{xv:.1}\" y2=\"{lanes_bottom:.1}\"/><text x=\"{:.1}\" y=\"14\" text-anchor=\"{anchor}\">{} violated (step {})</text><title>{}</title></g>",
+            esc(&v.invariant),
+            v.step,
+            xv + dx,
+            esc(&v.invariant),
+            v.step + 1,
+            esc(&format!(
+                "{} violated at step {}: {}",
+                v.invariant,
+                v.step + 1,
+                v.detail
+            ))
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// One op's bar.
+#[allow(clippy::too_many_arguments)]
+fn op_bar(
+    s: &StepView,
+    skip_at: Option<u64>,
+    y: f64,
+    base: u64,
+    t_hi: u64,
+    x: &dyn Fn(u64) -> f64,
+    bsym: &dyn Fn(BackendId) -> String,
+    check: &CaseCheck,
+) -> String {
+    let op = s.op.map(|o| o.name()).unwrap_or("?");
+    let key = s.key.map(|k| k.to_string());
+    let (t0, t1, class) = match (s.t_invoke, s.done, s.t_done) {
+        (Some(t0), Some(d), Some(t1)) => (t0, t1, reply_class(&d.value)),
+        (Some(t0), _, _) => (t0, t_hi, "info"),
+        // Skipped: no invoke; drawn where the schedule skipped it.
+        (None, _, _) => (skip_at.unwrap_or(base), skip_at.unwrap_or(base), "skip"),
+    };
+    let (x0, x1) = if class == "skip" {
+        let xm = x(t0);
+        (xm - 24.0, xm + 24.0)
+    } else {
+        (x(t0), x(t1))
+    };
+    let w = (x1 - x0).max(MIN_W);
+    let mut full = op.to_string();
+    if let Some(k) = &key {
+        full.push(' ');
+        full.push_str(k);
+    }
+    if let Some(m) = s.ms {
+        full.push_str(&format!(" {m}ms"));
+    }
+    let text = fitting(w, &full, op);
+    let who = match s.invoke.map(|i| i.p).or(s.skip.map(|k| k.p)) {
+        Some(Process::Nemesis) => "nemesis".to_string(),
+        _ => format!("C{}", s.client + 1),
+    };
+    let mut title = format!("{} (step {})", s.label(), s.index + 1);
+    if who == "nemesis" {
+        title = format!("nemesis: {title}");
+    }
+    if let Some(k) = s.skip {
+        title.push_str(&format!("\nskipped: {}", k.reason));
+    } else {
+        match s.done {
+            Some(d) => {
+                title.push_str(&format!("\nreply: {}", reply_text(&d.value)));
+                if let Some(e) = check.expected_at(s.index)
+                    && !e.same_as(&d.value)
+                {
+                    title.push_str(&format!(" (the model predicted {e})"));
+                }
+            }
+            None => title.push_str("\nno reply recorded (outcome unknown)"),
+        }
+        if let Some(b) = s.done.and_then(|d| d.backend) {
+            title.push_str(&format!(
+                "\nserved by {} pid {} backend_start {}",
+                bsym(b),
+                b.pid,
+                b.backend_start()
+            ));
+        }
+        if let Some(t) = s.target() {
+            title.push_str(&format!(
+                "\ntarget {} pid {} backend_start {}",
+                bsym(t),
+                t.pid,
+                t.backend_start()
+            ));
+        }
+        title.push_str(&format!(
+            "\ninvoked at {}, {} at {} (took {:.3} ms)",
+            ms(t0, base),
+            if s.done.is_some() {
+                "completed"
+            } else {
+                "still running"
+            },
+            ms(t1, base),
+            t1.saturating_sub(t0) as f64 / 1e6
+        ));
+    }
+    for v in check.at_step(s.index) {
+        title.push_str(&format!("\n-> {} violated: {}", v.invariant, v.detail));
+    }
+    let backend_attrs = s
+        .done
+        .and_then(|d| d.backend)
+        .map(|b| {
+            format!(
+                " data-pid=\"{}\" data-backend-start=\"{}\"",
+                b.pid,
+                esc(&b.backend_start())
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "<g class=\"op {class}\" data-step=\"{}\" data-client=\"{}\" data-op=\"{}\"{}{backend_attrs} data-t0=\"{t0}\" data-t1=\"{t1}\"><rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{:.1}\" rx=\"2\"/>{}<title>{}</title></g>\n",
+        s.index,
+        esc(&who),
+        op,
+        key.as_ref()
+            .map(|k| format!(" data-key=\"{}\"", esc(k)))
+            .unwrap_or_default(),
+        y + 4.0,
+        LANE_H - 8.0,
+        bar_text(text, x0 + 3.0, y + LANE_H / 2.0 + 3.5),
+        esc(&title)
+    )
+}
+
+/// A bar's label at (x, y), or nothing when it does not fit (`text` empty).
+fn bar_text(text: &str, x: f64, y: f64) -> String {
+    if text.is_empty() {
+        return String::new();
+    }
+    format!("<text x=\"{x:.1}\" y=\"{y:.1}\">{}</text>", esc(text))
+}
+
+/// `0.42 ms`, `3.1 ms`, `210 ms` from nanoseconds.
+fn short_ms(ns: u64) -> String {
+    let m = ns as f64 / 1e6;
+    if m < 10.0 {
+        format!("{m:.2} ms")
+    } else if m < 100.0 {
+        format!("{m:.1} ms")
+    } else {
+        format!("{m:.0} ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn esc_escapes_markup_quotes_and_control_characters() {
+        assert_eq!(
+            esc("a<b>&\"c\"'d'"),
+            "a&lt;b&gt;&amp;&quot;c&quot;&#39;d&#39;"
+        );
+        assert_eq!(esc("plain text 42"), "plain text 42");
+        assert_eq!(esc("tab\tand\nnewline"), "tab\tand\nnewline");
+        assert_eq!(esc("bell\u{7}"), "bell\\u{7}");
+        assert_eq!(esc("&amp;"), "&amp;amp;");
+        assert_eq!(
+            esc("</script><svg onload=x>"),
+            "&lt;/script&gt;&lt;svg onload=x&gt;"
+        );
+        assert_eq!(esc("ünïcode ✓"), "ünïcode ✓");
+    }
+
+    #[test]
+    fn scales_map_times_monotonically() {
+        let a = Scale::new(vec![(20, 200.0), (10, 100.0), (1000, 300.0), (15, 90.0)]);
+        assert_eq!(a.0.len(), 3, "a backwards anchor is dropped");
+        assert_eq!(a.x(0), 100.0);
+        assert_eq!(a.x(15), 150.0);
+        assert_eq!(a.x(510), 250.0);
+        assert_eq!(a.x(5000), 300.0);
+        let c = Scale::compressed(&[0, 100, 100, 10_100], 0.0, 110.0);
+        assert_eq!(c.x(0), 0.0);
+        assert_eq!(c.x(100), 10.0, "sqrt(100) of sqrt(100) + sqrt(10000)");
+        assert!((c.x(10_100) - 110.0).abs() < 1e-9);
+        assert!(c.x(50) < c.x(60) && c.x(5000) < c.x(6000));
+        assert_eq!(short_ms(420_000), "0.42 ms");
+        assert_eq!(short_ms(210_400_000), "210 ms");
+        assert_eq!(fitting(200.0, "try_lock 42", "try_lock"), "try_lock 42");
+        assert_eq!(fitting(60.0, "try_lock 4242424242", "try_lock"), "try_lock");
+        assert_eq!(fitting(5.0, "try_lock 4242424242", "try_lock"), "");
+    }
+
+    use crate::check::Violation;
+    use crate::vocab::Op;
+    use serde_json::{Value, json};
+
+    const B1: BackendId = BackendId {
+        pid: 4711,
+        start_us: 1_796_120_188_503_742,
+    };
+
+    // Events are built from their JSON form, as a history file has them: the test does not
+    // depend on the structs' other fields.
+    fn ev(v: Value) -> Event {
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{v}: {e}"))
+    }
+
+    fn process(f: Op, c: usize) -> String {
+        Process::of(f, c).to_string()
+    }
+
+    fn invoke(t: u64, c: usize, step: usize, f: Op, key: Option<i64>) -> Event {
+        let mut v = json!({"t": t, "type": "invoke", "p": process(f, c), "step": step, "f": f});
+        if let Some(k) = key {
+            v["key"] = json!(k);
+        }
+        if f.is_fault() {
+            v["client"] = json!(c);
+            v["target"] = json!([B1.pid, B1.start_us]);
+        }
+        ev(v)
+    }
+
+    fn done(t: u64, c: usize, step: usize, f: Op, value: Reply) -> Event {
+        let kind = match value.outcome() {
+            Outcome::Ok => "ok",
+            Outcome::Fail => "fail",
+            Outcome::Info => "info",
+        };
+        ev(
+            json!({"t": t, "type": kind, "p": process(f, c), "step": step, "f": f,
+                  "value": value, "backend": [B1.pid, B1.start_us]}),
+        )
+    }
+
+    fn obs(t: u64, step: Option<usize>, at: &str, keys: &[i64]) -> Event {
+        let locks: Vec<Value> = keys
+            .iter()
+            .map(|k| json!({"key": k, "mode": "ExclusiveLock", "granted": true}))
+            .collect();
+        let mut v = json!({"t": t, "type": "obs", "at": at, "backends": [{
+            "id": [B1.pid, B1.start_us], "backend_start": B1.backend_start(),
+            "state": "idle", "query": "", "locks": locks}]});
+        if let Some(s) = step {
+            v["step"] = json!(s);
+        }
+        ev(v)
+    }
+
+    fn case(schedule: &str, body: Vec<Event>) -> Vec<Event> {
+        let mut v = vec![ev(json!({"t": 1000, "type": "case", "case": 0,
+            "schedule": schedule, "seed": 1, "phase": "evidence",
+            "invariant": "app.mutual_exclusion", "clients": 2, "steps": 2}))];
+        v.extend(body);
+        let end = v.last().map(|e| e.t + 10).unwrap_or(0);
+        v.push(ev(
+            json!({"t": end, "type": "case_end", "case": 0, "steps_us": 1, "reset_us": 1}),
+        ));
+        v
+    }
+
+    fn check() -> CaseCheck {
+        CaseCheck {
+            violations: vec![Violation {
+                invariant: "app.mutual_exclusion".into(),
+                step: 1,
+                detail: "C1 and C2 both believe they hold key 7 <both>".into(),
+            }],
+            expected: vec![(0, Reply::Bool { value: true })],
+        }
+    }
+
+    /// `(t0, t1)` of every `op` bar of a client in the SVG.
+    fn bars(svg: &str, client: &str) -> Vec<(u64, u64)> {
+        svg.lines()
+            .filter(|l| {
+                l.starts_with("<g class=\"op ") && l.contains(&format!("data-client=\"{client}\""))
+            })
+            .map(|l| {
+                let attr = |name: &str| -> u64 {
+                    let at = l.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+                    l[at..at + l[at..].find('"').unwrap()].parse().unwrap()
+                };
+                (attr("data-t0"), attr("data-t1"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_sequential_timeline_has_lanes_bars_holds_and_the_violation() {
+        let events = case(
+            "sequential",
+            vec![
+                invoke(2_000, 0, 0, Op::TryLock, Some(7)),
+                done(2_500, 0, 0, Op::TryLock, Reply::Bool { value: true }),
+                obs(2_600, Some(0), "after", &[7]),
+                invoke(3_000, 1, 1, Op::TryLock, Some(7)),
+                done(3_400, 1, 1, Op::TryLock, Reply::Bool { value: true }),
+                obs(3_500, Some(1), "after", &[7]),
+                invoke(4_000, 1, 2, Op::Terminate, None),
+                done(4_300, 1, 2, Op::Terminate, Reply::error("57P01 <x>")),
+                obs(4_400, Some(2), "after", &[]),
+            ],
+        );
+        let view = CaseView::build(&events).unwrap();
+        let svg = timeline("app.mutual_exclusion", &events, &view, &check());
+        for needle in [
+            "<g class=\"lane\" data-lane=\"C1\" data-client=\"C1\">",
+            "<g class=\"lane\" data-lane=\"C2\" data-client=\"C2\">",
+            "<g class=\"lane\" data-lane=\"nemesis\"",
+            "<g class=\"lane\" data-lane=\"B1\" data-backend=\"B1\" data-pid=\"4711\"",
+            "<g class=\"op ok\" data-step=\"0\" data-client=\"C1\" data-op=\"try_lock\" data-key=\"7\" data-pid=\"4711\"",
+            "<g class=\"op error\" data-step=\"2\" data-client=\"nemesis\" data-op=\"terminate\"",
+            "<g class=\"hold\" data-pid=\"4711\" data-backend-start=\"2026-12-01 10:16:28.503742+00\" data-key=\"7\" data-t0=\"2600\" data-t1=\"4400\">",
+            "<g class=\"violation\" data-invariant=\"app.mutual_exclusion\" data-step=\"1\"",
+            "believe they hold key 7 &lt;both&gt;",
+            "reply: error 57P01 &lt;x&gt;",
+            "B1 pid 4711 backend_start 2026-12-01 10:16:28.503742+00",
+            "step 3</text>",
+        ] {
+            assert!(svg.contains(needle), "lacks {needle}:\n{svg}");
+        }
+        assert!(!svg.contains("<x>") && !svg.contains("<both>"), "{svg}");
+        assert_eq!(bars(&svg, "C1"), vec![(2_000, 2_500)]);
+    }
+
+    #[test]
+    fn a_concurrent_timeline_keeps_overlapping_ops_overlapping() {
+        let events = case(
+            "concurrent",
+            vec![
+                invoke(2_000, 0, 0, Op::Lock, Some(7)),
+                invoke(2_100, 1, 1, Op::Lock, Some(7)),
+                obs(2_200, None, "sample", &[7]),
+                done(2_900, 1, 1, Op::Lock, Reply::Ok),
+                done(3_000, 0, 0, Op::Lock, Reply::Ok),
+                obs(9_000_000, None, "end", &[7]),
+            ],
+        );
+        let view = CaseView::build(&events).unwrap();
+        let svg = timeline("app.mutual_exclusion", &events, &view, &check());
+        assert!(svg.contains("data-schedule=\"concurrent\""), "{svg}");
+        let (a, b) = (bars(&svg, "C1")[0], bars(&svg, "C2")[0]);
+        assert!(a.0 < b.1 && b.0 < a.1, "{a:?} {b:?}");
+        // Drawn overlapping too: C2's bar starts inside C1's.
+        let xs: Vec<f64> = svg
+            .lines()
+            .filter(|l| l.starts_with("<g class=\"op "))
+            .map(|l| {
+                let at = l.find("<rect x=\"").unwrap() + 9;
+                l[at..at + l[at..].find('"').unwrap()].parse().unwrap()
+            })
+            .collect();
+        assert!(xs[0] < xs[1], "{xs:?}");
+        assert!(svg.contains("<g class=\"hold\" data-pid=\"4711\""), "{svg}");
+        assert!(svg.contains("ms</text>"), "time ticks: {svg}");
+        assert!(svg.contains("data-shown=\"true\""), "{svg}");
+        let unshown = timeline(
+            "app.mutual_exclusion",
+            &events,
+            &view,
+            &CaseCheck::default(),
+        );
+        assert!(unshown.contains("data-shown=\"false\""), "{unshown}");
+        assert!(!unshown.contains("class=\"violation\""), "{unshown}");
+    }
+
+    #[test]
+    fn the_page_is_self_contained() {
+        let p = page("a <title>", "<p>x</p>");
+        assert!(p.starts_with("<!DOCTYPE html>"));
+        assert!(p.contains("<title>a &lt;title&gt;</title>"));
+        for banned in ["<script", "<link", "http://", "https://", "@import", "url("] {
+            let outside_svg_ns = p.replace("http://www.w3.org/2000/svg", "");
+            assert!(!outside_svg_ns.contains(banned), "{banned}");
+        }
+    }
+}

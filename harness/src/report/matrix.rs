@@ -1,0 +1,547 @@
+//! The compatibility matrix as people read it: `matrix.json` ([`Matrix`], the typed
+//! result), `matrix.md` (profile x topology, each cell its worst outcome class with how
+//! many seeds showed it, linked to its minimal evidence), `matrix.html`, and JUnit cases
+//! (one per cell, failed when the cell differs from the profile's expectation).
+
+use super::html::{esc, page};
+use super::junit::JunitCase;
+use crate::history::{At, Body, HistoryReader, Phase};
+use crate::profile::{Class, RunFacts};
+use crate::vocab::reply::code;
+use crate::vocab::{BackendId, Key, Op};
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// A matrix run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Matrix {
+    /// `PostgreSQL 18.6 + PgBouncer 1.24.1 (declared 1.25.2)`, from the first run.
+    pub versions: String,
+    pub seeds: Vec<u64>,
+    /// `--replicas`, when it overrode the profiles' own counts.
+    pub replicas: Option<u32>,
+    pub profiles: Vec<ProfileRow>,
+    pub topologies: Vec<String>,
+    /// Row by row (profile), column by column (topology).
+    pub cells: Vec<Cell>,
+    pub run_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfileRow {
+    pub name: String,
+    pub tool: String,
+    /// The profile file.
+    pub file: String,
+}
+
+/// One profile on one topology, over the seeds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    pub profile: String,
+    pub topology: String,
+    /// The composed topology file (relative to the matrix directory).
+    pub topology_file: String,
+    /// What the profile's `expected:` says, written before running.
+    pub expected: Option<Class>,
+    /// The worst class any seed showed (`None`: every run failed to run).
+    pub worst: Option<Class>,
+    /// How many seeds showed `worst`.
+    pub count: u32,
+    pub runs: Vec<CellRun>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CellRun {
+    pub seed: u64,
+    /// The run directory (relative to the matrix directory), if the run completed.
+    pub dir: Option<String>,
+    pub classes: BTreeSet<Class>,
+    pub facts: RunFacts,
+    /// The minimal case behind the worst class (relative to the matrix directory).
+    pub evidence: Option<String>,
+    /// The run did not complete: why (the harness's error).
+    pub error: Option<String>,
+    pub run_ms: u64,
+}
+
+impl Cell {
+    /// The cell from its runs: the worst class over the seeds and how many showed it.
+    pub fn fold(&mut self) {
+        self.worst = self
+            .runs
+            .iter()
+            .filter(|r| r.error.is_none())
+            .filter_map(|r| r.classes.first().copied())
+            .min();
+        self.count = match self.worst {
+            Some(w) => self.runs.iter().filter(|r| r.classes.contains(&w)).count() as u32,
+            None => 0,
+        };
+    }
+
+    /// The cell differs from the expectation written beforehand (or could not run).
+    pub fn differs(&self) -> bool {
+        self.worst.is_none() || self.expected.is_some_and(|e| Some(e) != self.worst)
+    }
+
+    /// A `pg.*` invariant was violated in one of its runs.
+    pub fn pg_violated(&self) -> bool {
+        self.runs.iter().any(|r| r.facts.pg_violated())
+    }
+
+    /// `ran twice 3/3`.
+    pub fn label(&self) -> String {
+        match self.worst {
+            Some(w) => format!("{w} {}/{}", self.count, self.runs.len()),
+            None => "could not run".into(),
+        }
+    }
+
+    /// The first run's evidence for the worst class, else its report.
+    pub fn link(&self) -> Option<String> {
+        let w = self.worst?;
+        let run = self.runs.iter().find(|r| r.classes.contains(&w))?;
+        run.evidence
+            .clone()
+            .or_else(|| run.dir.as_ref().map(|d| format!("{d}/report.md")))
+    }
+
+    /// The other classes seen, besides the worst (`leaked, error path`).
+    pub fn also(&self) -> Vec<Class> {
+        let all: BTreeSet<Class> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.classes.iter().copied())
+            .collect();
+        all.into_iter()
+            .filter(|c| Some(*c) != self.worst && *c != Class::Safe)
+            .collect()
+    }
+}
+
+impl Matrix {
+    pub fn cell(&self, profile: &str, topology: &str) -> Option<&Cell> {
+        self.cells
+            .iter()
+            .find(|c| c.profile == profile && c.topology == topology)
+    }
+
+    pub fn differing(&self) -> impl Iterator<Item = &Cell> {
+        self.cells.iter().filter(|c| c.differs())
+    }
+
+    /// The Markdown table alone; cells link to their evidence under `link_prefix` (`None`:
+    /// no links, as in the README, whose runs are not kept in the repository).
+    pub fn table(&self, link_prefix: Option<&str>) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "| profile | {} |", self.topologies.join(" | "));
+        let _ = writeln!(
+            s,
+            "|---|{}",
+            self.topologies.iter().map(|_| "---|").collect::<String>()
+        );
+        for p in &self.profiles {
+            let mut row = format!("| {} |", p.name);
+            for t in &self.topologies {
+                let text = match self.cell(&p.name, t) {
+                    Some(c) => {
+                        let mut text = match (c.link(), link_prefix) {
+                            (Some(l), Some(prefix)) => format!("[{}]({prefix}{l})", c.label()),
+                            _ => c.label(),
+                        };
+                        let also = c.also();
+                        if !also.is_empty() {
+                            let names: Vec<&str> = also.iter().map(|c| c.name()).collect();
+                            let _ = write!(text, " (+{})", names.join(", "));
+                        }
+                        if c.differs() {
+                            let _ = write!(
+                                text,
+                                " **expected {}**",
+                                c.expected.map(Class::name).unwrap_or("?")
+                            );
+                        }
+                        if c.pg_violated() {
+                            text.push_str(" **pg.\\* violated**");
+                        }
+                        text
+                    }
+                    None => "-".into(),
+                };
+                let _ = write!(row, " {text} |");
+            }
+            let _ = writeln!(s, "{row}");
+        }
+        s
+    }
+
+    /// `matrix.md`.
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# pgchaos matrix\n");
+        let _ = writeln!(
+            s,
+            "{}; seeds {}; {}; {:.0} s.\n",
+            self.versions,
+            seeds_text(&self.seeds),
+            match self.replicas {
+                Some(n) => format!("{n} replicas"),
+                None => "each profile's replicas".into(),
+            },
+            self.run_ms as f64 / 1000.0
+        );
+        let _ = writeln!(
+            s,
+            "Each cell: the worst outcome class any seed showed, and how many seeds showed it \
+             (worst first: ran twice, lost, leaked, stuck, error path, safe), linked to its \
+             minimal case; `(+...)` the other classes seen; **expected** where the cell differs \
+             from the profile's `expected:`.\n"
+        );
+        s.push_str(&self.table(Some("")));
+        let _ = writeln!(s, "\n## Cells\n");
+        for c in &self.cells {
+            let _ = writeln!(
+                s,
+                "### {} on {}: {}{}\n",
+                c.profile,
+                c.topology,
+                c.label(),
+                match c.expected {
+                    Some(e) if c.differs() => format!(" (expected {e})"),
+                    Some(_) => " (as expected)".into(),
+                    None => String::new(),
+                }
+            );
+            let _ = writeln!(s, "Topology: `{}`\n", c.topology_file);
+            for r in &c.runs {
+                let _ = write!(s, "- seed {}: ", r.seed);
+                if let Some(e) = &r.error {
+                    let _ = writeln!(s, "did not run: {e}");
+                    continue;
+                }
+                let names: Vec<&str> = r.classes.iter().map(|c| c.name()).collect();
+                let _ = write!(s, "{}", names.join(", "));
+                if let Some(d) = &r.dir {
+                    let _ = write!(s, " ([report]({d}/report.md))");
+                }
+                if let Some(e) = &r.evidence {
+                    let _ = write!(s, " ([minimal case]({e}))");
+                }
+                s.push('\n');
+                if !r.facts.violated.is_empty() {
+                    let v: Vec<&str> = r.facts.violated.iter().map(String::as_str).collect();
+                    let _ = writeln!(s, "  - violated: {}", v.join(", "));
+                }
+                for (m, n) in &r.facts.raised {
+                    let _ = writeln!(s, "  - raised {n}x: {m}");
+                }
+                if r.facts.lock_timeouts > 0 {
+                    let _ = writeln!(
+                        s,
+                        "  - lock waits ended at lock_timeout: {}",
+                        r.facts.lock_timeouts
+                    );
+                }
+                for l in &r.facts.leaked {
+                    let _ = writeln!(s, "  - left held at the end: {l}");
+                }
+            }
+            s.push('\n');
+        }
+        s
+    }
+
+    /// `matrix.html`: the table, cells coloured by class, details on hover and below.
+    pub fn html(&self) -> String {
+        let mut b = String::new();
+        let _ = writeln!(b, "<h1>pgchaos matrix</h1>");
+        let _ = writeln!(
+            b,
+            "<p>{}; seeds {}; {:.0} s.</p>",
+            esc(&self.versions),
+            esc(&seeds_text(&self.seeds)),
+            self.run_ms as f64 / 1000.0
+        );
+        let _ = writeln!(
+            b,
+            "<style>td.cell a {{ color: inherit; }} td.c-safe {{ background: #e3f4e4; }} td.c-error-path {{ background: #fff4d6; }} td.c-stuck {{ background: #ffe0c2; }} td.c-leaked {{ background: #fcd9d0; }} td.c-lost, td.c-ran-twice {{ background: #f7b8ae; font-weight: 600; }} td.differs {{ outline: 3px solid #b3261e; }}</style>"
+        );
+        let _ = writeln!(b, "<table class=\"matrix\">\n<tr><th>profile</th>");
+        for t in &self.topologies {
+            let _ = write!(b, "<th>{}</th>", esc(t));
+        }
+        b.push_str("</tr>\n");
+        for p in &self.profiles {
+            let _ = write!(
+                b,
+                "<tr><th title=\"{}\">{}</th>",
+                esc(&p.tool),
+                esc(&p.name)
+            );
+            for t in &self.topologies {
+                let Some(c) = self.cell(&p.name, t) else {
+                    b.push_str("<td>-</td>");
+                    continue;
+                };
+                let class = c
+                    .worst
+                    .map(|w| w.name().replace(' ', "-"))
+                    .unwrap_or_else(|| "none".into());
+                let mut title = format!(
+                    "expected: {}",
+                    c.expected.map(Class::name).unwrap_or("(none)")
+                );
+                for r in &c.runs {
+                    let names: Vec<&str> = r.classes.iter().map(|c| c.name()).collect();
+                    let _ = write!(
+                        title,
+                        "\nseed {}: {}",
+                        r.seed,
+                        r.error.clone().unwrap_or_else(|| names.join(", "))
+                    );
+                }
+                let mut label = match c.link() {
+                    Some(l) => format!("<a href=\"{}\">{}</a>", esc(&l), esc(&c.label())),
+                    None => esc(&c.label()),
+                };
+                let also: Vec<&str> = c.also().iter().map(|c| c.name()).collect();
+                if !also.is_empty() {
+                    let _ = write!(label, " <small>+{}</small>", esc(&also.join(", ")));
+                }
+                if c.differs() {
+                    let _ = write!(
+                        label,
+                        " <small class=\"expected\">expected {}</small>",
+                        esc(c.expected.map(Class::name).unwrap_or("?"))
+                    );
+                }
+                let _ = write!(
+                    b,
+                    "<td class=\"cell c-{class}{}\" data-profile=\"{}\" data-topology=\"{}\" data-worst=\"{}\" data-expected=\"{}\" title=\"{}\">{label}</td>",
+                    if c.differs() { " differs" } else { "" },
+                    esc(&c.profile),
+                    esc(&c.topology),
+                    esc(c.worst.map(Class::name).unwrap_or("")),
+                    esc(c.expected.map(Class::name).unwrap_or("")),
+                    esc(&title),
+                );
+            }
+            b.push_str("</tr>\n");
+        }
+        b.push_str("</table>\n");
+        b.push_str("<h2>Profiles</h2>\n<ul>\n");
+        for p in &self.profiles {
+            let _ = writeln!(
+                b,
+                "<li><code>{}</code>: {} (<code>{}</code>)</li>",
+                esc(&p.name),
+                esc(&p.tool),
+                esc(&p.file)
+            );
+        }
+        b.push_str("</ul>\n");
+        page("pgchaos matrix", &b)
+    }
+
+    /// JUnit cases: one per cell.
+    pub fn junit(&self, read_evidence: impl Fn(&str) -> Option<String>) -> Vec<JunitCase> {
+        self.cells
+            .iter()
+            .map(|c| JunitCase {
+                classname: format!("pgchaos.matrix.{}", c.profile),
+                name: c.topology.clone(),
+                failure: c.differs().then(|| {
+                    let message = format!(
+                        "expected {}, got {}",
+                        c.expected.map(Class::name).unwrap_or("?"),
+                        c.label()
+                    );
+                    let mut body = String::new();
+                    for r in &c.runs {
+                        let names: Vec<&str> = r.classes.iter().map(|c| c.name()).collect();
+                        let _ = writeln!(
+                            body,
+                            "seed {}: {}",
+                            r.seed,
+                            r.error.clone().unwrap_or_else(|| names.join(", "))
+                        );
+                    }
+                    if let Some(e) = c.link().and_then(|l| read_evidence(&l).map(|t| (l, t))) {
+                        let _ = write!(body, "\n{}:\n{}", e.0, e.1);
+                    }
+                    (message, body)
+                }),
+                time_s: c.runs.iter().map(|r| r.run_ms).sum::<u64>() as f64 / 1000.0,
+            })
+            .collect()
+    }
+}
+
+/// The facts of a run directory (its `results.json` and history; generated cases only).
+pub fn run_facts(run_dir: &Path) -> Result<RunFacts> {
+    let results = super::Results::load(run_dir)?;
+    let mut f = RunFacts {
+        violated: results
+            .invariants
+            .iter()
+            .filter(|i| i.verdict == crate::vocab::Verdict::Violated)
+            .map(|i| i.name.clone())
+            .collect(),
+        ..Default::default()
+    };
+    let mut in_run = false;
+    let mut leaked: BTreeSet<(BackendId, Key)> = BTreeSet::new();
+    for ev in HistoryReader::open(run_dir)? {
+        let ev = ev?;
+        match &ev.body {
+            Body::Case(c) => in_run = c.phase == Phase::Run,
+            Body::Fail(c) if in_run && c.f == Op::Raise => {
+                let msg = match &c.value {
+                    crate::vocab::Reply::Error { message, .. } => message.clone(),
+                    r => r.to_string(),
+                };
+                *f.raised.entry(msg).or_default() += 1;
+            }
+            Body::Fail(c)
+                if in_run
+                    && c.f.waits_for_lock()
+                    && c.value.code() == Some(code::LOCK_NOT_AVAILABLE) =>
+            {
+                f.lock_timeouts += 1;
+            }
+            Body::Obs(o) if in_run && o.at == At::End => leaked.extend(o.obs.held()),
+            _ => {}
+        }
+    }
+    // Rows only where the checker found an orphan: at the end a closed client's backend
+    // may still be exiting, its lock still listed (the checker knows which ones).
+    if !f.violated.contains("app.no_orphans") {
+        leaked.clear();
+    }
+    f.leaked = leaked
+        .into_iter()
+        .map(|(b, k)| format!("pid {} ({}) key {k}", b.pid, b.backend_start()))
+        .collect();
+    Ok(f)
+}
+
+/// `1-3`, or `1, 5, 9`.
+pub fn seeds_text(seeds: &[u64]) -> String {
+    let contiguous = seeds.windows(2).all(|w| w[1] == w[0] + 1);
+    match (seeds.first(), seeds.last()) {
+        (Some(a), Some(b)) if contiguous && seeds.len() > 2 => format!("{a}-{b}"),
+        _ => seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seed: u64, classes: &[Class]) -> CellRun {
+        CellRun {
+            seed,
+            dir: Some(format!("runs/x/{seed}")),
+            classes: classes.iter().copied().collect(),
+            facts: RunFacts::default(),
+            evidence: None,
+            error: None,
+            run_ms: 1000,
+        }
+    }
+
+    fn cell(expected: Class, runs: Vec<CellRun>) -> Cell {
+        let mut c = Cell {
+            profile: "rails".into(),
+            topology: "transaction-mode".into(),
+            topology_file: "topologies/rails--transaction-mode.yaml".into(),
+            expected: Some(expected),
+            worst: None,
+            count: 0,
+            runs,
+        };
+        c.fold();
+        c
+    }
+
+    #[test]
+    fn a_cell_shows_its_worst_class_and_how_many_seeds_showed_it() {
+        let c = cell(
+            Class::RanTwice,
+            vec![
+                run(1, &[Class::RanTwice, Class::Leaked]),
+                run(2, &[Class::ErrorPath]),
+                run(3, &[Class::RanTwice]),
+            ],
+        );
+        assert_eq!(c.worst, Some(Class::RanTwice));
+        assert_eq!(c.label(), "ran twice 2/3");
+        assert!(!c.differs());
+        assert_eq!(c.also(), vec![Class::Leaked, Class::ErrorPath]);
+        let c = cell(
+            Class::Safe,
+            vec![run(1, &[Class::Stuck]), run(2, &[Class::Safe])],
+        );
+        assert!(c.differs());
+        assert_eq!(c.label(), "stuck 1/2");
+        let mut bad = run(1, &[]);
+        bad.error = Some("boom".into());
+        let c = cell(Class::Safe, vec![bad]);
+        assert_eq!(c.worst, None);
+        assert!(c.differs(), "a cell that could not run differs");
+    }
+
+    #[test]
+    fn renders_table_html_and_junit() {
+        let m = Matrix {
+            versions: "PostgreSQL 18.6".into(),
+            seeds: vec![1, 2, 3],
+            replicas: None,
+            profiles: vec![ProfileRow {
+                name: "rails".into(),
+                tool: "Rails <7.1> & co".into(),
+                file: "profiles/rails.yaml".into(),
+            }],
+            topologies: vec!["direct".into(), "transaction-mode".into()],
+            cells: vec![
+                Cell {
+                    topology: "direct".into(),
+                    ..cell(Class::ErrorPath, vec![run(1, &[Class::ErrorPath])])
+                },
+                cell(Class::Safe, vec![run(1, &[Class::RanTwice])]),
+            ],
+            run_ms: 2000,
+        };
+        let t = m.table(Some(""));
+        assert!(!m.table(None).contains("]("), "no links");
+        assert!(t.contains("| profile | direct | transaction-mode |"), "{t}");
+        assert!(t.contains("[error path 1/1](runs/x/1/report.md)"), "{t}");
+        assert!(
+            t.contains("ran twice 1/1](runs/x/1/report.md) **expected safe**"),
+            "{t}"
+        );
+        assert_eq!(seeds_text(&m.seeds), "1-3");
+        assert_eq!(seeds_text(&[1, 5]), "1, 5");
+        let h = m.html();
+        assert!(h.contains("Rails &lt;7.1&gt; &amp; co"), "escaped");
+        assert!(h.contains("data-worst=\"ran twice\" data-expected=\"safe\""));
+        assert_eq!(h.matches("class=\"cell ").count(), 2);
+        let j = m.junit(|_| Some("steps: []".into()));
+        assert_eq!(j.len(), 2);
+        assert!(j[0].failure.is_none());
+        let (msg, body) = j[1].failure.clone().unwrap();
+        assert_eq!(msg, "expected safe, got ran twice 1/1");
+        assert!(
+            body.contains("seed 1: ran twice") && body.contains("steps: []"),
+            "{body}"
+        );
+    }
+}
