@@ -256,6 +256,9 @@ pub async fn matrix(a: Args) -> Result<Exit> {
     }
 }
 
+/// The longest a cell's run may take before it is taken for hung.
+const CHILD_BOUND: std::time::Duration = std::time::Duration::from_secs(20 * 60);
+
 /// One cell's run for one seed: `pgchaos chaos` in a child process. The child dies with
 /// this process (parent-death signal; killed if this future is dropped), and stops its
 /// own servers on the way out.
@@ -276,9 +279,17 @@ async fn run_one(exe: &Path, topo: &Path, seed: u64, out: &Path, shrink: u32) ->
             Ok(())
         });
     }
-    let output = cmd
-        .output()
+    // A run ends at its `time_limit` (5 minutes) plus shrinking; a child still running
+    // long after that is hung, and is killed (dropped) rather than waited for forever.
+    let output = tokio::time::timeout(CHILD_BOUND, cmd.output())
         .await
+        .map_err(|_| {
+            anyhow!(
+                "`pgchaos chaos {}` still running after {} minutes: killed",
+                topo.display(),
+                CHILD_BOUND.as_secs() / 60
+            )
+        })?
         .with_context(|| format!("running {} chaos {}", exe.display(), topo.display()))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     match output.status.code() {

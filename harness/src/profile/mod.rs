@@ -276,7 +276,8 @@ impl Profile {
 /// How a profile is composed with a topology.
 #[derive(Clone, Debug)]
 pub struct Compose {
-    /// Replaces the first script group's `clients:` (the profile's own count when `None`).
+    /// Replaces every script group's `clients:` (a group is a deploy of N pods; the
+    /// profile's own counts when `None`).
     pub replicas: Option<u32>,
     pub seed: u64,
     pub cases: u32,
@@ -316,7 +317,7 @@ fn sections(text: &str) -> Vec<(Option<String>, Vec<&str>)> {
     out
 }
 
-/// The first `- clients: N` line with N replaced (same line, same columns before it).
+/// A `- clients: N` line with N replaced (same line, same columns before it).
 fn replicas_line(line: &str, replicas: Option<u32>) -> String {
     let Some(n) = replicas else {
         return line.to_string();

@@ -100,7 +100,9 @@ fn every_shipped_profile_parses_with_five_replicas_and_expectations() {
         n += 1;
         let p = Profile::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
         let topo = on_direct(&p);
-        assert_eq!(topo.workload.clients, 5, "{}: five replicas", p.name);
+        for g in &topo.workload.script {
+            assert_eq!(g.clients, 5, "{}: five replicas (a deploy)", p.name);
+        }
         for t in DEFAULT_TOPOLOGIES {
             assert!(
                 p.expected.contains_key(t),
@@ -197,6 +199,16 @@ fn a_bad_script_is_reported_at_the_profiles_line_and_column() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("`raise` needs the tool's error message"), "{e}");
+    let e = Profile::parse(
+        "tool: x\nworkload:\n  keys: [1]\n  script:\n    - ops:\n        - { try_lock: 1, pause: 1s }\n",
+        Path::new("p.yaml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("p.yaml:6:") && e.contains("give `attempts`"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -1311,6 +1311,15 @@ impl Cx<'_> {
                     }
                 }
             }
+            if let Some((k, _)) = modifiers.iter().find(|(k, _)| k.value == "pause")
+                && attempts < 2
+            {
+                return Err(self.err(
+                    &k.referenced,
+                    "`pause` is the wait between retries: give `attempts` (2 or more) too",
+                    Vec::new(),
+                ));
+            }
             if op == Op::Raise {
                 match arg {
                     Some(a) => step.message = Some(self.string(a, "raise", &[])?),
