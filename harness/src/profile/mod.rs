@@ -132,15 +132,8 @@ struct RawProfile {
 /// `rails` -> `profiles/rails.yaml` (here or in the nearest ancestor that has it); a
 /// path (with `/` or `.yaml`) as it is.
 pub fn resolve(arg: &str) -> PathBuf {
-    if arg.contains('/') || arg.ends_with(".yaml") || arg.ends_with(".yml") {
-        return PathBuf::from(arg);
-    }
-    let rel = Path::new("profiles").join(format!("{arg}.yaml"));
     let cwd = std::env::current_dir().unwrap_or_default();
-    cwd.ancestors()
-        .map(|d| d.join(&rel))
-        .find(|p| p.is_file())
-        .unwrap_or(rel)
+    crate::topology::resolve_in("profiles", arg, &cwd)
 }
 
 /// Every profile in the `profiles/` directory (here or in the nearest ancestor), by name.

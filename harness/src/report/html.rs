@@ -98,15 +98,11 @@ pub fn page(title: &str, body: &str) -> String {
 
 /// `PostgreSQL 18.6 + PgBouncer 1.24.1 (declared 1.25.2)`, from the results.
 pub fn versions_line(r: &Results) -> String {
-    match &r.versions.pgbouncer {
-        Some(b) => format!(
-            "PostgreSQL {} + PgBouncer {} (declared {})",
-            r.versions.postgres,
-            b,
-            r.versions.pgbouncer_declared.clone().unwrap_or_default()
-        ),
-        None => format!("PostgreSQL {}", r.versions.postgres),
-    }
+    super::versions_text(
+        &r.versions.postgres,
+        r.versions.pgbouncer.as_deref(),
+        r.versions.pgbouncer_declared.as_deref(),
+    )
 }
 
 /// The whole `report.html`.

@@ -103,14 +103,21 @@ pub fn write_report(
 /// `PostgreSQL 18.6 + PgBouncer 1.24.1 (declared 1.25.2)`.
 pub fn versions_line(header: &RunHeader) -> String {
     let v = &header.versions;
-    match &v.pgbouncer {
+    versions_text(
+        &v.postgres,
+        v.pgbouncer.as_deref(),
+        v.pgbouncer_declared.as_deref(),
+    )
+}
+
+/// The versions line from its parts (a run's header, or its `results.json`).
+pub fn versions_text(postgres: &str, pgbouncer: Option<&str>, declared: Option<&str>) -> String {
+    match pgbouncer {
         Some(b) => format!(
-            "PostgreSQL {} + PgBouncer {} (declared {})",
-            v.postgres,
-            b,
-            v.pgbouncer_declared.clone().unwrap_or_default()
+            "PostgreSQL {postgres} + PgBouncer {b} (declared {})",
+            declared.unwrap_or_default()
         ),
-        None => format!("PostgreSQL {}", v.postgres),
+        None => format!("PostgreSQL {postgres}"),
     }
 }
 

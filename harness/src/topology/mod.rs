@@ -493,10 +493,17 @@ pub fn resolve(arg: &str) -> PathBuf {
 }
 
 fn resolve_from(arg: &str, cwd: &Path) -> PathBuf {
+    resolve_in("topologies", arg, cwd)
+}
+
+/// A NAME as `<folder>/NAME.yaml` here or in the nearest ancestor that has it (a path with
+/// `/` or `.yaml`/`.yml` as it is; when nothing is found, the relative path, so that loading
+/// it reports it). Topologies and client profiles are found alike.
+pub fn resolve_in(folder: &str, arg: &str, cwd: &Path) -> PathBuf {
     if arg.contains('/') || arg.ends_with(".yaml") || arg.ends_with(".yml") {
         return PathBuf::from(arg);
     }
-    let rel = Path::new("topologies").join(format!("{arg}.yaml"));
+    let rel = Path::new(folder).join(format!("{arg}.yaml"));
     if cwd.join(&rel).is_file() {
         return rel;
     }
