@@ -61,10 +61,37 @@ matrix *ARGS: build
 readme-matrix: build
     {{bin}} matrix --update-readme README.md
 
-# The test suite: unit tests, then real-server tests (provisions first).
-test: build
+# The test suite: unit tests, then real-server tests (provisions servers and chromium first).
+test: build browser
     {{bin}} provision
     cargo test --release --workspace
+
+# The browser test (harness/tests/browser.rs) renders report.html in Debian's chromium. It is
+# provisioned as `pgchaos provision` provisions PgBouncer's build dependencies: installed
+# when missing and running as root, otherwise a failure that prints the command to run.
+# Install chromium for the browser test (as root), or print the command to run.
+browser:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+        exit 0
+    fi
+    cmd="apt-get install -y chromium"
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "the browser test needs chromium, which is not on PATH: install it with the system's package manager" >&2
+        exit 1
+    fi
+    if [ "$(id -u)" != 0 ]; then
+        printf 'the browser test needs chromium, which is not installed\nrun as root:\n  %s\n' "$cmd" >&2
+        exit 1
+    fi
+    echo "pgchaos: installing chromium for the browser test: $cmd"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y chromium; then
+        echo "pgchaos: apt-get install failed; running apt-get update and retrying"
+        apt-get update
+        apt-get install -y chromium
+    fi
 
 # Formatting and lints, as CI wants them.
 lint:

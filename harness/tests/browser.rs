@@ -6,7 +6,8 @@
 //! overlap in time. Also `--junit`: the XML agrees with `results.json`, and a failure
 //! carries its minimal case verbatim.
 //!
-//! chromium is required: without it the test fails (`.ci/run` installs it).
+//! chromium is required: without it the test fails (`just test` installs it first when run
+//! as root, and otherwise stops with the command to run; see the justfile's `browser`).
 
 mod common;
 
@@ -57,7 +58,8 @@ fn chromium() -> PathBuf {
     }
     panic!(
         "chromium is not installed (not on PATH): this test renders report.html in a real \
-         browser; install Debian's chromium (`apt-get install chromium`; .ci/run does)"
+         browser; install Debian's chromium as root (`apt-get install -y chromium`; `just test` \
+         does when run as root)"
     );
 }
 

@@ -55,43 +55,49 @@ pub fn crc32_ieee(data: &[u8]) -> u32 {
 // golang-migrate/migrate
 // ---------------------------------------------------------------------------
 
-/// `advisoryLockIdSalt` in golang-migrate/migrate `database/util.go`.
+/// `advisoryLockIDSalt` in golang-migrate/migrate `database/util.go` (tag v4.19.1).
 pub const GOLANG_MIGRATE_SALT: u32 = 1_486_364_155;
 
-/// golang-migrate/migrate `database/util.go`, `GenerateAdvisoryLockId(databaseName
-/// string, additionalNames ...string) (string, error)`:
+/// golang-migrate/migrate `database/util.go` at tag v4.19.1 (commit 89e308c3),
+/// `GenerateAdvisoryLockId(databaseName string, additionalNames ...string) (string, error)`:
 ///
 /// ```go
-/// buf := bytes.NewBufferString(databaseName)
-/// for _, name := range additionalNames { buf.WriteByte(0); buf.WriteString(name) }
-/// sum := crc32.ChecksumIEEE(buf.Bytes())
-/// sum = sum * uint32(advisoryLockIdSalt)   // wraps modulo 2^32
-/// return fmt.Sprintf("%v", sum), nil
+/// if len(additionalNames) > 0 {
+///     databaseName = strings.Join(append(additionalNames, databaseName), "\x00")
+/// }
+/// sum := crc32.ChecksumIEEE([]byte(databaseName))
+/// sum = sum * uint32(advisoryLockIDSalt)   // wraps modulo 2^32
+/// return fmt.Sprint(sum), nil
 /// ```
 ///
-/// The result is a `uint32` rendered in decimal and bound as `$1` of
+/// The additional names come **first**, the database name **last**, NUL-separated: the
+/// order since commit d2d449ad (2018-11-05), which shipped in v4.1.0, the first release
+/// with additional names (its parent 16d63e3a, never released, put the database name
+/// first). The result is a `uint32` rendered in decimal and bound as `$1` of
 /// `SELECT pg_advisory_lock($1)`, so the bigint key is always in `0..2^32`.
 pub fn golang_migrate_generate_advisory_lock_id(database: &str, additional: &[&str]) -> u32 {
     let mut buf =
         Vec::with_capacity(database.len() + additional.iter().map(|s| s.len() + 1).sum::<usize>());
-    buf.extend_from_slice(database.as_bytes());
     for name in additional {
-        buf.push(0);
         buf.extend_from_slice(name.as_bytes());
+        buf.push(0);
     }
+    buf.extend_from_slice(database.as_bytes());
     crc32_ieee(&buf).wrapping_mul(GOLANG_MIGRATE_SALT)
 }
 
-/// Lock key used by the golang-migrate **postgres** driver
+/// Lock key used by the golang-migrate **postgres** driver at v4.19.1
 /// (`database/postgres/postgres.go`, `(*Postgres).Lock` / `Unlock`):
 /// `database.GenerateAdvisoryLockId(p.config.DatabaseName,
-/// p.config.migrationsSchemaName, p.config.migrationsTableName)`.
+/// p.config.migrationsSchemaName, p.config.migrationsTableName)`, so the bytes hashed
+/// are `schema \0 table \0 database`.
 ///
-/// Argument order is (database, schema, table). Where the values come from:
+/// Where the values come from:
 /// * `DatabaseName`: `SELECT CURRENT_DATABASE()` when the config leaves it empty
-///   (`WithInstance`/`WithConnection`), **but `Open(url)` sets it to
-///   `purl.Path`, i.e. `"/chaos"` with a leading slash** for
-///   `postgres://host/chaos`.
+///   (`WithInstance`/`WithConnection`), **but `(*Postgres).Open(url)` sets it to
+///   `purl.Path`, i.e. `"/chaos"` with a leading slash** for `postgres://host/chaos`.
+///   The `migrate` CLI (`internal/cli/main.go`: `migrate.New(source, database)` ->
+///   `database.Open(url)` -> the driver's `Open(url)`) always takes that path.
 /// * schema: `SELECT CURRENT_SCHEMA()` unless `SchemaName` is configured (or a
 ///   quoted `x-migrations-table` carries a schema).
 /// * table: `x-migrations-table`, default `DefaultMigrationsTable = "schema_migrations"`.
@@ -318,13 +324,20 @@ pub fn md5(input: &[u8]) -> [u8; 16] {
 
 #[cfg(test)]
 mod tests {
-    //! Expected literals were produced by /tmp/compute_keys.py (Python 3):
+    //! Expected literals were produced apart from this file, in Python 3 (a throwaway
+    //! script, not kept), following the Go sources as written:
     //!   zlib.crc32(b"chaos")                              = 2220807061 (0x845ED395)
-    //!   golang-migrate: s = zlib.crc32(b"chaos\x00public\x00schema_migrations")
-    //!                   = 3618420636; (s * 1486364155) & 0xFFFFFFFF = 2881794548
-    //!   golang-migrate via Open(url) (DatabaseName = purl.Path = "/chaos"):
-    //!                   zlib.crc32(b"/chaos\x00public\x00schema_migrations")
-    //!                   = 3869631815; (.. * 1486364155) & 0xFFFFFFFF = 2043205533
+    //!   golang-migrate v4.19.1 (database/util.go, GenerateAdvisoryLockId: additional
+    //!   names first, then the database name, joined with "\x00"):
+    //!     s = zlib.crc32(b"public\x00schema_migrations\x00chaos")  = 375388359;
+    //!         (s * 1486364155) & 0xFFFFFFFF                           = 3983504925
+    //!     via Open(url) (DatabaseName = purl.Path = "/chaos"):
+    //!     s = zlib.crc32(b"public\x00schema_migrations\x00/chaos") = 2159215419;
+    //!         (s * 1486364155) & 0xFFFFFFFF                           = 2850675161
+    //!     no additional names: (2220807061 * 1486364155) & 0xFFFFFFFF = 1600738327
+    //!     ("x", "y", "z"): zlib.crc32(b"y\x00z\x00x") = 894984491 -> 3392218153
+    //!   The same four values came out of the real function: database/util.go copied
+    //!   from the v4.19.1 tag into a scratch module and run with Go 1.19.8.
     //!   rails: 2053462845 * 2220807061 = 4560344785677148545
     //!   sqlx:  0x3d32ad9e (1026731422) * 2220807061 = 2280172391728170742
     //!   flyway: magic = 77431708279161; java hashCode of
@@ -342,28 +355,33 @@ mod tests {
             0x414F_A339
         );
         assert_eq!(crc32_ieee(b"chaos"), 2_220_807_061);
+        assert_eq!(crc32_ieee(b"public\0schema_migrations\0chaos"), 375_388_359);
         assert_eq!(
-            crc32_ieee(b"chaos\0public\0schema_migrations"),
-            3_618_420_636
+            crc32_ieee(b"public\0schema_migrations\0/chaos"),
+            2_159_215_419
         );
     }
 
     #[test]
     fn golang_migrate_chaos() {
-        assert_eq!(
-            golang_migrate_lock_id("chaos", "public", "schema_migrations"),
-            2_881_794_548
-        );
-        // Key when the driver is opened from a URL: DatabaseName = purl.Path = "/chaos".
+        // Key when the driver is opened from a URL (the migrate CLI, migrate.New):
+        // DatabaseName = purl.Path = "/chaos".
         assert_eq!(
             golang_migrate_lock_id("/chaos", "public", "schema_migrations"),
-            2_043_205_533
+            2_850_675_161
         );
-        // Database-name-only form (other drivers): (2220807061 * salt) mod 2^32.
+        // WithInstance/WithConnection with an empty DatabaseName: CURRENT_DATABASE().
+        assert_eq!(
+            golang_migrate_lock_id("chaos", "public", "schema_migrations"),
+            3_983_504_925
+        );
+        // Database-name-only form (no additional names): (2220807061 * salt) mod 2^32.
         assert_eq!(
             golang_migrate_generate_advisory_lock_id("chaos", &[]),
             1_600_738_327
         );
+        // The order matters: the database name is hashed last.
+        assert_eq!(golang_migrate_lock_id("x", "y", "z"), 3_392_218_153);
         // Always in 0..2^32.
         assert!((0..=u32::MAX as i64).contains(&golang_migrate_lock_id("x", "y", "z")));
     }

@@ -382,6 +382,36 @@ mod tests {
         assert_eq!(min[0].op, Op::TryLock);
     }
 
+    /// `step_strategy` draws only the ops SIMPLICITY lists: every op a workload can weigh
+    /// (`Op::ALL`) must be there exactly once, or a weighted op would never be generated
+    /// (and shrinking would have no place for it). Script-only ops and faults of the servers
+    /// are not drawn from it: a workload's `ops` cannot name a script-only op
+    /// (`Op::from_name` knows only `Op::ALL`), and faults are their own alternative.
+    #[test]
+    fn simplicity_orders_every_workload_op_once() {
+        for op in Op::ALL {
+            assert_eq!(
+                SIMPLICITY.iter().filter(|o| **o == op).count(),
+                1,
+                "{op}: in SIMPLICITY exactly once"
+            );
+        }
+        for op in SIMPLICITY {
+            assert!(Op::ALL.contains(&op), "{op}: not a workload op");
+            assert!(!Op::SCRIPT_ONLY.contains(&op), "{op}: script-only");
+            assert!(!op.is_server_fault(), "{op}: a fault of the servers");
+        }
+        for op in Op::SCRIPT_ONLY {
+            assert_eq!(Op::from_name(op.name()), None, "{op} is script-only");
+        }
+        // And as the generator uses it: a workload weighing every op draws every op.
+        let mut w = workload();
+        w.ops = Op::ALL.iter().map(|op| (*op, 1)).collect();
+        let drawn: std::collections::BTreeSet<Op> =
+            (0..100).flat_map(|s| case(&w, s)).map(|s| s.op).collect();
+        assert_eq!(drawn, Op::ALL.into_iter().collect());
+    }
+
     #[test]
     fn same_seed_same_case_and_different_seeds_differ() {
         let w = workload();
