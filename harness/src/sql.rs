@@ -242,6 +242,8 @@ pub const SHOW_SERVERS: &str = "SHOW SERVERS";
 pub const SHOW_CLIENTS: &str = "SHOW CLIENTS";
 pub const SHOW_POOLS: &str = "SHOW POOLS";
 pub const SHOW_VERSION: &str = "SHOW VERSION";
+/// Every setting PgBouncer runs with: `key`, `value`, `default`, `changeable`.
+pub const SHOW_CONFIG: &str = "SHOW CONFIG";
 
 /// The server's full version string (`PostgreSQL 18.6 on x86_64-...`).
 pub const VERSION: &str = "SELECT version()";
@@ -280,22 +282,60 @@ pub fn create_role_and_database(role: &str, db: &str) -> [String; 2] {
 mod tests {
     use super::*;
 
+    /// The ops a client runs as one statement of `op_sql`. Every other op sends none of
+    /// its own: the connection ops (`disconnect`, `reconnect`, `open`, `release`), the
+    /// nemesis's faults, the client-side `sleep` and `raise`, and `migrate` (its own
+    /// statements, `migrate_*` below).
+    const STATEMENTS: [Op; 13] = [
+        Op::TryLock,
+        Op::Lock,
+        Op::Unlock,
+        Op::UnlockAll,
+        Op::Begin,
+        Op::Commit,
+        Op::Rollback,
+        Op::XactLock,
+        Op::TryXactLock,
+        Op::DiscardAll,
+        Op::FailStatement,
+        Op::Ping,
+        Op::PgSleep,
+    ];
+
     #[test]
     fn every_sql_op_carries_its_tag_and_key() {
-        for op in Op::ALL {
+        let every = Op::ALL
+            .into_iter()
+            .chain(Op::SCRIPT_ONLY)
+            .chain(Op::FAULTS)
+            .chain([Op::Open, Op::Release]);
+        let mut with_sql = 0;
+        for op in every {
             let key = op.takes_key().then_some(Key::Big(4242424242));
-            if let Some(sql) = op_sql(op, key, 7) {
-                assert!(sql.starts_with("/*pgchaos s7*/"), "{op}: {sql}");
-                if op.takes_key() {
-                    assert!(sql.contains("(4242424242)"), "{op}: {sql}");
-                }
-                if op != Op::DiscardAll {
-                    assert!(sql.contains("pg_backend_pid()"), "{op} reports identity");
-                } else {
-                    assert!(!sql.contains(';'), "DISCARD ALL must be sent alone");
-                }
+            let ms = op.takes_duration().then_some(250);
+            let sql = op_sql_ms(op, key, ms, 7);
+            if !STATEMENTS.contains(&op) {
+                assert_eq!(sql, None, "{op} sends no statement of its own");
+                continue;
+            }
+            let sql = sql.unwrap_or_else(|| panic!("{op} is a statement but has no SQL"));
+            with_sql += 1;
+            assert!(sql.starts_with("/*pgchaos s7*/"), "{op}: {sql}");
+            if op.takes_key() {
+                assert!(sql.contains("(4242424242)"), "{op}: {sql}");
+            }
+            if op != Op::DiscardAll {
+                assert!(sql.contains("pg_backend_pid()"), "{op} reports identity");
+            } else {
+                assert!(!sql.contains(';'), "DISCARD ALL must be sent alone");
             }
         }
+        assert_eq!(with_sql, STATEMENTS.len(), "every statement op was checked");
+        assert!(
+            op_sql_ms(Op::PgSleep, None, Some(250), 1)
+                .unwrap()
+                .contains("pg_sleep(0.25)")
+        );
         assert!(
             op_sql(Op::TryLock, Some(Key::Pair(1, 2)), 1)
                 .unwrap()

@@ -20,7 +20,7 @@ use crate::pooler::Pooler;
 use crate::provision;
 use crate::topology::{PoolMode, Topology};
 pub use crate::vocab::Versions;
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -232,6 +232,24 @@ impl Cluster {
         s.rebuild_standby().await
     }
 
+    /// Read the pooler's running settings on its admin console and compare them with what
+    /// the topology declares (see [`verify_pooler_config`]); `when` names the moment ("after
+    /// pooler_reload"). Ok without a pooler.
+    pub async fn verify_pooler_config(&self, when: &str) -> Result<()> {
+        let Some(admin) = self.admin_config() else {
+            return Ok(());
+        };
+        let log = self.run_dir.join(native::POOLER_LOG);
+        verify_pooler_config(
+            self.pooler.as_ref(),
+            &admin,
+            &self.topology.name,
+            when,
+            Some(&log),
+        )
+        .await
+    }
+
     pub fn pool_mode(&self) -> Option<PoolMode> {
         self.topology.pgbouncer.as_ref().map(|b| b.pool_mode)
     }
@@ -316,6 +334,60 @@ pub async fn connect(config: &Config) -> Result<Client> {
         .map_err(|_| anyhow!("connect timed out after {IO_TIMEOUT:?}"))??;
     tokio::spawn(conn);
     Ok(client)
+}
+
+/// The pooler runs what was declared: read its running settings ([`Pooler::config_command`],
+/// PgBouncer's `SHOW CONFIG`, simple query protocol) on the admin console `admin`, and compare
+/// every setting the harness relies on ([`Pooler::expected_config`]) with them. An error names
+/// each setting that differs, the declared value and the one the pooler reports, then the last
+/// lines of `log` (a RELOAD of a file PgBouncer cannot parse answers OK, logs why, and leaves
+/// the settings after the bad line at their defaults). `when`: "at launch", "after ...".
+pub async fn verify_pooler_config(
+    pooler: &dyn Pooler,
+    admin: &Config,
+    topology: &str,
+    when: &str,
+    log: Option<&Path>,
+) -> Result<()> {
+    let Some(command) = pooler.config_command() else {
+        return Ok(());
+    };
+    let console = connect(admin).await.with_context(|| {
+        format!("connecting to the pooler's admin console {when} to read {command}")
+    })?;
+    let mut running = Vec::new();
+    for msg in timed(console.simple_query(command))
+        .await
+        .with_context(|| format!("{command} on the pooler's admin console {when}"))?
+    {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = msg {
+            let (Some(key), value) = (row.try_get("key")?, row.try_get("value")?) else {
+                continue;
+            };
+            running.push((key.to_string(), value.unwrap_or_default().to_string()));
+        }
+    }
+    if running.is_empty() {
+        bail!("{command} on the pooler's admin console {when} returned no settings");
+    }
+    let differences = pooler.config_differences(&running);
+    if differences.is_empty() {
+        return Ok(());
+    }
+    let mut msg = format!(
+        "{when}, {} does not run what topology {topology} declares ({command}):",
+        differences[0].pooler
+    );
+    for d in &differences {
+        msg.push_str(&format!("\n  {d}"));
+    }
+    if let Some(log) = log.filter(|l| l.exists()) {
+        msg.push_str(&format!(
+            "\n  last lines of its log:\n{}",
+            native::log_tail(log, 15)
+        ));
+    }
+    Err(anyhow!(msg))
 }
 
 /// Bound any future by [`IO_TIMEOUT`].

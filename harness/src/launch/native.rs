@@ -59,6 +59,8 @@ const PROMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// `postgres.log`).
 pub const STANDBY_DIR: &str = "standby";
 pub const STANDBY_LOG: &str = "postgres-standby.log";
+/// PgBouncer's log, in the run directory.
+pub const POOLER_LOG: &str = "pgbouncer.log";
 
 /// PostgreSQL's `pg_hba.conf` for a run: the private socket directory is trusted, loopback
 /// TCP needs the run's password, nothing else gets in.
@@ -290,6 +292,7 @@ async fn launch(
             servers.link = Some(super::proxy::Proxy::start(0, servers.pg_port).await?);
         }
         servers.start_pooler(None).await?;
+        servers.verify_pooler_config("at launch").await?;
     }
     let mut versions = Versions {
         postgres_declared: topology.postgres.version.clone(),
@@ -547,7 +550,7 @@ impl NativeServers {
                 None => free_port()?,
             };
             let main = self.write_pooler_config(port)?;
-            let log = self.run_dir.join("pgbouncer.log");
+            let log = self.run_dir.join(POOLER_LOG);
             let mut cmd = Command::new(&bin);
             cmd.arg(&main);
             let child = spawn_server(cmd, &log, self.os_user)
@@ -654,6 +657,21 @@ impl NativeServers {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The pooler runs what the topology declares (see [`super::verify_pooler_config`]).
+    async fn verify_pooler_config(&self, when: &str) -> Result<()> {
+        let (Some(port), Some(db)) = (self.pooler_port, self.pooler.admin_database()) else {
+            return Ok(());
+        };
+        super::verify_pooler_config(
+            self.pooler.as_ref(),
+            &self.config(true, port, SUPERUSER, db),
+            &self.topology.name,
+            when,
+            Some(&self.run_dir.join(POOLER_LOG)),
+        )
+        .await
     }
 
     async fn read_versions(&self, v: &mut Versions) -> Result<()> {
@@ -827,7 +845,7 @@ impl NativeServers {
             return Ok(());
         }
         self.write_pooler_config(port)?;
-        let pooler_log = self.run_dir.join("pgbouncer.log");
+        let pooler_log = self.run_dir.join(POOLER_LOG);
         let admin = connect(&self.config(true, port, SUPERUSER, admin_db))
             .await
             .context("connecting to the pooler's admin console to reload it")?;

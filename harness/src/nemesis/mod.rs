@@ -8,7 +8,9 @@
 //! backend (SIGKILL, freeze). Each is started, held for `faults.hold` when it holds, and
 //! healed before the call returns; what it means for the model is `vocab::fault`. A frozen
 //! process is continued on drop too, and the reaper kills a postmaster's children first, so
-//! a fault interrupted by the harness's own death leaves nothing stopped behind.
+//! a fault interrupted by the harness's own death leaves nothing stopped behind. After a
+//! fault that makes PgBouncer read its config again (RELOAD, restart, crash, a promote's
+//! repoint), its `SHOW CONFIG` is compared with the topology: a difference is an error.
 //!
 //! May import `vocab`, `sql`, `launch`, `client` (the bounded query call), `observe`.
 
@@ -241,6 +243,16 @@ impl Nemesis {
                 self.frozen.borrow_mut().retain(|p| *p != pid);
             }
             _ => bail!("`{op}` is not a fault of the servers"),
+        }
+        if matches!(
+            op,
+            Op::PoolerReload | Op::PoolerRestart | Op::PoolerCrash | Op::Promote
+        ) {
+            // The pooler read its config again (a promote repoints it by RELOAD): it must
+            // still run what the topology declares, or the model predicts another pooler.
+            cluster
+                .verify_pooler_config(&format!("after the nemesis's {op}"))
+                .await?;
         }
         self.reconnect().await?;
         Ok(Reply::Ok)

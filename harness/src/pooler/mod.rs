@@ -5,7 +5,9 @@
 //! disconnect does to its server), in one place.
 //!
 //! May import `vocab` and `topology`; the launcher asks it for config files, the observer for
-//! its admin commands, the runner and the model for its [`PoolRules`].
+//! its admin commands, the runner and the model for its [`PoolRules`], the launcher and the
+//! nemesis for the settings it must be running ([`Pooler::expected_config`]) and how to compare
+//! them with what its admin console reports ([`Pooler::config_differences`]).
 
 pub mod pgbouncer;
 
@@ -26,6 +28,67 @@ pub trait Pooler: Send + Sync {
     /// Admin commands that drop every client and server of `db` and accept new ones again
     /// (the reset between cases).
     fn reset_commands(&self, db: &str) -> Vec<String>;
+    /// The admin command listing the settings the pooler runs with, as rows with `key` and
+    /// `value` columns (`None`: nothing to read).
+    fn config_command(&self) -> Option<&'static str> {
+        None
+    }
+    /// The settings the harness relies on, with the values the topology declares (or the
+    /// pooler's defaults the model assumes where it declares none).
+    fn expected_config(&self) -> Vec<ExpectedSetting> {
+        Vec::new()
+    }
+    /// Compare the running settings (`(key, value)` rows of [`Pooler::config_command`]) with
+    /// [`Pooler::expected_config`], in the pooler's own units and formats: one entry per
+    /// setting that differs.
+    fn config_differences(&self, _running: &[(String, String)]) -> Vec<ConfigDifference> {
+        Vec::new()
+    }
+}
+
+/// A setting the harness relies on, and the value it expects the pooler to run with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpectedSetting {
+    pub key: String,
+    pub value: String,
+    /// The topology key that declares it (`pgbouncer.pool_mode`,
+    /// `pgbouncer.settings.server_lifetime`); `None`: not declared, so the model assumes the
+    /// pooler's default, `value`.
+    pub declared_by: Option<String>,
+}
+
+/// A setting the pooler runs with another value than the topology declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigDifference {
+    /// The pooler, as people name it (`PgBouncer`).
+    pub pooler: &'static str,
+    pub expected: ExpectedSetting,
+    /// What the admin console reports; `None`: it lists no such setting.
+    pub running: Option<String>,
+    /// Why two texts that look alike differ (e.g. a leading 0 read as octal).
+    pub note: Option<String>,
+}
+
+impl std::fmt::Display for ConfigDifference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = &self.expected;
+        match &e.declared_by {
+            Some(by) => write!(f, "{}: declared {:?} ({by})", e.key, e.value)?,
+            None => write!(
+                f,
+                "{}: not declared, so the model assumes the default {:?}",
+                e.key, e.value
+            )?,
+        }
+        match &self.running {
+            Some(v) => write!(f, ", {} reports {v:?}", self.pooler)?,
+            None => write!(f, ", {} lists no such setting", self.pooler)?,
+        }
+        if let Some(n) = &self.note {
+            write!(f, " ({n})")?;
+        }
+        Ok(())
+    }
 }
 
 /// Where the launcher puts things, for config rendering.
