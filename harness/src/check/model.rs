@@ -1,16 +1,98 @@
-//! What should happen: a pure reference model of PostgreSQL advisory locks, of the pooler's
-//! server assignment and reset rules ([`PoolRules`]), and of what each logical client
-//! believes it holds. Keyed by backend identity `(pid, backend_start)`, learned from what
-//! each op reports; the model never guesses which backend a pooler hands out, it only checks
-//! that the one reported is possible (linked when it must be, alive, not someone else's).
-//! Driven by the checker from a history; it performs no I/O.
+//! What may happen: a pure, nondeterministic model of PostgreSQL advisory locks, of backends
+//! and their transactions, of the pooler's assignment, release, reset and close rules
+//! ([`PoolRules`]), of faults ([`crate::vocab::fault`]) and timeouts
+//! ([`crate::vocab::timeout`]), as one small step function: [`Case::step`] takes a state and
+//! one point of a recorded operation and returns every state it may lead to, or why it
+//! cannot happen there. Moves the servers make on their own (a closed backend finishing its
+//! exit, the pooler's reset query after it answered, a server retired by `server_lifetime`)
+//! are [`Case::internal`]. The search ([`super::search`]) decides the order; the model never
+//! looks at time except through those timers, and never guesses which backend a pooler hands
+//! out: it checks that the one each operation reports is possible.
+//!
+//! Identity is `(pid, backend_start)`. The model knows a backend from the first operation it
+//! served; a backend it has not heard of holds nothing.
 
+use super::search::Spec;
+use crate::history::Observation;
 use crate::pooler::{PoolRules, ServerFate};
+use crate::vocab::fault::{Breaks, By, Down, Ends, meaning};
 use crate::vocab::reply::code;
+use crate::vocab::timeout::{Effect as Timer, Timeouts};
 use crate::vocab::{BackendId, Key, Op, Reply};
 use std::collections::{BTreeMap, BTreeSet};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// Why a backend ended (what a client that believed it held a lock there lost it to).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Cause {
+    /// `pg_terminate_backend`.
+    Terminate,
+    /// A client's connection ended (a direct session, or a pooled client leaving mid-transaction).
+    Disconnect,
+    /// A fault of the servers.
+    Fault(Op),
+    /// A timeout setting ran out.
+    Timeout(Timer),
+}
+
+impl Cause {
+    /// A lock lost to this is `app.no_lost_lock`'s (a fault or a timer), not
+    /// `app.no_stale_holder`'s.
+    pub fn is_loss(self) -> bool {
+        matches!(self, Cause::Fault(_) | Cause::Timeout(_))
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cause::Terminate => f.write_str("terminate"),
+            Cause::Disconnect => f.write_str("a client's disconnect"),
+            Cause::Fault(op) => write!(f, "{op}"),
+            Cause::Timeout(t) => write!(f, "{}", timer_name(*t)),
+        }
+    }
+}
+
+fn timer_name(t: Timer) -> &'static str {
+    crate::vocab::timeout::TIMEOUTS
+        .iter()
+        .find(|x| x.effect == t)
+        .map(|x| x.name)
+        .unwrap_or("a timeout")
+}
+
+/// Where a backend is in its life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Life {
+    #[default]
+    Alive,
+    /// Its connection was closed (by the pooler, or the client): it will exit, and holds its
+    /// locks until it does.
+    Closing(Cause),
+    /// Exiting or exited: its locks are released; it may still be listed in
+    /// `pg_stat_activity` (a look may show it, without locks, or not).
+    Exiting(Cause),
+    /// Gone from `pg_stat_activity`.
+    Gone(Cause),
+}
+
+impl Life {
+    pub fn is_alive(self) -> bool {
+        self == Life::Alive
+    }
+    /// Holds its locks (alive, or closed and not yet exited).
+    pub fn holds(self) -> bool {
+        matches!(self, Life::Alive | Life::Closing(_))
+    }
+    pub fn cause(self) -> Option<Cause> {
+        match self {
+            Life::Alive => None,
+            Life::Closing(c) | Life::Exiting(c) | Life::Gone(c) => Some(c),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Tx {
     #[default]
     Idle,
@@ -18,1965 +100,1886 @@ pub enum Tx {
     Aborted,
 }
 
-/// One PostgreSQL backend's advisory locks (with their stacking counts) and transaction state.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BackendModel {
+/// A statement with two points (a lock call that may wait; one a cancel interrupted) between
+/// them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Busy {
+    pub entry: u32,
+    /// A lock call's key and scope (`true`: session).
+    pub lock: Option<(Key, bool)>,
+    /// It found the key held and waited.
+    pub waited: bool,
+    /// Granted (at once, or when the holder released it).
+    pub granted: bool,
+    /// A cancel reached it.
+    pub cancelled: bool,
+}
+
+/// One PostgreSQL backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Backend {
+    pub life: Life,
     pub session: BTreeMap<Key, u32>,
     pub xact: BTreeMap<Key, u32>,
     pub tx: Tx,
+    pub busy: Option<Busy>,
+    /// The pooler runs its reset query on it before handing it out again.
+    pub reset_pending: bool,
+    /// A fault (RECONNECT, PAUSE) marked it to be closed when released.
+    pub close_at_release: Option<Cause>,
+    /// The pooler still holds a server connection to it (for a backend that has ended: the
+    /// pooler may not have noticed, and may hand it to a client, who then gets an error).
+    pub pooled: bool,
+    /// Session locks a failed lock call was granted (not yet released).
+    pub tainted: BTreeSet<Key>,
+    /// Lower bounds (ns) of when it became idle and when its transaction began; kept only
+    /// when a timeout reads them.
+    pub idle_since: u64,
+    pub tx_since: u64,
 }
 
-impl BackendModel {
-    pub fn holds(&self, k: Key) -> bool {
-        self.session.get(&k).copied().unwrap_or(0) > 0
-            || self.xact.get(&k).copied().unwrap_or(0) > 0
+impl Backend {
+    pub fn count(&self, k: Key) -> u32 {
+        self.session.get(&k).copied().unwrap_or(0) + self.xact.get(&k).copied().unwrap_or(0)
     }
+    pub fn holds(&self, k: Key) -> bool {
+        self.life.holds() && self.count(k) > 0
+    }
+    /// Keys held, at either scope.
     pub fn keys(&self) -> BTreeSet<Key> {
+        if !self.life.holds() {
+            return BTreeSet::new();
+        }
         self.session
             .keys()
             .chain(self.xact.keys())
             .copied()
             .collect()
     }
+    /// The key it waits for.
+    pub fn waiting(&self) -> Option<Key> {
+        self.busy
+            .filter(|b| b.waited && !b.granted)
+            .and_then(|b| b.lock)
+            .map(|(k, _)| k)
+    }
 }
 
-/// What a client believes it holds on one key, by the lock API's own rules.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Belief {
-    pub session: u32,
-    pub xact: u32,
-    /// The backends that granted it (in transaction mode one key can be granted to a
-    /// client on several backends in turn).
-    pub backends: BTreeSet<BackendId>,
-    /// That backend has been terminated and the client has not yet heard of it.
-    pub stale: bool,
-    /// A fault of the servers (not `terminate`) ended that backend: the fault.
-    pub lost_to: Option<Op>,
+/// A logical client's connection as the pooler sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Conn {
+    #[default]
+    Down,
+    Up,
+    /// Dropped under it: its next statement fails.
+    Broken(Cause),
 }
 
-#[derive(Clone, Debug, Default)]
-pub struct ClientModel {
-    pub connected: bool,
-    /// Its server was closed under it; its next statement fails with `closed`.
-    pub broken: bool,
-    /// The backend this client is pinned to (direct and session mode: for the connection;
-    /// transaction mode: for the open transaction).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Client {
+    pub conn: Conn,
+    /// The backend its session (direct, session mode) or open transaction is pinned to.
     pub linked: Option<BackendId>,
-    /// Concurrent schedule: when `linked` was set (the completion time of the op).
-    pub linked_at: u64,
-    /// The backend that served it last (target of its terminate/cancel steps).
-    pub last: Option<BackendId>,
-    pub beliefs: BTreeMap<Key, Belief>,
-    /// The application's view: inside BEGIN .. COMMIT/ROLLBACK.
-    pub in_tx: bool,
-    pub tx_backend: Option<BackendId>,
-    /// Keys first locked inside the current transaction.
-    pub tx_taken: BTreeSet<Key>,
+    pub idle_since: u64,
 }
 
-/// Why a key must be probed by the fresh contender after a step, and so which invariant a
-/// wrong answer breaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProbeReason {
-    /// The transaction ended (commit, rollback, an error that aborted it).
-    XactReleasedAtEnd,
-    /// A ROLLBACK: session locks stay.
-    SessionSurvivesRollback,
-    /// An unlock that left a count.
-    Stacking,
-    /// The backend was terminated.
-    TerminateReleases,
-    /// The backend's query was cancelled.
-    CancelKeepsSessionLocks,
-    /// A server was closed (a client left it mid-transaction, or a direct session ended).
-    ServerClosed,
+/// One possible state of the servers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct State {
+    pub backends: BTreeMap<BackendId, Backend>,
+    pub clients: Vec<Client>,
+    /// A fault's span in progress: what is unavailable, and the fault.
+    pub down: Option<(Down, Op)>,
+    /// The last RECONNECT or PAUSE, and the time by which it had happened: a server first
+    /// heard of from an operation invoked before then may have existed then.
+    pub idle_fault: Option<(Op, u64)>,
+    /// Failed lock calls (entries) that were granted all the same.
+    pub granted_failed: BTreeSet<u32>,
+    /// The pooler's server logins failed while this fault held (PostgreSQL or the link down,
+    /// PAUSE): it answers clients that need a server with `08P01 server login has been
+    /// failing` until it retries (`server_login_retry`; measured, docs/faults.md).
+    pub login_failing: Option<Op>,
 }
 
-/// Concurrent: how long after the model learnt of a backend's end a signal may still find
-/// its process exiting.
-const EXITING_NS: u64 = 1_000_000_000;
-
-/// A fact the model noticed while applying a step that some invariant judges.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Note {
-    /// A client pinned to one backend had its statement run on another.
-    PinnedElsewhere {
-        client: usize,
-        pinned: BackendId,
-        ran: BackendId,
-    },
-    /// A statement ran on a backend that had been terminated.
-    RanOnTerminated { client: usize, ran: BackendId },
-    /// Concurrent, pooled: the client's server died under its open transaction and the
-    /// pooler routed its next statement to another server instead of closing it.
-    RerouteAfterServerDeath { client: usize },
-    /// A client was given a backend pinned to another client.
-    GivenPinned {
-        client: usize,
-        ran: BackendId,
-        owner: usize,
-    },
-    /// A client's unlock ran on a backend that never granted it that key.
-    UnlockMissedOwner {
-        client: usize,
-        key: Key,
-        granted_on: Vec<BackendId>,
-        ran: BackendId,
-    },
-    /// Concurrent: a lock was refused though no other backend held it, took it, or could
-    /// have taken it during the call.
-    ImplausibleRefusal {
-        client: usize,
-        key: Key,
-        ran: BackendId,
-    },
-    /// Concurrent: an unlock returned true for a key the backend holds only because a lock
-    /// call on it failed (lock_timeout or a cancel) in the instant PostgreSQL granted it.
-    FailedLockHeld {
-        key: Key,
-        backend: BackendId,
-        failed: Interrupted,
-        unlocked_by: usize,
-    },
-    /// Concurrent: a lock was granted to `backend` while `other` held it and no op that
-    /// could have released it was running.
-    DoubleGrant {
-        key: Key,
-        backend: BackendId,
-        other: BackendId,
-    },
-}
-
-/// The model's verdict on one executed step.
-#[derive(Clone, Debug, Default)]
-pub struct Effect {
-    pub expected_reply: Option<Reply>,
-    pub notes: Vec<Note>,
-    /// Keys a fresh contender should probe after the step, and why.
-    pub probes: Vec<(ProbeReason, Key)>,
-    /// Identities that left (the observation after the step must not show them).
-    pub gone: Vec<BackendId>,
-}
-
-/// Concurrent schedule: a session lock call that failed with `lock_timeout` (55P03) or a
-/// cancel (57014) while it waited. PostgreSQL may have granted the lock in the same instant:
-/// `LockErrorCleanup` (proc.c) keeps a lock granted while the error was being raised, and a
-/// session lock survives the abort. Whether it did is settled by the backend's next unlock
-/// of the key (true: it did), its reset or exit, or the case's last look.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Interrupted {
-    pub client: usize,
-    pub code: String,
-    /// When the failed call completed.
-    pub at_ns: u64,
-    /// How many such calls on this backend and key are unsettled.
-    pub count: u32,
-}
-
-/// Concurrent schedule: what ran beside the op being applied (invoked before it completed,
-/// completed after it was invoked). Each makes plausible a reply that the order of
-/// completions alone would not explain.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Beside {
-    /// A `cancel`: a 57014 may be its doing.
-    pub cancel: bool,
-    /// A `terminate`: a `closed` connection or a 57P01 may be its doing.
-    pub terminate: bool,
-    /// A terminate, disconnect or reconnect: a backend the model thinks alive may be gone.
-    pub close: bool,
-    /// A statement that changes locks or transaction state on the same backend (or on one
-    /// the history cannot name): the two may have run in either order.
-    pub on_backend: bool,
-}
-
-#[derive(Clone, Debug)]
-pub struct Model {
-    /// Concurrent schedule: whether a lock is free for a backend depends on an order the
-    /// history does not fix, so the reply decides (the checker judges its plausibility).
-    pub lenient: bool,
-    /// Concurrent schedule: the completion time of the op being applied, and its invoke
-    /// time (ops that overlap in time may have run in either order).
-    pub clock: u64,
-    pub invoked_at: u64,
-    /// Concurrent, transaction pooling: a statement that changes session state (DISCARD
-    /// ALL) ran on a server the history cannot name, so the model's locks may be wrong.
-    pub uncertain: bool,
-    /// Concurrent: the backends such a DISCARD ALL may have reset (live, not linked to a
-    /// client's transaction then): their session locks may be gone.
-    pub maybe_discarded: BTreeSet<BackendId>,
-    /// Concurrent: failed session lock calls that may have been granted, by (backend, key).
-    pub interrupted: BTreeMap<(BackendId, Key), Interrupted>,
-    /// Concurrent: what ran beside the op being applied (set by the checker).
-    pub beside: Beside,
-    /// Concurrent: unlocks that returned true before the grant they released was seen
-    /// (the grant completed later but ran first); the grant pays the debt.
-    pub owed: BTreeMap<(BackendId, Key), u32>,
-    /// Concurrent: session locks a release not yet seen (completed later, ran first) took.
-    pub taken_early: BTreeMap<(BackendId, Key), u32>,
-    /// Concurrent: backends whose transaction state an order the history cannot fix left
-    /// unsure; a reply on them that disagrees is explained by the other order if it can be.
-    pub unsure: BTreeSet<BackendId>,
-    /// Concurrent: when a reset query at release last cleared each key (`clock`). The
-    /// pooler runs it after giving the client its answer, so for a moment the key is still
-    /// held.
-    pub reset_released: BTreeMap<Key, u64>,
-    pub rules: PoolRules,
-    pub backends: BTreeMap<BackendId, BackendModel>,
-    /// Backends that ended, with when the model learnt it (`clock`).
-    pub dead: BTreeMap<BackendId, u64>,
-    /// Backends a fault (RECONNECT) marked to close when the pooler next releases them.
-    pub closing: BTreeMap<BackendId, Op>,
-    /// Concurrent: backends a RECONNECT or PAUSE may have closed (which servers were idle at
-    /// that instant the history cannot say), with the fault: settled by their next
-    /// statement (alive) or the case's last look (gone: lost to the fault).
-    pub maybe_gone: BTreeMap<BackendId, Op>,
-    /// Concurrent: when the model first heard of each backend (`clock`), so a fault that
-    /// ends every backend ends only those that existed before it began.
-    pub born: BTreeMap<BackendId, u64>,
-    /// Concurrent: the last RECONNECT or PAUSE (its completion `clock`): a backend first
-    /// heard of by a statement invoked before then (a server mid-login at the fault) may be
-    /// closed at its release as well.
-    pub last_idle_fault: Option<(u64, Op)>,
-    pub clients: Vec<ClientModel>,
-}
-
-impl Model {
-    pub fn new(rules: PoolRules, clients: usize) -> Model {
-        Model {
-            lenient: false,
-            clock: 0,
-            invoked_at: 0,
-            uncertain: false,
-            maybe_discarded: BTreeSet::new(),
-            interrupted: BTreeMap::new(),
-            beside: Beside::default(),
-            owed: BTreeMap::new(),
-            reset_released: BTreeMap::new(),
-            taken_early: BTreeMap::new(),
-            unsure: BTreeSet::new(),
-            rules,
-            backends: BTreeMap::new(),
-            dead: BTreeMap::new(),
-            closing: BTreeMap::new(),
-            maybe_gone: BTreeMap::new(),
-            born: BTreeMap::new(),
-            last_idle_fault: None,
-            clients: vec![ClientModel::default(); clients],
-        }
-    }
-
-    /// Every `(backend, key)` the model says is granted.
-    pub fn held(&self) -> BTreeSet<(BackendId, Key)> {
+impl State {
+    /// The backends holding `k`.
+    pub fn holders(&self, k: Key) -> Vec<BackendId> {
         self.backends
             .iter()
-            .flat_map(|(b, m)| {
-                m.keys()
-                    .into_iter()
-                    .filter(|k| m.holds(*k))
-                    .map(move |k| (*b, k))
-            })
-            .collect()
-    }
-
-    pub fn key_held(&self, k: Key) -> bool {
-        self.backends.values().any(|m| m.holds(k))
-    }
-
-    /// The backends other than `b` surely holding `k` (leaving out session locks a DISCARD
-    /// ALL the history cannot place may have released).
-    pub fn holders_other_than(&self, b: BackendId, k: Key) -> Vec<BackendId> {
-        self.backends
-            .iter()
-            .filter(|(id, m)| **id != b && m.holds(k))
-            .filter(|(id, m)| !self.maybe_reset(id) || m.xact.contains_key(&k))
+            .filter(|(_, b)| b.holds(k))
             .map(|(id, _)| *id)
             .collect()
     }
 
-    /// Whether `b`'s session locks may be gone without the history saying so: a DISCARD ALL
-    /// it cannot place, or a fault that may have closed it.
-    fn maybe_reset(&self, b: &BackendId) -> bool {
-        self.maybe_discarded.contains(b) || self.maybe_gone.contains_key(b)
+    /// Every `(backend, key)` held.
+    pub fn held(&self) -> BTreeSet<(BackendId, Key)> {
+        self.backends
+            .iter()
+            .flat_map(|(id, b)| b.keys().into_iter().map(move |k| (*id, k)))
+            .collect()
     }
 
-    /// Whether a backend other than `b` holds `k`, or may hold it after a failed lock call.
-    pub fn maybe_held_by_other(&self, b: BackendId, k: Key) -> bool {
-        self.held_by_other(b, k) || self.interrupted.keys().any(|(x, y)| *x != b && *y == k)
+    fn available_to(&self, b: BackendId, k: Key) -> bool {
+        self.backends.iter().all(|(id, x)| *id == b || !x.holds(k))
     }
 
-    /// Whether `k` is held, or may be held after a failed lock call.
-    pub fn key_maybe_held(&self, k: Key) -> bool {
-        self.key_held(k) || self.interrupted.keys().any(|(_, y)| *y == k)
+    fn linked_client(&self, b: BackendId) -> Option<usize> {
+        self.clients.iter().position(|c| c.linked == Some(b))
     }
 
-    /// Failed lock calls a look at the servers can settle: `(b, k)` held there while the
-    /// model does not hold it.
-    pub fn interrupted_unsettled(&self, b: BackendId, k: Key) -> Option<&Interrupted> {
-        self.interrupted
-            .get(&(b, k))
-            .filter(|_| !self.backends.get(&b).is_some_and(|m| m.holds(k)))
-    }
-
-    /// A reset, unlock-all or exit settles what was unsettled on `b`.
-    fn forget_unsettled(&mut self, b: BackendId) {
-        self.interrupted.retain(|(x, _), _| *x != b);
-        self.taken_early.retain(|(x, _), _| *x != b);
-    }
-
-    pub fn held_by_other(&self, b: BackendId, k: Key) -> bool {
-        self.backends.iter().any(|(id, m)| *id != b && m.holds(k))
-    }
-
-    fn client(&mut self, c: usize) -> &mut ClientModel {
+    fn client(&mut self, c: usize) -> &mut Client {
         if self.clients.len() <= c {
-            self.clients.resize(c + 1, ClientModel::default());
+            self.clients.resize(c + 1, Client::default());
         }
         &mut self.clients[c]
     }
+}
 
-    /// The client (re)connected.
-    pub fn connected(&mut self, client: usize) {
-        let c = self.client(client);
-        c.connected = true;
-        c.broken = false;
-    }
+/// One client statement as recorded.
+#[derive(Clone, Debug)]
+pub struct Stmt<'e> {
+    pub client: usize,
+    pub op: Op,
+    pub key: Option<Key>,
+    pub reply: &'e Reply,
+    /// The backend that reported itself (in-band, or found by its tag).
+    pub served: Option<BackendId>,
+    /// Invoke to completion, when it completed.
+    pub took: Option<u64>,
+}
 
-    /// Run a statement-level op on backend `b` by PostgreSQL's rules. `refused`: in a lenient
-    /// model, whether the lock call was refused (its reply says).
-    /// `cancelled`: a cancel landed on the statement while it ran (its reply says so).
-    fn exec(
-        &mut self,
-        b: BackendId,
+/// What a recorded operation is, for the model.
+#[derive(Clone, Debug)]
+pub enum Act<'e> {
+    Stmt(Stmt<'e>),
+    /// A client opens its connection.
+    Connect {
+        client: usize,
+        reply: &'e Reply,
+    },
+    Disconnect {
+        client: usize,
+    },
+    /// Disconnect, then connect.
+    Reconnect {
+        client: usize,
+        reply: &'e Reply,
+    },
+    /// A pinned application-pool connection goes back to the pool as it is.
+    Release {
+        client: usize,
+    },
+    Terminate {
+        target: BackendId,
+        reply: &'e Reply,
+    },
+    Cancel {
+        target: BackendId,
+        reply: &'e Reply,
+    },
+    Fault {
         op: Op,
-        key: Option<Key>,
-        refused: Option<bool>,
-        cancelled: bool,
-    ) -> Reply {
-        let other = match (self.lenient, refused) {
-            (true, Some(r)) => r,
-            _ => key.is_some_and(|k| self.held_by_other(b, k)),
-        };
-        let m = self.backends.entry(b).or_default();
-        if m.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
-            return Reply::error(code::IN_FAILED_TRANSACTION);
-        }
-        if cancelled {
-            // The statement ended with the cancel and changed nothing (a lock granted in the
-            // same instant is kept in `interrupted` by the caller).
-            if m.tx == Tx::Open {
-                m.tx = Tx::Aborted;
-                m.xact.clear();
+        target: Option<BackendId>,
+        reply: &'e Reply,
+    },
+    /// A look at `pg_locks JOIN pg_stat_activity`.
+    Read {
+        obs: &'e Observation,
+    },
+    /// The fresh contender tried a key. `after`: the step whose boundary it probes.
+    Probe {
+        key: Key,
+        available: bool,
+        after: Option<(Op, &'e Reply)>,
+    },
+}
+
+/// One recorded operation with its interval.
+#[derive(Clone, Debug)]
+pub struct Entry<'e> {
+    pub act: Act<'e>,
+    /// The case step it belongs to.
+    pub step: Option<usize>,
+    /// Invoke time (ns since the run started).
+    pub inv: u64,
+    /// Completion time, when it completed.
+    pub done: Option<u64>,
+    /// Its outcome is unknown (no reply in time): it may take effect at any point after its
+    /// invoke, or never.
+    pub unknown: bool,
+}
+
+/// Why a point cannot be placed in a state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Why {
+    /// The reply differs from what PostgreSQL would answer on that backend. `holders`: other
+    /// backends holding the key (a grant despite them breaks exclusion).
+    Reply {
+        predicted: Reply,
+        backend: BackendId,
+        holders: Vec<BackendId>,
+    },
+    /// The client's session or transaction is pinned to another backend.
+    Pinned { pinned: BackendId, ran: BackendId },
+    /// The backend is linked to another client (its session or open transaction).
+    GivenLinked { ran: BackendId, owner: usize },
+    /// The backend had ended.
+    Ended { ran: BackendId, life: Life },
+    /// The backend was running another statement.
+    Busy { ran: BackendId },
+    /// The pooler had not yet run its reset query on the server.
+    ResetPending { ran: BackendId },
+    /// A new direct connection reported a backend already seen.
+    NotNew { ran: BackendId },
+    /// The pooler would have needed more servers than its pool has.
+    PoolFull { ran: BackendId, size: usize },
+    /// Served while a fault made that impossible.
+    Unavailable { down: Down, fault: Op },
+    /// The client's connection had been dropped, yet the statement was answered.
+    Broken { cause: Cause },
+    /// The connection was ended by the server, and nothing could have ended it.
+    EndUnexplained,
+    /// A lock call returned as granted, but the key was never free for it.
+    NotGranted { key: Key, holders: Vec<BackendId> },
+    /// A lock call timed out though the key was free when it asked.
+    TimedOutFree { key: Key },
+    /// A statement was cancelled (57014) with no cancel and no statement_timeout to do it.
+    CancelUnexplained,
+    /// A signal or a fault answered as if its target were (or were not) there.
+    Target {
+        op: Op,
+        target: BackendId,
+        visible: bool,
+    },
+    /// A connection was accepted while the pooler or PostgreSQL was down.
+    Accepted { down: Down, fault: Op },
+    /// A look showed other locks on a backend than the state holds.
+    Rows {
+        backend: BackendId,
+        model: Vec<Key>,
+        seen: Vec<Key>,
+    },
+    /// A look showed a backend waiting for another key than the state says.
+    Waiting {
+        backend: BackendId,
+        model: Option<Key>,
+        seen: Option<Key>,
+    },
+    /// A look showed a backend that had ended and left.
+    StillThere { backend: BackendId, cause: Cause },
+    /// A look lacked a backend that is alive.
+    Missing { backend: BackendId },
+    /// A look showed one key held by several backends.
+    Exclusion { key: Key, backends: Vec<BackendId> },
+    /// The contender's probe disagreed: `available` is what it found.
+    Probe {
+        key: Key,
+        available: bool,
+        holders: Vec<BackendId>,
+        after: Option<Op>,
+    },
+}
+
+fn pids(bs: &[BackendId]) -> String {
+    if bs.is_empty() {
+        return "no backend".into();
+    }
+    bs.iter()
+        .map(|b| b.to_string())
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+fn keys(ks: &[Key]) -> String {
+    if ks.is_empty() {
+        return "nothing".into();
+    }
+    ks.iter()
+        .map(|k| k.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Why {
+    /// The `pg.*` invariant a point that cannot be placed for this reason violates.
+    pub fn invariant(&self) -> &'static str {
+        match self {
+            Why::Reply { predicted, .. } if self.grant_despite_holder() => {
+                let _ = predicted;
+                "pg.exclusion"
             }
-            return Reply::error(code::QUERY_CANCELED);
+            Why::NotGranted { .. } => "pg.exclusion",
+            Why::Exclusion { .. } => "pg.exclusion",
+            Why::Rows { .. } | Why::Waiting { .. } | Why::Missing { .. } => "pg.locks_match_model",
+            Why::StillThere {
+                cause: Cause::Terminate,
+                ..
+            } => "pg.terminate_releases",
+            Why::StillThere { .. } => "pg.locks_match_model",
+            Why::Probe {
+                available, after, ..
+            } => probe_invariant(*available, *after),
+            _ => "pg.replies_match_model",
         }
-        let bump = |map: &mut BTreeMap<Key, u32>, k: Key| *map.entry(k).or_insert(0) += 1;
-        // A session grant an earlier-seen unlock already released (concurrent).
-        let owed = &mut self.owed;
-        let mut grant_session = |m: &mut BackendModel, k: Key| match owed.get_mut(&(b, k)) {
-            Some(n) if *n > 0 => *n -= 1,
-            _ => bump(&mut m.session, k),
-        };
-        let reply = match (op, key) {
-            (Op::TryLock, Some(k)) => {
-                if !other {
-                    grant_session(m, k);
-                }
-                Reply::Bool { value: !other }
-            }
-            (Op::Lock, Some(k)) => {
-                if other {
-                    Reply::error(code::LOCK_NOT_AVAILABLE)
+    }
+
+    fn grant_despite_holder(&self) -> bool {
+        matches!(self, Why::Reply { predicted, holders, .. }
+            if !holders.is_empty() && matches!(predicted, Reply::Bool { value: false } | Reply::Error { .. }))
+    }
+
+    /// The model's side, in words.
+    pub fn describe(&self) -> String {
+        match self {
+            Why::Reply {
+                predicted,
+                backend,
+                holders,
+            } => {
+                if holders.is_empty() {
+                    format!("the model predicts {predicted} on {backend}")
                 } else {
-                    grant_session(m, k);
-                    Reply::Ok
+                    format!(
+                        "the model predicts {predicted} on {backend}: {} held the key",
+                        pids(holders)
+                    )
                 }
             }
-            (Op::Unlock, Some(k)) => match m.session.get_mut(&k) {
-                Some(n) if *n > 0 => {
-                    *n -= 1;
-                    if *n == 0 {
-                        m.session.remove(&k);
-                    }
-                    Reply::Bool { value: true }
-                }
-                _ => Reply::Bool { value: false },
-            },
-            (Op::UnlockAll, _) => {
-                m.session.clear();
-                Reply::Ok
+            Why::Pinned { pinned, ran } => {
+                format!("the client is pinned to {pinned} but its statement ran on {ran}")
             }
-            (Op::XactLock, Some(k)) => {
-                if other {
-                    Reply::error(code::LOCK_NOT_AVAILABLE)
+            Why::GivenLinked { ran, owner } => {
+                format!(
+                    "{ran} is linked to C{} (its session or transaction)",
+                    owner + 1
+                )
+            }
+            Why::Ended { ran, life } => format!(
+                "{ran} had ended ({})",
+                life.cause().map(|c| c.to_string()).unwrap_or_default()
+            ),
+            Why::Busy { ran } => format!("{ran} was running another statement"),
+            Why::ResetPending { ran } => {
+                format!("the pooler had not yet run its reset query on {ran}")
+            }
+            Why::NotNew { ran } => {
+                format!("a new direct connection cannot be the earlier backend {ran}")
+            }
+            Why::PoolFull { ran, size } => {
+                format!("{ran} would be server {} of a pool of {size}", size + 1)
+            }
+            Why::Unavailable { down, fault } => {
+                format!("it was served while {fault} made that impossible ({down:?})")
+            }
+            Why::Broken { cause } => format!(
+                "the client's connection had been dropped ({cause}): the statement should have failed"
+            ),
+            Why::EndUnexplained => {
+                "nothing (no fault, terminate or timeout) could have ended its connection".into()
+            }
+            Why::NotGranted { key, holders } => format!(
+                "key {key} was never free for it: {} held it throughout",
+                pids(holders)
+            ),
+            Why::TimedOutFree { key } => {
+                format!("key {key} was free when it asked, so it would have been granted at once")
+            }
+            Why::CancelUnexplained => {
+                "no cancel reached it and no statement_timeout applies".into()
+            }
+            Why::Target {
+                op,
+                target,
+                visible,
+            } => {
+                if *visible {
+                    format!("{op} found no {target}, but the model has it there")
                 } else {
-                    if m.tx == Tx::Open {
-                        bump(&mut m.xact, k);
-                    }
-                    Reply::Ok
+                    format!("{op} found {target}, but it had left")
                 }
             }
-            (Op::TryXactLock, Some(k)) => {
-                if !other && m.tx == Tx::Open {
-                    bump(&mut m.xact, k);
-                }
-                Reply::Bool { value: !other }
+            Why::Accepted { down, fault } => {
+                format!("a connection was accepted while {fault} held ({down:?})")
             }
-            (Op::Begin, _) => {
-                m.tx = Tx::Open;
-                Reply::Ok
+            Why::Rows {
+                backend,
+                model,
+                seen,
+            } => format!(
+                "pg_locks shows {backend} holding {}, the model {}",
+                keys(seen),
+                keys(model)
+            ),
+            Why::Waiting {
+                backend,
+                model,
+                seen,
+            } => format!(
+                "pg_locks shows {backend} waiting for {}, the model {}",
+                seen.map(|k| k.to_string()).unwrap_or("nothing".into()),
+                model.map(|k| k.to_string()).unwrap_or("nothing".into())
+            ),
+            Why::StillThere { backend, cause } => {
+                format!("{backend} is still in pg_stat_activity after {cause} ended it")
             }
-            (Op::Commit | Op::Rollback, _) => {
-                m.xact.clear();
-                m.tx = Tx::Idle;
-                Reply::Ok
+            Why::Missing { backend } => {
+                format!("{backend} is missing from pg_stat_activity, and nothing ended it")
             }
-            (Op::DiscardAll, _) => {
-                if m.tx == Tx::Open {
-                    Reply::error(code::ACTIVE_TRANSACTION)
+            Why::Exclusion { key, backends } => format!(
+                "key {key} granted to {} backends at once: {}",
+                backends.len(),
+                pids(backends)
+            ),
+            Why::Probe {
+                key,
+                available,
+                holders,
+                after,
+            } => format!(
+                "{}a fresh contender {} key {} (expected {}{})",
+                after.map(|o| format!("after {o}: ")).unwrap_or_default(),
+                if *available {
+                    "could take"
                 } else {
-                    m.session.clear();
-                    Reply::Ok
+                    "could not take"
+                },
+                key,
+                if holders.is_empty() {
+                    "available"
+                } else {
+                    "held"
+                },
+                if holders.is_empty() {
+                    String::new()
+                } else {
+                    format!(" by {}", pids(holders))
                 }
-            }
-            (Op::FailStatement, _) => Reply::error(code::DIVISION_BY_ZERO),
-            (Op::Ping | Op::PgSleep, _) => Reply::Ok,
-            (op, key) => unreachable!("exec({op}, {key:?})"),
-        };
-        if reply.is_error() && m.tx == Tx::Open {
-            // The error aborts the transaction at once: AbortTransaction releases its
-            // transaction-scoped locks now, not at the later ROLLBACK (observed on 18.6).
-            m.tx = Tx::Aborted;
-            m.xact.clear();
-        }
-        reply
-    }
-
-    /// The backend exits: all its locks are released; clients pinned to it are broken;
-    /// beliefs granted by it become stale.
-    fn backend_gone(&mut self, b: BackendId) {
-        self.backends.remove(&b);
-        self.closing.remove(&b);
-        self.maybe_gone.remove(&b);
-        self.forget_unsettled(b);
-        self.owed.retain(|(x, _), _| *x != b);
-        self.dead.entry(b).or_insert(self.clock);
-        for c in &mut self.clients {
-            if c.linked == Some(b) {
-                c.linked = None;
-                c.broken = true;
-            }
-            for belief in c.beliefs.values_mut() {
-                if belief.backends.contains(&b) {
-                    belief.stale = true;
-                }
-            }
+            ),
         }
     }
+}
 
-    /// The pooler releases the client's server back to the pool, running the reset query
-    /// first when the rules say so.
-    fn release(&mut self, client: usize, b: BackendId) {
-        self.clients[client].linked = None;
-        if self.rules.resets_on_release()
-            && self.rules.reset_releases_locks
-            && let Some(m) = self.backends.get_mut(&b)
-        {
-            for k in m.session.keys() {
-                self.reset_released.insert(*k, self.clock);
-            }
-            m.session.clear();
-            self.forget_unsettled(b);
-        }
+/// Which invariant a wrong probe answer breaks, by the boundary it probes: one row per op.
+pub fn probe_invariant(available: bool, after: Option<Op>) -> &'static str {
+    match (available, after) {
+        // The model holds the key, the contender took it.
+        (true, Some(Op::Rollback)) => "pg.session_survives_rollback",
+        (true, Some(Op::Unlock)) => "pg.stacking",
+        (true, Some(Op::Cancel)) => "pg.cancel_keeps_session_locks",
+        // The model has it free, the contender could not take it.
+        (false, Some(Op::Commit | Op::Rollback | Op::FailStatement)) => "pg.xact_released_at_end",
+        (false, Some(Op::Terminate)) => "pg.terminate_releases",
+        _ => "pg.locks_match_model",
     }
+}
 
-    fn forget_beliefs(&mut self, client: usize) {
-        let c = &mut self.clients[client];
-        c.beliefs.clear();
-        c.in_tx = false;
-        c.tx_backend = None;
-        c.tx_taken.clear();
-    }
+/// A case's operations and the rules they are judged by: the [`Spec`] the search runs.
+pub struct Case<'e> {
+    pub rules: PoolRules,
+    pub timeouts: Timeouts,
+    /// When the case began (every backend of a case is born after it).
+    pub case_start: u64,
+    pub entries: Vec<Entry<'e>>,
+}
 
-    /// The client closes its connection.
-    pub fn disconnect(&mut self, client: usize) -> Effect {
-        self.client(client);
-        let mut effect = Effect {
-            expected_reply: Some(Reply::Ok),
+type Out = Result<Vec<State>, Why>;
+
+impl<'e> Case<'e> {
+    pub fn initial(&self, clients: usize) -> State {
+        State {
+            clients: vec![Client::default(); clients],
             ..Default::default()
+        }
+    }
+
+    fn pooled(&self) -> bool {
+        self.rules.is_pooled()
+    }
+
+    fn timer(&self, t: Timer) -> Option<u64> {
+        self.timeouts
+            .get(&t)
+            .copied()
+            .filter(|ms| *ms > 0)
+            .map(|ms| ms * 1_000_000)
+    }
+
+    /// Whether idle and transaction times are kept (a timeout reads them).
+    fn keeps_times(&self) -> bool {
+        !self.timeouts.values().all(|v| *v == 0)
+    }
+
+    /// How many points an entry has.
+    pub fn points_of(&self, e: &Entry) -> u8 {
+        match &e.act {
+            Act::Stmt(s) => {
+                let waits = s.op.waits_for_lock();
+                if e.unknown {
+                    return if waits { 2 } else { 1 };
+                }
+                let interrupted = s.reply.code() == Some(code::QUERY_CANCELED);
+                let answered = matches!(s.reply, Reply::Ok)
+                    || s.reply.code() == Some(code::LOCK_NOT_AVAILABLE);
+                if interrupted || (waits && answered) {
+                    2
+                } else {
+                    1
+                }
+            }
+            Act::Reconnect { .. } => 2,
+            Act::Terminate { reply, .. } if **reply == (Reply::Bool { value: true }) => 2,
+            Act::Fault { op, reply, .. } => {
+                let target_gone = **reply == (Reply::Bool { value: false });
+                if !target_gone && meaning(*op).is_some_and(|m| m.down.is_some()) {
+                    2
+                } else {
+                    1
+                }
+            }
+            _ => 1,
+        }
+    }
+
+    // ----- statements -----
+
+    fn stmt(&self, s: &State, e: usize, st: &Stmt, point: u8, points: u8) -> Out {
+        let entry = &self.entries[e];
+        if entry.unknown {
+            return self.stmt_unknown(s, e, st, point, points);
+        }
+        if st.reply.is_closed() {
+            // The connection went away under it: whatever it did went with its backend.
+            return Ok(vec![self.client_gone(s, st.client, Cause::Disconnect)]);
+        }
+        if points == 2 && point == 1 {
+            return self.stmt_end(s, e, st);
+        }
+        let c = st.client;
+        let mut s = s.clone();
+        match s.client(c).conn {
+            Conn::Broken(cause) => {
+                return if st.reply.ended_by_server() {
+                    Ok(vec![self.client_gone(&s, c, Cause::Disconnect)])
+                } else {
+                    Err(Why::Broken { cause })
+                };
+            }
+            Conn::Down if st.reply.is_error() && st.served.is_none() => {
+                // The connect before it failed (the reply is the refusal).
+                return Ok(vec![s]);
+            }
+            Conn::Down => {
+                s.clients[c].conn = Conn::Up;
+                s.clients[c].linked = None;
+            }
+            Conn::Up => {}
+        }
+        if st.reply.ended_by_server() {
+            return self.ended(&s, e, st);
+        }
+        let cands = self.assign(&s, e, st)?;
+        let mut out = vec![];
+        let mut err = None;
+        for (s2, b) in cands {
+            let r = if points == 2 {
+                self.stmt_start(s2, e, st, b)
+            } else {
+                self.stmt_once(s2, e, st, b)
+            };
+            match r {
+                Ok(v) => out.extend(v),
+                Err(w) => err = Some(w),
+            }
+        }
+        if out.is_empty() {
+            Err(err.unwrap_or(Why::EndUnexplained))
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// The backends statement `st` may run on, with the state after the pooler assigned it.
+    fn assign(&self, s: &State, e: usize, st: &Stmt) -> Result<Vec<(State, BackendId)>, Why> {
+        let c = st.client;
+        let entry = &self.entries[e];
+        if let Some(l) = s.clients[c].linked {
+            if let Some(ran) = st.served
+                && ran != l
+            {
+                return Err(Why::Pinned { pinned: l, ran });
+            }
+            if let Some((Down::Frozen, fault)) = s.down {
+                return Err(Why::Unavailable {
+                    down: Down::Frozen,
+                    fault,
+                });
+            }
+            return Ok(vec![(s.clone(), l)]);
+        }
+        // It needs a server (a pooled one, a direct connection's backend, a pool connection).
+        if let Some((down, fault)) = s.down {
+            let blocks = match down {
+                Down::Pooler | Down::Paused | Down::Frozen => self.pooled(),
+                Down::Postgres => true,
+            };
+            if blocks {
+                return Err(Why::Unavailable { down, fault });
+            }
+        }
+        let Some(b) = st.served else {
+            // No identity (DISCARD ALL's tag was overwritten, or an error before it): any
+            // server the pooler could have handed out, or one the model has not heard of.
+            let mut out: Vec<(State, BackendId)> = s
+                .backends
+                .iter()
+                .filter(|(id, x)| self.assignable(s, c, **id, x).is_ok())
+                .map(|(id, _)| (s.clone(), *id))
+                .collect();
+            out.push((s.clone(), anonymous(e)));
+            return Ok(out);
         };
-        if let Some(b) = self.clients[client].linked {
-            let in_tx = self.backends.get(&b).is_some_and(|m| m.tx != Tx::Idle);
+        match s.backends.get(&b) {
+            Some(x) => {
+                self.assignable(s, c, b, x)?;
+                if !self.pooled() && self.rules.app_pin.is_none() {
+                    return Err(Why::NotNew { ran: b });
+                }
+                Ok(vec![(s.clone(), b)])
+            }
+            None => {
+                let mut s2 = s.clone();
+                if let Some(fault) = s2.login_failing {
+                    return Err(Why::Unavailable {
+                        down: Down::Postgres,
+                        fault,
+                    });
+                }
+                s2.backends.insert(
+                    b,
+                    Backend {
+                        pooled: self.pooled(),
+                        idle_since: if self.keeps_times() { entry.inv } else { 0 },
+                        ..Default::default()
+                    },
+                );
+                if self.pooled() {
+                    // Servers marked to close at release (RECONNECT) do not count: PgBouncer
+                    // opens a new one beside them (seen: a third server with a pool of 2).
+                    let size = s2
+                        .backends
+                        .values()
+                        .filter(|x| x.pooled && x.life.is_alive() && x.close_at_release.is_none())
+                        .count();
+                    if size > self.rules.pool_size {
+                        return Err(Why::PoolFull {
+                            ran: b,
+                            size: self.rules.pool_size,
+                        });
+                    }
+                }
+                let mut out = vec![];
+                // A server logging in (or idle, unheard of) when a RECONNECT or PAUSE came is
+                // closed when released.
+                if self.pooled()
+                    && let Some((fault, t)) = s.idle_fault
+                    && entry.inv < t
+                {
+                    let mut marked = s2.clone();
+                    marked.backends.get_mut(&b).unwrap().close_at_release =
+                        Some(Cause::Fault(fault));
+                    out.push((marked, b));
+                }
+                out.push((s2, b));
+                Ok(out)
+            }
+        }
+    }
+
+    fn assignable(&self, s: &State, c: usize, b: BackendId, x: &Backend) -> Result<(), Why> {
+        if !x.life.is_alive() {
+            return Err(Why::Ended {
+                ran: b,
+                life: x.life,
+            });
+        }
+        if let Some(owner) = s.linked_client(b).filter(|o| *o != c) {
+            return Err(Why::GivenLinked { ran: b, owner });
+        }
+        if x.busy.is_some() {
+            return Err(Why::Busy { ran: b });
+        }
+        if x.reset_pending {
+            return Err(Why::ResetPending { ran: b });
+        }
+        if self.pooled() && !x.pooled {
+            return Err(Why::Ended {
+                ran: b,
+                life: x.life,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_runnable(&self, s: &State, b: BackendId) -> Result<(), Why> {
+        let Some(x) = s.backends.get(&b) else {
+            return Ok(());
+        };
+        if !x.life.is_alive() {
+            return Err(Why::Ended {
+                ran: b,
+                life: x.life,
+            });
+        }
+        if x.busy.is_some() {
+            return Err(Why::Busy { ran: b });
+        }
+        Ok(())
+    }
+
+    /// A one-point statement on backend `b`.
+    fn stmt_once(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
+        self.check_runnable(&s, b)?;
+        if is_anonymous(b) {
+            // A server the model has not heard of: it holds nothing and has no transaction.
+            let fresh = Backend::default();
+            let mut tmp = fresh.clone();
+            let (pred, _) = exec(&mut tmp, st.op, st.key, true);
+            if let Some(p) = pred
+                && !p.same_as(st.reply)
+            {
+                return Err(Why::Reply {
+                    predicted: p,
+                    backend: b,
+                    holders: vec![],
+                });
+            }
+            return Ok(vec![s]);
+        }
+        let available = st.key.is_none_or(|k| s.available_to(b, k));
+        let holders: Vec<BackendId> = st
+            .key
+            .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
+            .unwrap_or_default();
+        let x = s.backends.get_mut(&b).expect("assigned");
+        let (pred, released) = exec(x, st.op, st.key, available);
+        if let Some(p) = pred
+            && !p.same_as(st.reply)
+        {
+            return Err(Why::Reply {
+                predicted: p,
+                backend: b,
+                holders,
+            });
+        }
+        if st.op == Op::Migrate && st.reply.is_error() {
+            abort(x);
+        }
+        self.touch(&mut s, e, b);
+        self.after_statement(&mut s, e, st.client, b);
+        Ok(wake_all(s, &released))
+    }
+
+    /// Timers: when the backend was last used, when its transaction began.
+    fn touch(&self, s: &mut State, e: usize, b: BackendId) {
+        if !self.keeps_times() {
+            return;
+        }
+        let inv = self.entries[e].inv;
+        if let Some(x) = s.backends.get_mut(&b) {
+            x.idle_since = inv;
+            if x.tx == Tx::Idle {
+                x.tx_since = inv;
+            }
+        }
+    }
+
+    /// The pooler, after a statement: keep the server linked, or release it.
+    fn after_statement(&self, s: &mut State, e: usize, c: usize, b: BackendId) {
+        let in_tx = s.backends.get(&b).is_some_and(|x| x.tx != Tx::Idle);
+        if self.keeps_times() {
+            s.client(c).idle_since = self.entries[e].inv;
+        }
+        if self.rules.stays_linked(in_tx) {
+            s.client(c).linked = Some(b);
+        } else {
+            s.client(c).linked = None;
+            self.released(s, b);
+        }
+    }
+
+    /// A server went back to the pool.
+    fn released(&self, s: &mut State, b: BackendId) {
+        let resets = self.rules.resets_on_release() && self.rules.reset_releases_locks;
+        let Some(x) = s.backends.get_mut(&b) else {
+            return;
+        };
+        if let Some(cause) = x.close_at_release {
+            close(x, cause);
+        } else if resets {
+            x.reset_pending = true;
+        }
+    }
+
+    /// The first point of a two-point statement: it starts on `b` (a lock call is granted or
+    /// waits).
+    fn stmt_start(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
+        self.check_runnable(&s, b)?;
+        if is_anonymous(b) {
+            return Err(Why::Ended {
+                ran: b,
+                life: Life::Gone(Cause::Disconnect),
+            });
+        }
+        let lock = if st.op.waits_for_lock() {
+            st.key.map(|k| (k, st.op == Op::Lock))
+        } else {
+            None
+        };
+        let holders: Vec<BackendId> = st
+            .key
+            .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
+            .unwrap_or_default();
+        let x = s.backends.get_mut(&b).expect("assigned");
+        if x.tx == Tx::Aborted && lock.is_some() {
+            return Err(Why::Reply {
+                predicted: Reply::error(code::IN_FAILED_TRANSACTION),
+                backend: b,
+                holders,
+            });
+        }
+        let mut busy = Busy {
+            entry: e as u32,
+            lock,
+            waited: false,
+            granted: false,
+            cancelled: false,
+        };
+        // A cancel may have ended the statement before it reached its lock call (the identity
+        // runs first): nothing asked.
+        let mut out = vec![];
+        if lock.is_some() && st.reply.code() == Some(code::QUERY_CANCELED) {
+            let mut early = s.clone();
+            let y = early.backends.get_mut(&b).expect("assigned");
+            y.busy = Some(Busy { lock: None, ..busy });
+            early.client(st.client).linked = Some(b);
+            out.push(early);
+        }
+        let x = s.backends.get_mut(&b).expect("assigned");
+        if let Some((k, session)) = lock {
+            if holders.is_empty() {
+                busy.granted = true;
+                bump(if session { &mut x.session } else { &mut x.xact }, k);
+            } else {
+                busy.waited = true;
+            }
+        }
+        x.busy = Some(busy);
+        s.client(st.client).linked = Some(b);
+        out.push(s);
+        Ok(out)
+    }
+
+    /// The second point: the statement is answered.
+    fn stmt_end(&self, s: &State, e: usize, st: &Stmt) -> Out {
+        let Some((&b, _)) = s
+            .backends
+            .iter()
+            .find(|(_, x)| x.busy.is_some_and(|y| y.entry == e as u32))
+        else {
+            let ran = st.served.unwrap_or(anonymous(e));
+            return Err(Why::Ended {
+                ran,
+                life: s.backends.get(&ran).map(|x| x.life).unwrap_or_default(),
+            });
+        };
+        let mut s = s.clone();
+        let x = s.backends.get_mut(&b).unwrap();
+        let busy = x.busy.take().unwrap();
+        let mut released = vec![];
+        let mut outs: Vec<State> = Vec::new();
+        match (st.op.waits_for_lock(), st.reply) {
+            (true, Reply::Ok) => {
+                if !busy.granted {
+                    let k = busy.lock.map(|l| l.0).unwrap_or(Key::Big(0));
+                    let holders = s.holders(k).into_iter().filter(|y| *y != b).collect();
+                    return Err(Why::NotGranted { key: k, holders });
+                }
+                if let Some((k, false)) = busy.lock
+                    && x.tx != Tx::Open
+                {
+                    // A transaction lock outside a transaction ends with its statement.
+                    unbump(&mut x.xact, k);
+                    released.push(k);
+                }
+                outs.push(s);
+            }
+            (true, r)
+                if r.code() == Some(code::LOCK_NOT_AVAILABLE)
+                    || r.code() == Some(code::QUERY_CANCELED) =>
+            {
+                let cancelled = r.code() == Some(code::QUERY_CANCELED);
+                if !cancelled && !busy.waited {
+                    return Err(Why::TimedOutFree {
+                        key: busy.lock.map(|l| l.0).unwrap_or(Key::Big(0)),
+                    });
+                }
+                if cancelled && !(busy.cancelled || self.statement_timeout(st)) {
+                    return Err(Why::CancelUnexplained);
+                }
+                if busy.granted
+                    && let Some((k, session)) = busy.lock
+                {
+                    if session {
+                        // Granted as the error was raised: a session lock survives it.
+                        x.tainted.insert(k);
+                        s.granted_failed.insert(e as u32);
+                    } else {
+                        unbump(&mut x.xact, k);
+                        released.push(k);
+                    }
+                }
+                let x = s.backends.get_mut(&b).unwrap();
+                released.extend(abort(x));
+                outs.push(s);
+            }
+            (_, r) if r.code() == Some(code::QUERY_CANCELED) => {
+                if !(busy.cancelled || self.statement_timeout(st)) {
+                    return Err(Why::CancelUnexplained);
+                }
+                // The cancel may have landed before or after the statement did its work.
+                let mut ran = s.clone();
+                let available = st.key.is_none_or(|k| ran.available_to(b, k));
+                let rx = ran.backends.get_mut(&b).unwrap();
+                let (_, mut rel) = exec(rx, st.op, st.key, available);
+                if st.op.acquires()
+                    && available
+                    && let Some(k) = st.key
+                    && st.op == Op::TryLock
+                {
+                    rx.tainted.insert(k);
+                    ran.granted_failed.insert(e as u32);
+                }
+                let rx = ran.backends.get_mut(&b).unwrap();
+                rel.extend(abort(rx));
+                let x = s.backends.get_mut(&b).unwrap();
+                released.extend(abort(x));
+                self.touch(&mut ran, e, b);
+                self.after_statement(&mut ran, e, st.client, b);
+                outs.extend(wake_all(ran, &rel));
+                outs.push(s);
+            }
+            _ => {
+                return Err(Why::Reply {
+                    predicted: Reply::Ok,
+                    backend: b,
+                    holders: vec![],
+                });
+            }
+        }
+        // The last state is the statement's own outcome; any before it are already finished.
+        let mut s = outs.pop().expect("an outcome");
+        self.touch(&mut s, e, b);
+        self.after_statement(&mut s, e, st.client, b);
+        let mut res = wake_all(s, &released);
+        res.extend(outs);
+        Ok(res)
+    }
+
+    fn statement_timeout(&self, st: &Stmt) -> bool {
+        self.timer(Timer::CancelLongStatement)
+            .zip(st.took)
+            .is_some_and(|(t, took)| took >= t)
+    }
+
+    /// A statement whose outcome is unknown (no reply in time): whatever it may have done.
+    /// (That it may have done nothing is the search's: an unknown operation's points may be
+    /// skipped.)
+    fn stmt_unknown(&self, s: &State, e: usize, st: &Stmt, point: u8, points: u8) -> Out {
+        let c = st.client;
+        if points == 2 && point == 1 {
+            return self.unknown_end(s, e);
+        }
+        if !matches!(s.clients.get(c).map(|x| x.conn), Some(Conn::Up)) {
+            return Err(Why::EndUnexplained);
+        }
+        let mut out = vec![];
+        let mut err = Why::EndUnexplained;
+        for (s2, b) in self.assign(s, e, st)? {
+            if is_anonymous(b) {
+                continue;
+            }
+            if let Err(w) = self.check_runnable(&s2, b) {
+                err = w;
+                continue;
+            }
+            if points == 2 {
+                match self.stmt_start(s2, e, st, b) {
+                    Ok(v) => out.extend(v),
+                    Err(w) => err = w,
+                }
+                continue;
+            }
+            let mut s3 = s2;
+            let available = st.key.is_none_or(|k| s3.available_to(b, k));
+            let x = s3.backends.get_mut(&b).expect("assigned");
+            let (_, rel) = exec(x, st.op, st.key, available);
+            self.touch(&mut s3, e, b);
+            self.after_statement(&mut s3, e, c, b);
+            out.extend(wake_all(s3, &rel));
+        }
+        if out.is_empty() { Err(err) } else { Ok(out) }
+    }
+
+    /// An unknown lock call answered one way or another: granted, or given up (a lock it was
+    /// granted as it gave up stays, at session scope).
+    fn unknown_end(&self, s: &State, e: usize) -> Out {
+        let Some((&b, x)) = s
+            .backends
+            .iter()
+            .find(|(_, x)| x.busy.is_some_and(|y| y.entry == e as u32))
+        else {
+            return Err(Why::EndUnexplained);
+        };
+        let busy = x.busy.unwrap();
+        let client = s.linked_client(b);
+        let mut out = vec![];
+        let mut finish = |mut s2: State, rel: Vec<Key>| {
+            if let Some(c) = client {
+                self.after_statement(&mut s2, e, c, b);
+            }
+            out.extend(wake_all(s2, &rel));
+        };
+        // Answered: granted (a transaction lock outside a transaction ends with it).
+        if busy.granted {
+            let mut s2 = s.clone();
+            let y = s2.backends.get_mut(&b).unwrap();
+            y.busy = None;
+            let mut rel = vec![];
+            if let Some((k, false)) = busy.lock
+                && y.tx != Tx::Open
+            {
+                unbump(&mut y.xact, k);
+                rel.push(k);
+            }
+            finish(s2, rel);
+        }
+        // Given up (cancelled): the error aborts a transaction; a session lock granted in
+        // that instant stays.
+        let mut s2 = s.clone();
+        let y = s2.backends.get_mut(&b).unwrap();
+        y.busy = None;
+        let mut rel = vec![];
+        if busy.granted
+            && let Some((k, session)) = busy.lock
+        {
+            if session {
+                y.tainted.insert(k);
+                s2.granted_failed.insert(e as u32);
+            } else {
+                unbump(&mut y.xact, k);
+                rel.push(k);
+            }
+        }
+        let y = s2.backends.get_mut(&b).unwrap();
+        rel.extend(abort(y));
+        finish(s2, rel);
+        Ok(out)
+    }
+
+    /// The server ended the client's connection under the statement (57P01, 57P02, 57P03,
+    /// PgBouncer's 08P01, a timeout's FATAL): something must have ended it.
+    fn ended(&self, s: &State, _e: usize, st: &Stmt) -> Out {
+        let c = st.client;
+        let cl = s.clients[c];
+        let dead = |b: BackendId| s.backends.get(&b).is_some_and(|x| !x.life.is_alive());
+        let long = |t: Timer| {
+            self.timer(t)
+                .zip(st.took)
+                .is_some_and(|(t, took)| took >= t)
+        };
+        let explained = cl.linked.is_some_and(dead)
+            || st.served.is_some_and(dead)
+            || (cl.linked.is_none() && s.login_failing.is_some())
+            || matches!(s.down, Some((Down::Pooler | Down::Postgres, _)))
+            || long(Timer::EndLongStatement)
+            || long(Timer::EndLongWait);
+        let mut outs = vec![];
+        if explained {
+            outs.push(self.client_gone(s, c, Cause::Disconnect));
+        }
+        // PgBouncer's query_timeout closes the server the statement ran on as well (the
+        // backend goes on until its statement ends, holding its locks).
+        if self.pooled() && long(Timer::EndLongStatement) {
+            for (b, x) in &s.backends {
+                let mine = s.linked_client(*b).is_none_or(|o| o == c);
+                if x.life.is_alive() && x.pooled && mine {
+                    let mut s2 = s.clone();
+                    close(
+                        s2.backends.get_mut(b).unwrap(),
+                        Cause::Timeout(Timer::EndLongStatement),
+                    );
+                    outs.push(self.client_gone(&s2, c, Cause::Disconnect));
+                }
+            }
+        }
+        // An unlinked pooled client handed a server whose backend had ended (the pooler had
+        // not noticed yet): the pooler closes that server.
+        if self.pooled() && cl.linked.is_none() {
+            for (b, x) in &s.backends {
+                if x.pooled && !x.life.is_alive() {
+                    let mut s2 = s.clone();
+                    s2.backends.get_mut(b).unwrap().pooled = false;
+                    outs.push(self.client_gone(&s2, c, Cause::Disconnect));
+                }
+            }
+        }
+        if outs.is_empty() {
+            Err(Why::EndUnexplained)
+        } else {
+            Ok(outs)
+        }
+    }
+
+    /// The client's connection ends (it closed it, or it was closed): its linked server's fate
+    /// by the pooler's rules.
+    fn client_gone(&self, s: &State, c: usize, cause: Cause) -> State {
+        let mut s = s.clone();
+        let linked = s.client(c).linked.take();
+        s.clients[c].conn = Conn::Down;
+        if let Some(b) = linked
+            && let Some(x) = s.backends.get(&b)
+        {
+            let in_tx = x.tx != Tx::Idle || x.busy.is_some();
             match self.rules.on_disconnect(true, in_tx) {
-                ServerFate::Closed => self.close_backend(b, &mut effect),
-                ServerFate::Released { .. } if self.closing.contains_key(&b) => {
-                    self.closing.remove(&b);
-                    self.close_backend(b, &mut effect);
+                ServerFate::Closed => {
+                    if let Some(x) = s.backends.get_mut(&b)
+                        && x.life.is_alive()
+                    {
+                        close(x, cause);
+                    }
                 }
                 ServerFate::Released { .. } => {
-                    if self.rules.reset_releases_locks
-                        && let Some(m) = self.backends.get_mut(&b)
-                    {
-                        m.session.clear();
-                        self.forget_unsettled(b);
+                    let resets = self.rules.reset_releases_locks;
+                    if let Some(x) = s.backends.get_mut(&b) {
+                        if let Some(c2) = x.close_at_release {
+                            close(x, c2);
+                        } else if resets {
+                            x.reset_pending = true;
+                        }
                     }
                 }
                 ServerFate::Untouched => {}
             }
         }
-        let c = &mut self.clients[client];
-        c.linked = None;
-        c.connected = false;
-        c.broken = false;
-        self.forget_beliefs(client);
-        effect
+        s
     }
 
-    fn close_backend(&mut self, b: BackendId, effect: &mut Effect) {
-        let keys: Vec<Key> = self
-            .backends
-            .get(&b)
-            .map(|m| m.keys().into_iter().collect())
-            .unwrap_or_default();
-        self.backend_gone(b);
-        effect.gone.push(b);
-        for k in keys {
-            effect.probes.push((ProbeReason::ServerClosed, k));
-        }
-    }
+    // ----- connections, signals, faults -----
 
-    /// Concurrent: whether `target` answers a signal as the reply says, by an order the
-    /// history does not fix. `pg_terminate_backend` and `pg_cancel_backend` reply by whether
-    /// the process still exists: one the model knows ended within the last second may still
-    /// be exiting (true); one the model thinks alive may have been ended by a racing
-    /// terminate or close not yet applied (false, and then it is gone).
-    fn signal_target_alive(&mut self, target: BackendId, reply: &Reply) -> bool {
-        let alive = self.backends.contains_key(&target);
-        if !self.lenient {
-            return alive;
+    fn connect(&self, s: &State, c: usize, reply: &Reply) -> Out {
+        let mut s = s.clone();
+        if reply.is_error() {
+            s.client(c).conn = Conn::Down;
+            s.clients[c].linked = None;
+            return Ok(vec![s]);
         }
-        match reply {
-            Reply::Bool { value: true } if !alive => self
-                .dead
-                .get(&target)
-                .is_some_and(|t| self.invoked_at < t.saturating_add(EXITING_NS)),
-            Reply::Bool { value: false }
-                if alive && (self.beside.close || self.maybe_gone.contains_key(&target)) =>
-            {
-                self.backend_gone(target);
-                false
-            }
-            _ => alive,
-        }
-    }
-
-    /// `pg_terminate_backend` of `target` from the admin side; `reply`: what it returned.
-    pub fn terminate(&mut self, target: BackendId, reply: &Reply) -> Effect {
-        let exiting = !self.backends.contains_key(&target);
-        let alive = self.signal_target_alive(target, reply);
-        if alive && exiting {
-            // Still exiting: answered true, nothing more happens.
-            return Effect {
-                expected_reply: Some(Reply::Bool { value: true }),
-                ..Default::default()
+        if let Some((down, fault)) = s.down {
+            let refused = match down {
+                Down::Pooler => self.pooled(),
+                Down::Postgres => !self.pooled(),
+                Down::Paused | Down::Frozen => false,
             };
-        }
-        let mut effect = Effect {
-            expected_reply: Some(Reply::Bool { value: alive }),
-            ..Default::default()
-        };
-        if alive {
-            let keys: Vec<Key> = self.backends[&target].keys().into_iter().collect();
-            self.backend_gone(target);
-            effect.gone.push(target);
-            for k in keys {
-                effect.probes.push((ProbeReason::TerminateReleases, k));
+            if refused {
+                return Err(Why::Accepted { down, fault });
             }
         }
-        effect
+        let cl = s.client(c);
+        cl.conn = Conn::Up;
+        cl.linked = None;
+        Ok(vec![s])
     }
 
-    /// `pg_cancel_backend` of `target`: an idle backend ignores it; nothing is released.
-    pub fn cancel(&mut self, target: BackendId, reply: &Reply) -> Effect {
-        let alive = self.signal_target_alive(target, reply);
-        let mut effect = Effect {
-            expected_reply: Some(Reply::Bool { value: alive }),
-            ..Default::default()
-        };
-        if let Some(m) = self.backends.get(&target) {
-            for k in m.session.keys() {
-                effect
-                    .probes
-                    .push((ProbeReason::CancelKeepsSessionLocks, *k));
-            }
-        }
-        effect
-    }
-
-    /// A fault of the servers ended backend `b`: as [`Model::backend_gone`], and the beliefs
-    /// it granted are lost to `fault` (app.no_lost_lock, not app.no_stale_holder).
-    fn backend_lost(&mut self, b: BackendId, fault: Op, effect: &mut Effect) {
-        for c in &mut self.clients {
-            for belief in c.beliefs.values_mut() {
-                if belief.backends.contains(&b) && !belief.stale {
-                    belief.lost_to = Some(fault);
-                }
-            }
-        }
-        self.closing.remove(&b);
-        self.close_backend(b, effect);
-    }
-
-    /// A fault of the servers (`vocab::fault` says what each ends and breaks). `target`: the
-    /// backend of `backend_kill` / `backend_freeze`; `reply`: what the nemesis reported
-    /// (`false`: the target was already gone, nothing happened).
-    pub fn server_fault(&mut self, op: Op, target: Option<BackendId>, reply: &Reply) -> Effect {
-        use crate::vocab::fault::{Breaks, Ends, meaning};
-        let Some(m) = meaning(op) else {
-            return Effect::default();
-        };
-        let mut effect = Effect {
-            expected_reply: Some(Reply::Ok),
-            ..Default::default()
-        };
-        // Concurrent: PAUSE waits for every server to be released, and a client idle in a
-        // transaction can hold one past the nemesis's bound (the sequential schedule does not
-        // start it while a client is linked).
-        if self.lenient && op == Op::PoolerPause && reply.code() == Some(code::TIMEOUT) {
-            effect.expected_reply = Some(reply.clone());
-        }
-        if op.targets_backend() {
-            // Concurrent: a backend the model knows ended a moment ago may still be exiting
-            // (still in pg_stat_activity, its process still there): the signal found it.
-            let exiting = self.lenient
-                && *reply == Reply::Ok
-                && target.is_some_and(|t| {
-                    self.dead
-                        .get(&t)
-                        .is_some_and(|d| self.invoked_at < d.saturating_add(EXITING_NS))
-                });
-            if exiting {
-                return effect;
-            }
-            let alive = target.is_some_and(|t| self.backends.contains_key(&t));
-            // The target ended before the signal (concurrent: perhaps by a fault beside it).
-            if !alive || (self.lenient && *reply == (Reply::Bool { value: false })) {
-                effect.expected_reply = Some(Reply::Bool { value: false });
-                return effect;
-            }
-        }
-        let linked: BTreeSet<BackendId> = self.clients.iter().filter_map(|c| c.linked).collect();
-        let ending: Vec<BackendId> = match m.ends {
-            Ends::Nothing => vec![],
-            Ends::All if self.lenient => {
-                // Concurrent: a backend first heard of while the fault ran may be a new one
-                // (a client served by the restarted pooler or server): it may be gone.
-                let mut old = vec![];
-                for b in self.backends.keys() {
-                    if self.born.get(b).is_some_and(|t| *t >= self.invoked_at) {
-                        self.maybe_gone.insert(*b, op);
-                    } else {
-                        old.push(*b);
+    fn terminate(&self, s: &State, target: BackendId, reply: &Reply, point: u8) -> Out {
+        let signalled = *reply == (Reply::Bool { value: true });
+        if point == 1 {
+            // Confirmed gone (the nemesis waits until the identity has left).
+            let mut s = s.clone();
+            let mut released = vec![];
+            if let Some(x) = s.backends.get_mut(&target) {
+                match x.life {
+                    Life::Closing(c) | Life::Exiting(c) => {
+                        released = exit(x, c);
+                        x.life = Life::Gone(c);
+                    }
+                    Life::Gone(_) => {}
+                    Life::Alive => {
+                        return Err(Why::Target {
+                            op: Op::Terminate,
+                            target,
+                            visible: true,
+                        });
                     }
                 }
-                old
             }
-            Ends::All => self.backends.keys().copied().collect(),
-            Ends::IdleNowLinkedAtRelease if self.lenient => {
-                // Concurrent: which servers were idle at the fault's instant is not in the
-                // history, nor exactly when a linked one is released (PgBouncer closes it
-                // then). Every one may be gone from now on, its session locks with it: a
-                // statement it serves later says it was alive; the last look settles it.
-                let _ = reply;
-                self.last_idle_fault = Some((self.clock, op));
-                for b in self.backends.keys() {
-                    self.maybe_gone.insert(*b, op);
-                }
-                vec![]
-            }
-            Ends::IdleNowLinkedAtRelease => {
-                // A PAUSE that timed out was RESUMEd before the linked servers were released:
-                // only the idle ones were closed.
-                if !reply.is_error() {
-                    self.closing.extend(linked.iter().map(|b| (*b, op)));
-                }
-                self.backends
-                    .keys()
-                    .filter(|b| !linked.contains(b))
-                    .copied()
-                    .collect()
-            }
-        };
-        for b in ending {
-            self.backend_lost(b, op, &mut effect);
+            return Ok(wake_all(s, &released));
         }
-        if m.breaks == Breaks::AllClients {
-            for c in &mut self.clients {
-                if c.connected {
-                    c.broken = true;
+        let mut s = found(s, Op::Terminate, target, signalled)?;
+        if signalled {
+            self.end_backend(&mut s, target, Cause::Terminate);
+        }
+        Ok(vec![s])
+    }
+
+    /// PostgreSQL ends backend `b`: it is signalled and will exit (its FATAL can reach the
+    /// client before its locks are released: measured, docs/ground-truth-model.md), a direct
+    /// client on it is broken. The pooler learns of it later.
+    fn end_backend(&self, s: &mut State, b: BackendId, cause: Cause) {
+        let Some(x) = s.backends.get_mut(&b) else {
+            return;
+        };
+        if !x.life.is_alive() {
+            return;
+        }
+        x.life = Life::Closing(cause);
+        if !self.pooled()
+            && let Some(c) = s.linked_client(b)
+            && s.clients[c].conn == Conn::Up
+        {
+            s.clients[c].conn = Conn::Broken(cause);
+        }
+    }
+
+    fn cancel(&self, s: &State, target: BackendId, reply: &Reply) -> Out {
+        let signalled = *reply == (Reply::Bool { value: true });
+        let mut s = found(s, Op::Cancel, target, signalled)?;
+        if let Some(x) = s.backends.get_mut(&target)
+            && let Some(b) = x.busy.as_mut()
+        {
+            b.cancelled = true;
+        }
+        Ok(vec![s])
+    }
+
+    fn fault(
+        &self,
+        s: &State,
+        op: Op,
+        target: Option<BackendId>,
+        reply: &Reply,
+        point: u8,
+        now: u64,
+    ) -> Out {
+        let Some(m) = meaning(op) else {
+            return Ok(vec![s.clone()]);
+        };
+        if point == 1 {
+            let mut s = s.clone();
+            if self.pooled() && matches!(m.down, Some(Down::Postgres | Down::Paused)) {
+                s.login_failing = Some(op);
+            }
+            s.down = None;
+            return Ok(vec![s]);
+        }
+        let mut s = s.clone();
+        if op.targets_backend()
+            && let Some(t) = target
+        {
+            let gone = *reply == (Reply::Bool { value: false });
+            s = found(&s, op, t, !gone)?;
+            if gone {
+                return Ok(vec![s]);
+            }
+        }
+        let cause = Cause::Fault(op);
+        let timed_out = reply.code() == Some(code::TIMEOUT);
+        let mut released: Vec<Key> = vec![];
+        let mut ended: Vec<BackendId> = vec![];
+        match m.ends {
+            Ends::Nothing => {}
+            Ends::IdleNowLinkedAtRelease => {
+                let linked: BTreeSet<BackendId> =
+                    s.clients.iter().filter_map(|c| c.linked).collect();
+                for (id, x) in s.backends.iter_mut() {
+                    if !x.life.is_alive() || !x.pooled {
+                        continue;
+                    }
+                    if linked.contains(id) || x.busy.is_some() {
+                        if !timed_out {
+                            x.close_at_release = Some(cause);
+                        }
+                    } else {
+                        close(x, cause);
+                    }
+                }
+                s.idle_fault = Some((op, now));
+            }
+            Ends::All => {
+                let ids: Vec<BackendId> = s.backends.keys().copied().collect();
+                for id in ids {
+                    let x = s.backends.get_mut(&id).unwrap();
+                    if !x.life.holds() {
+                        continue;
+                    }
+                    ended.push(id);
+                    match m.by {
+                        By::Pooler => close(x, cause),
+                        By::Link => {
+                            if x.pooled {
+                                x.life = Life::Closing(cause);
+                            }
+                        }
+                        // The postmaster ends every backend at once; nothing reads the servers
+                        // until it is back.
+                        By::Postgres | By::Nobody => released.extend(exit(x, cause)),
+                    }
+                }
+            }
+        }
+        match m.breaks {
+            Breaks::Nothing => {}
+            Breaks::AllClients => {
+                for c in s.clients.iter_mut() {
+                    if c.conn == Conn::Up {
+                        c.conn = Conn::Broken(cause);
+                    }
                     c.linked = None;
                 }
             }
-        }
-        effect
-    }
-
-    /// Concurrent, at the case's last look: a backend a fault may have closed and that is not
-    /// there is gone, and what it granted was lost to that fault.
-    pub fn settle_maybe_gone(&mut self, alive: impl Fn(BackendId) -> bool) {
-        let maybe: Vec<(BackendId, Op)> = self.maybe_gone.iter().map(|(b, o)| (*b, *o)).collect();
-        for (b, fault) in maybe {
-            if !alive(b) && self.backends.contains_key(&b) {
-                let mut effect = Effect::default();
-                self.backend_lost(b, fault, &mut effect);
-            }
-        }
-        self.maybe_gone.clear();
-    }
-
-    /// Apply a SQL op the client ran. `served` is the backend that reported itself (in-band,
-    /// or from the observer's tag); `reply` is what the client got.
-    pub fn apply(
-        &mut self,
-        client: usize,
-        op: Op,
-        key: Option<Key>,
-        served: Option<BackendId>,
-        reply: &Reply,
-    ) -> Effect {
-        self.client(client);
-        let mut effect = Effect::default();
-        if let Some(b) = served
-            && !self.born.contains_key(&b)
-        {
-            self.born.insert(b, self.clock);
-            if let Some((t, fault)) = self.last_idle_fault
-                && self.invoked_at < t
-            {
-                self.maybe_gone.insert(b, fault);
-            }
-        }
-        // Concurrent schedule, through a pooler: a statement that reaches the pooler before
-        // it has read its server's death is routed to another server (measured: PgBouncer
-        // 1.24.1, transaction mode, the next statement right after pg_terminate_backend of
-        // the client's server in an open transaction). The client's transaction is gone with
-        // its server; its statements now run outside it. The reply decides which happened.
-        if self.clients[client].broken
-            && self.lenient
-            && self.rules.mode.is_some()
-            && served.is_some()
-            && !reply.is_closed()
-            && !matches!(reply, Reply::Error { .. })
-        {
-            let c = &mut self.clients[client];
-            c.broken = false;
-            c.in_tx = false;
-            c.tx_backend = None;
-            c.tx_taken.clear();
-            effect.notes.push(Note::RerouteAfterServerDeath { client });
-        }
-        // Concurrent: a terminate that ran beside this statement may have ended its server
-        // under it (the model may not have applied that terminate yet): the statement fails
-        // with 57P01 or the connection is found closed.
-        if self.lenient && self.beside.terminate && reply.ended_by_server() {
-            effect.expected_reply = Some(reply.clone());
-            let c = &mut self.clients[client];
-            c.broken = false;
-            c.connected = false;
-            c.linked = None;
-            self.forget_beliefs(client);
-            return effect;
-        }
-        // A client whose server was closed under it hears of it now (concurrent: or reads
-        // the backend's own 57P01 first, which the pooler passes on).
-        if self.clients[client].broken {
-            effect.expected_reply = Some(if reply.ended_by_server() {
-                reply.clone()
-            } else {
-                Reply::error(code::CLOSED)
-            });
-            let c = &mut self.clients[client];
-            c.broken = false;
-            c.connected = false;
-            self.forget_beliefs(client);
-            return effect;
-        }
-        let pinned = self.clients[client].linked;
-        let backend = match (pinned, served) {
-            (Some(p), Some(s)) if p != s => {
-                effect.notes.push(Note::PinnedElsewhere {
-                    client,
-                    pinned: p,
-                    ran: s,
-                });
-                Some(s)
-            }
-            (Some(p), _) => Some(p),
-            (None, Some(s)) => {
-                // Concurrent: a statement invoked before the model learnt of its server's
-                // end may have run just before it.
-                let ran_before_end =
-                    self.lenient && self.dead.get(&s).is_some_and(|t| self.invoked_at < *t);
-                if self.dead.contains_key(&s) && !ran_before_end {
-                    effect.notes.push(Note::RanOnTerminated { client, ran: s });
-                }
-                // A statement invoked before the owner's link was made may have run before it.
-                if let Some(owner) = self.clients.iter().position(|c| {
-                    c.linked == Some(s) && !(self.lenient && self.invoked_at < c.linked_at)
-                }) {
-                    effect.notes.push(Note::GivenPinned {
-                        client,
-                        ran: s,
-                        owner,
-                    });
-                }
-                Some(s)
-            }
-            (None, None) => None,
-        };
-        let Some(b) = backend else {
-            if self.lenient && op == Op::DiscardAll && !reply.is_error() {
-                self.uncertain = true;
-                let linked: BTreeSet<BackendId> =
-                    self.clients.iter().filter_map(|c| c.linked).collect();
-                self.maybe_discarded
-                    .extend(self.backends.keys().filter(|b| !linked.contains(b)));
-            }
-            // No backend known (the reset query overwrote the tag, or the connection failed).
-            if reply.ended_by_server() {
-                self.clients[client].connected = false;
-                self.forget_beliefs(client);
-            }
-            return effect;
-        };
-        if op == Op::Migrate {
-            // Whether this call applies the migration depends on the other replicas (the
-            // checker counts applications); a failure aborts an open transaction.
-            self.clients[client].last = Some(b);
-            let m = self.backends.entry(b).or_default();
-            if m.tx == Tx::Aborted {
-                effect.expected_reply = Some(Reply::error(code::IN_FAILED_TRANSACTION));
-            } else if reply.is_error() && m.tx == Tx::Open {
-                m.tx = Tx::Aborted;
-                m.xact.clear();
-            }
-            let stays = self.rules.stays_linked(self.backends[&b].tx != Tx::Idle);
-            if stays {
-                self.clients[client].linked = Some(b);
-                self.clients[client].linked_at = self.clock;
-            } else {
-                self.release(client, b);
-            }
-            return effect;
-        }
-        let before = self.backends.get(&b).cloned().unwrap_or_default();
-        let refused = match (op, reply) {
-            (Op::TryLock | Op::TryXactLock, Reply::Bool { value }) => Some(!value),
-            (Op::Lock | Op::XactLock, Reply::Ok) => Some(false),
-            (Op::Lock | Op::XactLock, r) if r.code() == Some(code::LOCK_NOT_AVAILABLE) => {
-                Some(true)
-            }
-            _ => None,
-        };
-        // Concurrent schedule: a statement invoked before another client's transaction was
-        // linked to this server, and answered after it, ran before that transaction began
-        // (the pooler gave the server to the transaction after this statement released it).
-        let ran_before_link =
-            self.lenient
-                && self.clients.iter().enumerate().any(|(d, c)| {
-                    d != client && c.linked == Some(b) && self.invoked_at < c.linked_at
-                });
-        if ran_before_link {
-            // Or after it ended, if that end was seen later: unsure either way.
-            self.unsure.insert(b);
-        }
-        let saved_tx = if ran_before_link {
-            self.backends.get_mut(&b).map(|m| std::mem::take(&mut m.tx))
-        } else {
-            None
-        };
-        // Concurrent: a cancel from the nemesis that ran beside this statement may have
-        // landed on it.
-        let cancelled = self.lenient
-            && self.beside.cancel
-            && reply.code() == Some(code::QUERY_CANCELED)
-            && !matches!(op, Op::Begin | Op::Commit | Op::Rollback | Op::DiscardAll);
-        // An unlock settles an earlier failed lock call on this backend: true when the model
-        // holds nothing means PostgreSQL granted it after all.
-        if op == Op::Unlock
-            && let Some(k) = key
-            && let Some(mut failed) = self.interrupted_unsettled(b, k).cloned()
-        {
-            self.interrupted.remove(&(b, k));
-            if reply == &(Reply::Bool { value: true }) {
-                *self
-                    .backends
-                    .entry(b)
-                    .or_default()
-                    .session
-                    .entry(k)
-                    .or_insert(0) += 1;
-                effect.notes.push(Note::FailedLockHeld {
-                    key: k,
-                    backend: b,
-                    failed: failed.clone(),
-                    unlocked_by: client,
-                });
-                failed.count -= 1;
-                if failed.count > 0 {
-                    self.interrupted.insert((b, k), failed);
-                }
-            }
-        }
-        let pre = self.backends.get(&b).cloned().unwrap_or_default();
-        let mut expected = self.exec(b, op, key, refused, cancelled);
-        if self.lenient
-            && (self.beside.on_backend || self.maybe_reset(&b) || self.unsure.contains(&b))
-            && !expected.same_as(reply)
-        {
-            expected = self.other_order(
-                client,
-                b,
-                (op, key, refused, cancelled),
-                pre,
-                reply,
-                expected,
-            );
-        }
-        if self.dead.contains_key(&b) {
-            // It ran just before its backend's end (above): its effects went with it.
-            self.backends.remove(&b);
-        }
-        if self.lenient
-            && op == Op::Lock
-            && let Some(k) = key
-            && matches!(
-                reply.code(),
-                Some(code::LOCK_NOT_AVAILABLE | code::QUERY_CANCELED)
-            )
-            && expected.same_as(reply)
-        {
-            let e = self.interrupted.entry((b, k)).or_insert(Interrupted {
-                client,
-                code: reply.code().unwrap_or_default().to_string(),
-                at_ns: self.clock,
-                count: 0,
-            });
-            e.count += 1;
-        }
-        if matches!(op, Op::UnlockAll | Op::DiscardAll) && !expected.is_error() {
-            self.forget_unsettled(b);
-        }
-        let after = self.backends.get(&b).cloned().unwrap_or_default();
-        if let (Some(tx), Some(m)) = (saved_tx, self.backends.get_mut(&b)) {
-            m.tx = tx;
-        }
-        effect.expected_reply = Some(expected);
-        self.clients[client].last = Some(b);
-
-        // Boundary probes: what a fresh contender must see for the keys this step touched.
-        if before.tx == Tx::Open && after.tx == Tx::Aborted {
-            for k in before.xact.keys() {
-                effect.probes.push((ProbeReason::XactReleasedAtEnd, *k));
-            }
-        }
-        match op {
-            Op::Commit | Op::Rollback => {
-                for k in before.xact.keys() {
-                    effect.probes.push((ProbeReason::XactReleasedAtEnd, *k));
-                }
-                if op == Op::Rollback {
-                    for k in after.session.keys() {
-                        effect
-                            .probes
-                            .push((ProbeReason::SessionSurvivesRollback, *k));
+            Breaks::OnEndedBackend => {
+                for c in s.clients.iter_mut() {
+                    if c.conn == Conn::Up
+                        && let Some(l) = c.linked
+                        && ended.contains(&l)
+                    {
+                        c.conn = Conn::Broken(cause);
+                        c.linked = None;
                     }
                 }
             }
-            Op::Unlock => {
-                if let Some(k) = key
-                    && before.session.get(&k).copied().unwrap_or(0) > 1
-                {
-                    effect.probes.push((ProbeReason::Stacking, k));
-                }
-            }
-            _ => {}
         }
-
-        // The pooler: pin or release the server.
-        let released = !self.rules.stays_linked(after.tx != Tx::Idle);
-        if released {
-            self.release(client, b);
-        } else {
-            self.clients[client].linked = Some(b);
-            self.clients[client].linked_at = self.clock;
+        if let Some(d) = m.down {
+            s.down = Some((d, op));
         }
-
-        self.believe(client, op, key, b, reply, &mut effect);
-        // A server RECONNECT marked is closed instead of going back to the pool.
-        if released && let Some(fault) = self.closing.get(&b).copied() {
-            self.backend_lost(b, fault, &mut effect);
-        }
-        effect
+        Ok(wake_all(s, &released))
     }
 
-    /// Concurrent: another statement ran on backend `b` beside this one, and the reply
-    /// disagrees with the order the completions give. Try the states the other order would
-    /// leave: the statement ran outside another client's transaction on `b` (before it
-    /// began or after it ended), or an unlock ran before or after another client's lock or
-    /// unlock of the key (its count is what the reply says). The first state that explains
-    /// the reply is kept; none does: the first answer stands (and is judged).
-    fn other_order(
-        &mut self,
-        client: usize,
-        b: BackendId,
-        (op, key, refused, cancelled): (Op, Option<Key>, Option<bool>, bool),
-        pre: BackendModel,
-        reply: &Reply,
-        first: Reply,
-    ) -> Reply {
-        let post = self.backends.get(&b).cloned().unwrap_or_default();
-        let others_tx = pre.tx != Tx::Idle
-            && (self.unsure.contains(&b)
-                || self
-                    .clients
-                    .iter()
-                    .enumerate()
-                    .any(|(d, c)| d != client && c.linked == Some(b)));
-        let count = match (op, key, reply) {
-            (Op::Unlock, Some(k), Reply::Bool { value }) => Some((k, *value)),
-            _ => None,
-        };
-        for (outside, recount) in [(true, false), (false, true), (true, true)] {
-            if (outside && !others_tx) || (recount && count.is_none()) {
-                continue;
-            }
-            let mut alt = pre.clone();
-            if outside {
-                alt.tx = Tx::Idle;
-            }
-            // What the other order leaves to settle later: a grant seen later pays an
-            // unlock that came first (owed); a release seen later finds its lock gone.
-            let mut settle = None;
-            if let (true, Some((k, held))) = (recount, count) {
-                let n = alt.session.get(&k).copied().unwrap_or(0);
-                if held && n == 0 {
-                    alt.session.insert(k, 1);
-                    settle = Some((k, true));
-                } else if !held && n > 0 {
-                    alt.session.remove(&k);
-                    settle = Some((k, false));
-                }
-            }
-            self.backends.insert(b, alt);
-            let r = self.exec(b, op, key, refused, cancelled);
-            if r.same_as(reply) {
-                if outside && let Some(m) = self.backends.get_mut(&b) {
-                    m.tx = pre.tx;
-                }
-                match settle {
-                    Some((k, true)) => match self.taken_early.get_mut(&(b, k)) {
-                        Some(n) if *n > 0 => *n -= 1,
-                        _ => *self.owed.entry((b, k)).or_insert(0) += 1,
-                    },
-                    Some((k, false)) => {
-                        let n = pre.session.get(&k).copied().unwrap_or(0);
-                        *self.taken_early.entry((b, k)).or_insert(0) += n;
-                    }
-                    None => {}
-                }
-                return r;
-            }
-        }
-        self.backends.insert(b, post);
-        first
-    }
+    // ----- looks -----
 
-    /// The application's view, updated from the reply it actually got.
-    fn believe(
-        &mut self,
-        client: usize,
-        op: Op,
-        key: Option<Key>,
-        b: BackendId,
-        reply: &Reply,
-        effect: &mut Effect,
-    ) {
-        let granted = matches!(reply, Reply::Bool { value: true })
-            || (matches!(op, Op::Lock | Op::XactLock) && matches!(reply, Reply::Ok));
-        let c = &mut self.clients[client];
-        if let Reply::Error { code, .. } = reply {
-            if code == code::CLOSED {
-                c.connected = false;
-                self.forget_beliefs(client);
-                return;
-            }
-            // An error inside a transaction ends it for the application: nothing more can
-            // run in it, and its transaction locks are gone (it knows from the error).
-            if c.in_tx {
-                c.beliefs.retain(|_, bl| {
-                    bl.xact = 0;
-                    bl.session > 0
-                });
-            }
-        }
-        match op {
-            Op::TryLock | Op::Lock if granted => grant(c, key, b, true),
-            Op::TryXactLock | Op::XactLock if granted && c.in_tx => grant(c, key, b, false),
-            Op::Unlock if !reply.is_error() => {
-                let k = key.expect("unlock has a key");
-                if let Some(belief) = c.beliefs.get_mut(&k)
-                    && belief.session > 0
-                {
-                    // A stale belief (its backend was terminated) cannot reach its owner: that
-                    // hazard is app.no_stale_holder's, kept apart from pooled routing.
-                    if !belief.stale && !belief.backends.contains(&b) {
-                        effect.notes.push(Note::UnlockMissedOwner {
-                            client,
-                            key: k,
-                            granted_on: belief.backends.iter().copied().collect(),
-                            ran: b,
+    fn read(&self, s: &State, obs: &Observation) -> Result<(), Why> {
+        let mut seen: BTreeSet<BackendId> = BTreeSet::new();
+        for row in &obs.backends {
+            seen.insert(row.id);
+            let granted: Vec<Key> = row
+                .locks
+                .iter()
+                .filter(|l| l.granted)
+                .map(|l| l.key)
+                .collect();
+            let waiting = row.locks.iter().find(|l| !l.granted).map(|l| l.key);
+            match s.backends.get(&row.id) {
+                None => {
+                    if !granted.is_empty() {
+                        return Err(Why::Rows {
+                            backend: row.id,
+                            model: vec![],
+                            seen: granted,
                         });
                     }
-                    belief.session -= 1;
-                    if belief.session == 0 && belief.xact == 0 {
-                        c.beliefs.remove(&k);
+                    if waiting.is_some() {
+                        return Err(Why::Waiting {
+                            backend: row.id,
+                            model: None,
+                            seen: waiting,
+                        });
                     }
                 }
+                Some(x) => match x.life {
+                    Life::Alive | Life::Closing(_) => {
+                        let model: Vec<Key> = x.keys().into_iter().collect();
+                        let mut g = granted.clone();
+                        g.sort();
+                        g.dedup();
+                        if model != g {
+                            return Err(Why::Rows {
+                                backend: row.id,
+                                model,
+                                seen: g,
+                            });
+                        }
+                        if x.waiting() != waiting {
+                            return Err(Why::Waiting {
+                                backend: row.id,
+                                model: x.waiting(),
+                                seen: waiting,
+                            });
+                        }
+                    }
+                    Life::Exiting(_) => {
+                        if !granted.is_empty() {
+                            return Err(Why::Rows {
+                                backend: row.id,
+                                model: vec![],
+                                seen: granted,
+                            });
+                        }
+                    }
+                    Life::Gone(cause) => {
+                        return Err(Why::StillThere {
+                            backend: row.id,
+                            cause,
+                        });
+                    }
+                },
             }
-            Op::UnlockAll | Op::DiscardAll if !reply.is_error() => {
-                c.beliefs.retain(|_, bl| {
-                    bl.session = 0;
-                    bl.xact > 0
-                });
-            }
-            Op::Begin if !reply.is_error() && !c.in_tx => {
-                c.in_tx = true;
-                c.tx_backend = Some(b);
-                c.tx_taken.clear();
-            }
-            Op::Commit | Op::Rollback if !reply.is_error() => {
-                c.in_tx = false;
-                c.beliefs.retain(|_, bl| {
-                    bl.xact = 0;
-                    bl.session > 0
-                });
-            }
-            _ => {}
         }
-    }
-
-    /// After a commit or rollback by `client`: the keys first taken in that transaction, on
-    /// its backend (then forgotten).
-    pub fn take_rolled_back(&mut self, client: usize) -> (Option<BackendId>, BTreeSet<Key>) {
-        let c = self.client(client);
-        (c.tx_backend.take(), std::mem::take(&mut c.tx_taken))
+        for (id, x) in &s.backends {
+            if x.life.holds() && !seen.contains(id) {
+                return Err(Why::Missing { backend: *id });
+            }
+        }
+        Ok(())
     }
 }
 
-/// The client was granted `key` on backend `b` (session or transaction scope).
-fn grant(c: &mut ClientModel, key: Option<Key>, b: BackendId, session: bool) {
-    let k = key.expect("lock op has a key");
-    let fresh = !c.beliefs.contains_key(&k);
-    let belief = c.beliefs.entry(k).or_insert(Belief {
-        session: 0,
-        xact: 0,
-        backends: BTreeSet::new(),
-        stale: false,
-        lost_to: None,
-    });
-    belief.backends.insert(b);
-    if session {
-        belief.session += 1;
-    } else {
-        belief.xact += 1;
+/// A signal (terminate, cancel, a backend fault) looked for `target` by identity in
+/// `pg_stat_activity` and `found` it or not: that must agree with the state (a backend
+/// exiting may be there or not; not found, it is gone).
+fn found(s: &State, op: Op, target: BackendId, found: bool) -> Result<State, Why> {
+    let mut s = s.clone();
+    let Some(x) = s.backends.get_mut(&target) else {
+        return Ok(s);
+    };
+    let surely_there = x.life.holds();
+    let surely_gone = matches!(x.life, Life::Gone(_));
+    if (found && surely_gone) || (!found && surely_there) {
+        return Err(Why::Target {
+            op,
+            target,
+            visible: surely_there,
+        });
     }
-    if c.in_tx && fresh {
-        c.tx_taken.insert(k);
+    if let (false, Life::Exiting(c)) = (found, x.life) {
+        x.life = Life::Gone(c);
+    }
+    Ok(s)
+}
+
+/// A look that shows one key held by two backends is wrong in every state.
+pub fn exclusion(obs: &Observation) -> Option<Why> {
+    let mut by_key: BTreeMap<Key, Vec<BackendId>> = BTreeMap::new();
+    for (b, k) in obs.held() {
+        by_key.entry(k).or_default().push(b);
+    }
+    by_key
+        .into_iter()
+        .find(|(_, v)| v.len() > 1)
+        .map(|(key, backends)| Why::Exclusion { key, backends })
+}
+
+/// A placeholder for a backend the history cannot name (negative pid, by entry).
+fn anonymous(e: usize) -> BackendId {
+    BackendId {
+        pid: -1 - e as i32,
+        start_us: 0,
     }
 }
 
-#[cfg(test)]
-mod tests {
-    //! The model against facts known independently of it: the replies PostgreSQL 18.6 and
-    //! PgBouncer gave in the ground-truth transcripts (`shared/NOTES.md`, the seed articles,
-    //! `tests/ground_truth.rs`). Each step feeds the *real* reply and asserts the model
-    //! predicted exactly that; a model that drifts from PostgreSQL fails here.
-    use super::*;
-    use crate::topology::PoolMode;
+fn is_anonymous(b: BackendId) -> bool {
+    b.pid < 0
+}
 
-    const K: Key = Key::Big(4242424242);
-    fn b(n: i32) -> BackendId {
-        BackendId {
-            pid: n,
-            start_us: 1000 + n as i64,
+fn bump(m: &mut BTreeMap<Key, u32>, k: Key) {
+    *m.entry(k).or_insert(0) += 1;
+}
+
+/// One fewer; true when it reached zero.
+fn unbump(m: &mut BTreeMap<Key, u32>, k: Key) -> bool {
+    match m.get_mut(&k) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
         }
-    }
-    fn rules(mode: Option<PoolMode>, always: bool) -> PoolRules {
-        PoolRules {
-            mode,
-            pool_size: 2,
-            reset_releases_locks: true,
-            reset_always: always,
-            app_pin: None,
+        Some(_) => {
+            m.remove(&k);
+            true
         }
+        None => false,
     }
-    fn model(mode: Option<PoolMode>) -> Model {
-        Model::new(rules(mode, false), 3)
-    }
-    const T: Reply = Reply::Bool { value: true };
-    const F: Reply = Reply::Bool { value: false };
+}
 
-    /// Apply a step with the reply the real server gave; assert the model predicted it.
-    #[track_caller]
-    fn real(
-        m: &mut Model,
-        c: usize,
-        op: Op,
-        key: Option<Key>,
-        on: BackendId,
-        got: Reply,
-    ) -> Effect {
-        let e = m.apply(c, op, key, Some(on), &got);
-        let predicted = e.expected_reply.clone().expect("a prediction");
-        assert!(
-            predicted.same_as(&got),
-            "C{} {op} on {on}: PostgreSQL replied {got}, the model predicted {predicted}",
-            c + 1
-        );
-        e
+/// An error inside a transaction aborts it: its transaction locks go at once (observed on
+/// 18.6). Returns the keys released.
+fn abort(x: &mut Backend) -> Vec<Key> {
+    if x.tx == Tx::Open {
+        x.tx = Tx::Aborted;
+        let ks: Vec<Key> = x.xact.keys().copied().collect();
+        x.xact.clear();
+        return ks;
     }
+    vec![]
+}
 
-    #[test]
-    fn session_locks_stack_and_survive_rollback() {
-        // Seed 000 experiment 4 and seed 002's rollback protocol.
-        let mut m = model(Some(PoolMode::Session));
-        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        let rb = real(&mut m, 0, Op::Rollback, None, b(1), Reply::Ok);
-        assert!(
-            rb.probes
-                .contains(&(ProbeReason::SessionSurvivesRollback, K))
-        );
-        assert_eq!(m.backends[&b(1)].session[&K], 2);
-        let un = real(&mut m, 0, Op::Unlock, Some(K), b(1), T);
-        assert!(un.probes.contains(&(ProbeReason::Stacking, K)));
-        assert!(m.key_held(K), "one unlock of two leaves it held");
-        real(&mut m, 0, Op::Unlock, Some(K), b(1), T);
-        assert!(!m.key_held(K));
-        real(&mut m, 0, Op::Unlock, Some(K), b(1), F);
+/// The pooler closes its connection to `x`.
+fn close(x: &mut Backend, cause: Cause) {
+    if x.life.is_alive() {
+        x.life = Life::Closing(cause);
     }
+    x.pooled = false;
+    x.close_at_release = None;
+}
 
-    #[test]
-    fn a_reply_the_model_did_not_predict_is_reported() {
-        let mut m = model(None);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        // Had PostgreSQL granted B2 the key B1 holds, the prediction says false.
-        let e = m.apply(1, Op::TryLock, Some(K), Some(b(2)), &T);
-        assert!(!e.expected_reply.unwrap().same_as(&T));
+/// The backend exits: every lock is released. Returns the keys released.
+fn exit(x: &mut Backend, cause: Cause) -> Vec<Key> {
+    let ks: Vec<Key> = x.keys().into_iter().collect();
+    x.session.clear();
+    x.xact.clear();
+    x.tainted.clear();
+    x.tx = Tx::Idle;
+    x.busy = None;
+    x.reset_pending = false;
+    x.close_at_release = None;
+    x.life = Life::Exiting(cause);
+    ks
+}
+
+/// After keys were released: each key now free goes to one of the backends waiting for it
+/// (PostgreSQL grants a waiter as the holder releases: a successor per waiter).
+fn wake_all(s: State, released: &[Key]) -> Vec<State> {
+    let mut states = vec![s];
+    let mut ks: Vec<Key> = released.to_vec();
+    ks.sort();
+    ks.dedup();
+    for k in ks {
+        states = states.into_iter().flat_map(|s| wake(s, k)).collect();
     }
+    states
+}
 
-    #[test]
-    fn xact_locks_end_with_the_transaction_and_are_released_at_once_outside_one() {
-        let mut m = model(Some(PoolMode::Session));
-        // Autocommit: pg_try_advisory_xact_lock returns true and holds nothing afterwards.
-        real(&mut m, 0, Op::TryXactLock, Some(K), b(1), T);
-        assert!(!m.key_held(K));
-        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        real(&mut m, 0, Op::XactLock, Some(K), b(1), Reply::Ok);
-        assert!(m.key_held(K) && m.clients[0].beliefs.contains_key(&K));
-        // Seed 000 experiment 3: a second caller while the transaction is open.
-        real(&mut m, 1, Op::TryXactLock, Some(K), b(2), F);
-        real(
-            &mut m,
-            1,
-            Op::XactLock,
-            Some(K),
-            b(2),
-            Reply::error(code::LOCK_NOT_AVAILABLE),
-        );
-        let c = real(&mut m, 0, Op::Commit, None, b(1), Reply::Ok);
-        assert!(c.probes.contains(&(ProbeReason::XactReleasedAtEnd, K)));
-        assert!(!m.key_held(K) && m.clients[0].beliefs.is_empty());
-        real(&mut m, 1, Op::TryXactLock, Some(K), b(2), T);
+fn wake(s: State, k: Key) -> Vec<State> {
+    if !s.holders(k).is_empty() {
+        return vec![s];
     }
-
-    #[test]
-    fn errors_abort_open_transactions_until_rollback() {
-        let mut m = model(Some(PoolMode::Session));
-        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        // DISCARD ALL cannot run inside a transaction block (25001), which aborts it.
-        real(
-            &mut m,
-            0,
-            Op::DiscardAll,
-            None,
-            b(1),
-            Reply::error(code::ACTIVE_TRANSACTION),
-        );
-        real(
-            &mut m,
-            0,
-            Op::TryLock,
-            Some(K),
-            b(1),
-            Reply::error(code::IN_FAILED_TRANSACTION),
-        );
-        real(
-            &mut m,
-            0,
-            Op::Begin,
-            None,
-            b(1),
-            Reply::error(code::IN_FAILED_TRANSACTION),
-        );
-        real(&mut m, 0, Op::Rollback, None, b(1), Reply::Ok);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        // The abort releases transaction locks at once (observed on 18.6), not at ROLLBACK.
-        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        real(&mut m, 0, Op::TryXactLock, Some(Key::Big(9)), b(1), T);
-        let e = real(
-            &mut m,
-            0,
-            Op::FailStatement,
-            None,
-            b(1),
-            Reply::error(code::DIVISION_BY_ZERO),
-        );
-        assert!(
-            e.probes
-                .contains(&(ProbeReason::XactReleasedAtEnd, Key::Big(9)))
-        );
-        assert!(!m.key_held(Key::Big(9)) && m.key_held(K));
-        assert!(!m.clients[0].beliefs.contains_key(&Key::Big(9)));
-        real(&mut m, 0, Op::Rollback, None, b(1), Reply::Ok);
-        real(
-            &mut m,
-            0,
-            Op::FailStatement,
-            None,
-            b(1),
-            Reply::error(code::DIVISION_BY_ZERO),
-        );
-        assert_eq!(m.backends[&b(1)].tx, Tx::Idle, "autocommit aborts nothing");
+    let waiters: Vec<BackendId> = s
+        .backends
+        .iter()
+        .filter(|(_, x)| x.life.is_alive() && x.waiting() == Some(k))
+        .map(|(id, _)| *id)
+        .collect();
+    if waiters.is_empty() {
+        return vec![s];
     }
+    waiters
+        .into_iter()
+        .map(|w| {
+            let mut s2 = s.clone();
+            let x = s2.backends.get_mut(&w).unwrap();
+            let busy = x.busy.as_mut().unwrap();
+            busy.granted = true;
+            let session = busy.lock.is_some_and(|l| l.1);
+            bump(if session { &mut x.session } else { &mut x.xact }, k);
+            s2
+        })
+        .collect()
+}
 
-    #[test]
-    fn transaction_mode_hands_the_lock_to_the_next_client_on_the_same_backend() {
-        // NOTES.md's transcript: C1 on 7139 -> t; C2 handed 7139 -> t (re-entry); C2's
-        // unlock -> t and 7139 still holds it (count 2).
-        let mut m = model(Some(PoolMode::Transaction));
-        real(&mut m, 0, Op::TryLock, Some(K), b(7139), T);
-        assert_eq!(
-            m.clients[0].linked, None,
-            "released after the autocommit statement"
-        );
-        real(&mut m, 1, Op::TryLock, Some(K), b(7139), T);
-        assert!(m.clients[0].beliefs[&K].backends.contains(&b(7139)));
-        assert!(m.clients[1].beliefs[&K].backends.contains(&b(7139)));
-        real(&mut m, 1, Op::Unlock, Some(K), b(7139), T);
-        assert!(m.key_held(K), "7139 still holds it");
-        // C1's unlock lands on another backend: false, and it did not reach the owner.
-        let un = real(&mut m, 0, Op::Unlock, Some(K), b(2), F);
-        assert!(matches!(
-            un.notes[..],
-            [Note::UnlockMissedOwner { client: 0, .. }]
-        ));
+/// PostgreSQL's answer to a one-point statement on backend `x` (`available`: no other
+/// backend holds the key), with its effect applied. `None`: the model does not predict the
+/// reply (a migration's: `app.applied_once` judges it). Returns the keys released.
+pub fn exec(
+    x: &mut Backend,
+    op: Op,
+    key: Option<Key>,
+    available: bool,
+) -> (Option<Reply>, Vec<Key>) {
+    let mut released = vec![];
+    if x.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
+        return (Some(Reply::error(code::IN_FAILED_TRANSACTION)), released);
     }
-
-    #[test]
-    fn a_transaction_pins_its_backend_and_a_move_is_noted() {
-        let mut m = model(Some(PoolMode::Transaction));
-        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        assert_eq!(m.clients[0].linked, Some(b(1)));
-        let e = m.apply(0, Op::TryLock, Some(K), Some(b(2)), &T);
-        assert!(matches!(e.notes[..], [Note::PinnedElsewhere { .. }]));
-        // Another client handed the backend pinned to C1's transaction.
-        let mut m = model(Some(PoolMode::Transaction));
-        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        let e = m.apply(1, Op::TryLock, Some(K), Some(b(1)), &T);
-        assert!(
-            e.notes
-                .iter()
-                .any(|n| matches!(n, Note::GivenPinned { owner: 0, .. })),
-            "{e:?}"
-        );
-    }
-
-    #[test]
-    fn session_mode_resets_on_disconnect_and_transaction_mode_does_not() {
-        // NOTES.md: session mode runs DISCARD ALL when the client leaves; transaction mode
-        // leaves the lock on the pooled server.
-        let mut s = model(Some(PoolMode::Session));
-        real(&mut s, 0, Op::TryLock, Some(K), b(1), T);
-        s.disconnect(0);
-        assert!(!s.key_held(K));
-        let mut t = model(Some(PoolMode::Transaction));
-        real(&mut t, 0, Op::TryLock, Some(K), b(1), T);
-        t.disconnect(0);
-        assert!(t.key_held(K), "orphaned on the pooled server");
-        // Leaving mid-transaction closes the server.
-        real(&mut t, 1, Op::Begin, None, b(2), Reply::Ok);
-        real(&mut t, 1, Op::TryXactLock, Some(Key::Big(7)), b(2), T);
-        let d = t.disconnect(1);
-        assert_eq!(d.gone, vec![b(2)]);
-        assert!(!t.key_held(Key::Big(7)));
-        // Session mode without a releasing reset query keeps the lock (an orphan).
-        let mut n = Model::new(
-            PoolRules {
-                reset_releases_locks: false,
-                ..rules(Some(PoolMode::Session), false)
-            },
-            2,
-        );
-        real(&mut n, 0, Op::TryLock, Some(K), b(1), T);
-        n.disconnect(0);
-        assert!(n.key_held(K));
-    }
-
-    #[test]
-    fn terminate_releases_everything_and_leaves_stale_beliefs() {
-        let mut m = model(Some(PoolMode::Transaction));
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        let e = m.terminate(b(1), &T);
-        assert!(e.expected_reply.unwrap().same_as(&T));
-        assert!(e.probes.contains(&(ProbeReason::TerminateReleases, K)));
-        assert!(!m.key_held(K));
-        assert!(m.clients[0].beliefs[&K].stale, "C1 has not heard of it");
-        assert!(m.terminate(b(1), &F).expected_reply.unwrap().same_as(&F));
-        // Session mode: the pinned client is broken and hears of it at its next statement.
-        let mut s = model(Some(PoolMode::Session));
-        real(&mut s, 0, Op::TryLock, Some(K), b(1), T);
-        s.terminate(b(1), &T);
-        real(
-            &mut s,
-            0,
-            Op::TryLock,
-            Some(K),
-            b(1),
-            Reply::error(code::CLOSED),
-        );
-        assert!(s.clients[0].beliefs.is_empty());
-    }
-
-    #[test]
-    fn cancel_keeps_session_locks() {
-        let mut m = model(Some(PoolMode::Session));
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        let c = m.cancel(b(1), &T);
-        assert!(
-            c.probes
-                .contains(&(ProbeReason::CancelKeepsSessionLocks, K))
-        );
-        assert!(m.key_held(K));
-    }
-
-    #[test]
-    fn reset_always_clears_session_locks_at_every_release() {
-        // NOTES.md: with server_reset_query_always the lock is gone before the next statement.
-        let mut m = Model::new(rules(Some(PoolMode::Transaction), true), 2);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        assert!(!m.key_held(K));
-        assert!(
-            m.clients[0].beliefs.contains_key(&K),
-            "the app still believes it"
-        );
-        real(&mut m, 1, Op::TryLock, Some(K), b(1), T);
-    }
-
-    /// Concurrent schedule, the orders the history cannot fix (measured on PgBouncer 1.24.1
-    /// in transaction mode, see `tests/cli.rs` and README "Concurrent schedule").
-    #[test]
-    fn concurrent_statement_answered_after_a_begin_ran_before_it() {
-        let mut m = model(Some(PoolMode::Transaction));
-        m.lenient = true;
-        m.connected(0);
-        m.connected(1);
-        // C2's BEGIN completes at t=20 on B1; C1's try_lock, invoked at t=10, completes on
-        // B1 at t=21: it ran before the BEGIN, outside C2's transaction.
-        (m.clock, m.invoked_at) = (20, 15);
-        real(&mut m, 1, Op::Begin, None, b(1), Reply::Ok);
-        (m.clock, m.invoked_at) = (21, 10);
-        let e = real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        assert!(e.notes.is_empty(), "{:?}", e.notes);
-        assert_eq!(
-            m.clients[0].linked, None,
-            "an autocommit statement is not linked"
-        );
-        assert_eq!(m.clients[1].linked, Some(b(1)), "C2 keeps its transaction");
-        // Invoked after the link was made: the pooler gave a pinned server away.
-        (m.clock, m.invoked_at) = (30, 25);
-        let e = m.apply(0, Op::TryLock, Some(K), Some(b(1)), &T);
-        assert!(
-            e.notes
-                .iter()
-                .any(|n| matches!(n, Note::GivenPinned { owner: 1, .. })),
-            "{:?}",
-            e.notes
-        );
-    }
-
-    #[test]
-    fn concurrent_reroute_after_server_death_and_unknown_discard() {
-        let mut m = model(Some(PoolMode::Transaction));
-        m.connected(0);
-        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        m.terminate(b(1), &T);
-        // Sequential: the next statement hears of the closed server.
-        let mut seq = m.clone();
-        let e = seq.apply(0, Op::TryLock, Some(K), Some(b(2)), &T);
-        assert_eq!(e.expected_reply, Some(Reply::error(code::CLOSED)));
-        // Concurrent: the pooler may route it to another server; the transaction is gone.
-        m.lenient = true;
-        let e = real(&mut m, 0, Op::TryLock, Some(K), b(2), T);
-        assert!(
-            e.notes
-                .iter()
-                .any(|n| matches!(n, Note::RerouteAfterServerDeath { client: 0 }))
-        );
-        assert!(!m.clients[0].in_tx);
-        assert!(!m.uncertain);
-        // A DISCARD ALL whose server is unknown leaves the model's locks uncertain.
-        m.apply(0, Op::DiscardAll, None, None, &Reply::Ok);
-        assert!(m.uncertain);
-    }
-
-    /// A blocking lock that fails with lock_timeout while the holder lets go may have been
-    /// granted anyway (LockErrorCleanup): the model keeps it as unsettled, and the next
-    /// unlock on that backend settles it either way.
-    #[test]
-    fn concurrent_failed_lock_may_be_held_until_settled() {
-        let timeout = Reply::error(code::LOCK_NOT_AVAILABLE);
-        for unlock_reply in [T, F] {
-            let mut m = model(None);
-            m.lenient = true;
-            for c in 0..2 {
-                m.connected(c);
+    let reply = match (op, key) {
+        (Op::TryLock, Some(k)) => {
+            if available {
+                bump(&mut x.session, k);
             }
-            real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-            // C2 waits; C1 unlocks; C2's wait ends with 55P03 (the reply decides).
-            real(&mut m, 0, Op::Unlock, Some(K), b(1), T);
-            real(&mut m, 1, Op::Lock, Some(K), b(2), timeout.clone());
-            assert!(!m.key_held(K), "the reply said refused");
-            assert!(m.key_maybe_held(K) && m.maybe_held_by_other(b(1), K));
-            assert!(m.interrupted_unsettled(b(2), K).is_some());
-            let e = real(&mut m, 1, Op::Unlock, Some(K), b(2), unlock_reply.clone());
-            assert!(m.interrupted.is_empty(), "settled");
-            assert!(!m.key_held(K));
-            let noted = e
-                .notes
-                .iter()
-                .any(|n| matches!(n, Note::FailedLockHeld { backend, .. } if *backend == b(2)));
-            assert_eq!(noted, unlock_reply == T, "{:?}", e.notes);
+            Some(Reply::Bool { value: available })
         }
-        // The sequential model never keeps one: there the 55P03 is the model's own prediction.
-        let mut m = model(None);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        real(&mut m, 1, Op::Lock, Some(K), b(2), timeout);
-        assert!(m.interrupted.is_empty());
-    }
-
-    /// Two statements on one backend whose completions were seen in the other order than
-    /// they ran: the reply decides, and what that order owes is settled later.
-    #[test]
-    fn concurrent_racing_statements_on_one_backend_settle_by_the_replies() {
-        let mut m = model(Some(PoolMode::Transaction));
-        m.lenient = true;
-        for c in 0..2 {
-            m.connected(c);
-        }
-        // C2's unlock is seen before C1's grant, but ran after it.
-        m.beside.on_backend = true;
-        real(&mut m, 1, Op::Unlock, Some(K), b(1), T);
-        assert_eq!(m.owed.get(&(b(1), K)), Some(&1));
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        assert!(!m.key_held(K), "the grant paid the unlock");
-        assert_eq!(m.owed.get(&(b(1), K)), Some(&0));
-        // Without a statement beside it, the same reply is judged.
-        m.beside.on_backend = false;
-        let e = m.apply(1, Op::Unlock, Some(K), Some(b(1)), &T);
-        assert_eq!(e.expected_reply, Some(F));
-        // A release seen later took the lock first: the earlier-seen unlock found it gone.
-        let mut m = model(Some(PoolMode::Transaction));
-        m.lenient = true;
-        for c in 0..2 {
-            m.connected(c);
-        }
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        m.beside.on_backend = true;
-        real(&mut m, 0, Op::Unlock, Some(K), b(1), F);
-        real(&mut m, 1, Op::Unlock, Some(K), b(1), T);
-        assert!(m.owed.values().all(|n| *n == 0) && !m.key_held(K));
-    }
-
-    #[test]
-    fn concurrent_cancel_only_when_one_ran_and_unlock_all_settles() {
-        let cancelled = Reply::error(code::QUERY_CANCELED);
-        let mut m = model(None);
-        m.lenient = true;
-        m.connected(0);
-        // No cancel ran beside it: a 57014 is not what the model predicts.
-        let e = m.apply(0, Op::Lock, Some(K), Some(b(1)), &cancelled);
-        assert_eq!(e.expected_reply, Some(Reply::Ok));
-        let mut m = model(None);
-        m.lenient = true;
-        m.connected(0);
-        m.beside.cancel = true;
-        real(&mut m, 0, Op::Lock, Some(K), b(1), cancelled.clone());
-        assert!(m.interrupted_unsettled(b(1), K).is_some());
-        real(&mut m, 0, Op::UnlockAll, None, b(1), Reply::Ok);
-        assert!(m.interrupted.is_empty(), "unlock_all settles it");
-        // A cancelled statement inside a transaction aborts it.
-        real(&mut m, 0, Op::Begin, None, b(1), Reply::Ok);
-        real(&mut m, 0, Op::PgSleep, None, b(1), cancelled);
-        real(
-            &mut m,
-            0,
-            Op::Ping,
-            None,
-            b(1),
-            Reply::error(code::IN_FAILED_TRANSACTION),
-        );
-    }
-
-    // -- faults of the servers (`server_fault`, `vocab::fault::meaning`) ---------------------
-
-    const OK: Reply = Reply::Ok;
-    const K7: Key = Key::Big(7);
-
-    /// A model whose clients have all opened their connections.
-    fn connected_model(mode: Option<PoolMode>, clients: usize) -> Model {
-        let mut m = Model::new(rules(mode, false), clients);
-        for c in 0..clients {
-            m.connected(c);
-        }
-        m
-    }
-
-    fn sorted(mut v: Vec<BackendId>) -> Vec<BackendId> {
-        v.sort();
-        v
-    }
-
-    #[test]
-    fn reconnect_ends_an_idle_backend_and_the_lock_is_lost_to_it() {
-        let mut m = connected_model(Some(PoolMode::Transaction), 2);
-        // Autocommit: C1's lock stays on B1, released to the pool.
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        assert_eq!(m.clients[0].linked, None);
-        let e = m.server_fault(Op::PoolerReconnect, None, &OK);
-        assert_eq!(e.expected_reply, Some(OK));
-        assert_eq!(e.gone, vec![b(1)]);
-        assert!(e.probes.contains(&(ProbeReason::ServerClosed, K)), "{e:?}");
-        assert!(!m.key_held(K) && !m.backends.contains_key(&b(1)));
-        assert!(m.dead.contains_key(&b(1)));
-        assert!(m.closing.is_empty(), "nothing was linked");
-        let belief = &m.clients[0].beliefs[&K];
-        assert!(belief.stale, "C1 has not heard of it");
-        assert_eq!(belief.lost_to, Some(Op::PoolerReconnect));
-        // Not linked: the connection to the pooler survives, the next statement gets a new
-        // server and the key is free.
-        assert!(!m.clients[0].broken);
-        real(&mut m, 1, Op::TryLock, Some(K), b(2), T);
-        // A terminate's loss is not a fault's: lost_to stays empty (app.no_stale_holder).
-        let mut t = connected_model(Some(PoolMode::Transaction), 1);
-        real(&mut t, 0, Op::TryLock, Some(K), b(1), T);
-        t.terminate(b(1), &T);
-        let belief = &t.clients[0].beliefs[&K];
-        assert!(belief.stale && belief.lost_to.is_none());
-        // A fault does not relabel a belief already lost to a terminate: C1 (not linked, so
-        // not told) takes K again on B2, and a restart then ends B2 too.
-        real(&mut t, 0, Op::TryLock, Some(K), b(2), T);
-        assert_eq!(t.clients[0].beliefs[&K].session, 2);
-        let e = t.server_fault(Op::PgRestart, None, &OK);
-        assert_eq!(e.gone, vec![b(2)]);
-        let belief = &t.clients[0].beliefs[&K];
-        assert!(belief.stale && belief.lost_to.is_none(), "{belief:?}");
-    }
-
-    #[test]
-    fn reconnect_closes_a_linked_backend_when_its_transaction_releases_it() {
-        let mut m = connected_model(Some(PoolMode::Transaction), 3);
-        // C1 in an open transaction on B1 (a session lock taken inside it); C2's lock on B2,
-        // idle in the pool.
-        real(&mut m, 0, Op::Begin, None, b(1), OK);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        real(&mut m, 1, Op::TryLock, Some(K7), b(2), T);
-        assert_eq!(m.clients[0].linked, Some(b(1)));
-        let e = m.server_fault(Op::PoolerReconnect, None, &OK);
-        assert_eq!(e.gone, vec![b(2)], "only the idle server now");
-        assert_eq!(m.closing, BTreeMap::from([(b(1), Op::PoolerReconnect)]));
-        assert!(m.key_held(K) && !m.key_held(K7));
-        assert_eq!(m.clients[0].linked, Some(b(1)));
-        assert!(!m.clients[0].broken && !m.clients[1].broken);
-        assert_eq!(m.clients[0].beliefs[&K].lost_to, None);
-        assert!(!m.clients[0].beliefs[&K].stale);
-        assert_eq!(m.clients[1].beliefs[&K7].lost_to, Some(Op::PoolerReconnect));
-        // Inside the transaction the server stays linked: not closed yet.
-        let e = real(&mut m, 0, Op::Ping, None, b(1), OK);
-        assert!(e.gone.is_empty(), "{e:?}");
-        assert!(m.closing.contains_key(&b(1)) && m.backends.contains_key(&b(1)));
-        // The COMMIT releases it: closed instead of going back to the pool.
-        let e = real(&mut m, 0, Op::Commit, None, b(1), OK);
-        assert_eq!(e.gone, vec![b(1)]);
-        assert!(e.probes.contains(&(ProbeReason::ServerClosed, K)), "{e:?}");
-        assert!(m.closing.is_empty());
-        assert!(!m.key_held(K) && m.dead.contains_key(&b(1)));
-        assert_eq!(m.clients[0].linked, None);
-        let belief = &m.clients[0].beliefs[&K];
-        assert!(belief.stale);
-        assert_eq!(belief.lost_to, Some(Op::PoolerReconnect));
-        // A later statement reported on B1 ran on a backend that had ended.
-        let e = m.apply(2, Op::Ping, None, Some(b(1)), &OK);
-        assert!(
-            e.notes.contains(&Note::RanOnTerminated {
-                client: 2,
-                ran: b(1)
-            }),
-            "{:?}",
-            e.notes
-        );
-        // A ROLLBACK releases it the same way; so does an aborted transaction's ROLLBACK.
-        let mut r = connected_model(Some(PoolMode::Transaction), 1);
-        real(&mut r, 0, Op::Begin, None, b(3), OK);
-        r.server_fault(Op::PoolerReconnect, None, &OK);
-        real(
-            &mut r,
-            0,
-            Op::FailStatement,
-            None,
-            b(3),
-            Reply::error(code::DIVISION_BY_ZERO),
-        );
-        assert!(r.backends.contains_key(&b(3)), "aborted, still linked");
-        let e = real(&mut r, 0, Op::Rollback, None, b(3), OK);
-        assert_eq!(e.gone, vec![b(3)]);
-    }
-
-    #[test]
-    fn pause_marks_linked_servers_unless_it_timed_out() {
-        for (reply, marked) in [(OK, true), (Reply::error(code::TIMEOUT), false)] {
-            let mut m = connected_model(Some(PoolMode::Transaction), 2);
-            real(&mut m, 0, Op::Begin, None, b(1), OK);
-            real(&mut m, 1, Op::Ping, None, b(2), OK);
-            let e = m.server_fault(Op::PoolerPause, None, &reply);
-            assert_eq!(e.gone, vec![b(2)], "{reply}: the idle server is closed");
-            assert_eq!(m.closing.contains_key(&b(1)), marked, "{reply}");
-            assert!(m.backends.contains_key(&b(1)));
-        }
-    }
-
-    #[test]
-    fn a_server_pause_marked_is_lost_to_pause_at_release() {
-        let mut m = connected_model(Some(PoolMode::Transaction), 1);
-        real(&mut m, 0, Op::Begin, None, b(1), OK);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        m.server_fault(Op::PoolerPause, None, &OK);
-        assert!(m.closing.contains_key(&b(1)));
-        let e = real(&mut m, 0, Op::Commit, None, b(1), OK);
-        assert_eq!(e.gone, vec![b(1)]);
-        // app.no_lost_lock names the fault: PAUSE closed it, not RECONNECT.
-        assert_eq!(m.clients[0].beliefs[&K].lost_to, Some(Op::PoolerPause));
-    }
-
-    #[test]
-    fn pooler_kill_crash_and_restart_break_every_connected_client() {
-        for op in [Op::PoolerKill, Op::PoolerCrash, Op::PoolerRestart] {
-            let mut m = Model::new(rules(Some(PoolMode::Transaction), false), 4);
-            for c in 0..3 {
-                m.connected(c);
+        (Op::Lock, Some(k)) => {
+            if available {
+                bump(&mut x.session, k);
+                Some(Reply::Ok)
+            } else {
+                Some(Reply::error(code::LOCK_NOT_AVAILABLE))
             }
-            // C1: a lock on B1, released; C2: in a transaction on B2; C3: connected, nothing
-            // run; C4: never connected.
-            real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-            real(&mut m, 1, Op::Begin, None, b(2), OK);
-            let e = m.server_fault(op, None, &OK);
-            assert_eq!(e.expected_reply, Some(OK), "{op}");
-            assert_eq!(sorted(e.gone), vec![b(1), b(2)], "{op}");
-            assert!(m.backends.is_empty() && m.held().is_empty(), "{op}");
-            for c in 0..3 {
-                assert!(m.clients[c].broken, "{op}: C{}", c + 1);
-                assert_eq!(m.clients[c].linked, None, "{op}: C{}", c + 1);
+        }
+        (Op::Unlock, Some(k)) => {
+            let had = x.session.get(&k).copied().unwrap_or(0) > 0;
+            if had && unbump(&mut x.session, k) {
+                x.tainted.remove(&k);
+                released.push(k);
             }
-            assert!(!m.clients[3].broken, "{op}: C4 had no connection");
-            assert_eq!(m.clients[0].beliefs[&K].lost_to, Some(op));
-            // C1's next statement finds its connection closed, whatever the pooler did next.
-            let e = m.apply(0, Op::TryLock, Some(K), Some(b(3)), &T);
-            assert_eq!(e.expected_reply, Some(Reply::error(code::CLOSED)), "{op}");
-            assert!(!m.clients[0].connected && m.clients[0].beliefs.is_empty());
-            assert!(!m.clients[0].broken, "heard of it");
-            // PgBouncer's fatal 08P01, or the server's 57P01, read first: accepted.
-            real(
-                &mut m,
-                1,
-                Op::Ping,
-                None,
-                b(3),
-                Reply::error(code::PROTOCOL_VIOLATION),
-            );
-            real(
-                &mut m,
-                2,
-                Op::Ping,
-                None,
-                b(3),
-                Reply::error(code::ADMIN_SHUTDOWN),
-            );
-            assert!(!m.clients[1].connected && !m.clients[1].in_tx, "{op}");
-            // Reconnected, C1 runs on a new server; the key is free.
-            m.connected(0);
-            real(&mut m, 0, Op::TryLock, Some(K), b(3), T);
-            // C4 was not broken: its first statement runs.
-            real(&mut m, 3, Op::TryLock, Some(K7), b(4), T);
+            Some(Reply::Bool { value: had })
+        }
+        (Op::UnlockAll, _) => {
+            released.extend(x.session.keys().copied());
+            x.session.clear();
+            x.tainted.clear();
+            Some(Reply::Ok)
+        }
+        (Op::XactLock, Some(k)) => {
+            if available {
+                if x.tx == Tx::Open {
+                    bump(&mut x.xact, k);
+                }
+                Some(Reply::Ok)
+            } else {
+                Some(Reply::error(code::LOCK_NOT_AVAILABLE))
+            }
+        }
+        (Op::TryXactLock, Some(k)) => {
+            if available && x.tx == Tx::Open {
+                bump(&mut x.xact, k);
+            }
+            Some(Reply::Bool { value: available })
+        }
+        (Op::Begin, _) => {
+            x.tx = Tx::Open;
+            Some(Reply::Ok)
+        }
+        (Op::Commit | Op::Rollback, _) => {
+            released.extend(x.xact.keys().copied());
+            x.xact.clear();
+            x.tx = Tx::Idle;
+            Some(Reply::Ok)
+        }
+        (Op::DiscardAll, _) => {
+            if x.tx == Tx::Open {
+                Some(Reply::error(code::ACTIVE_TRANSACTION))
+            } else {
+                released.extend(x.session.keys().copied());
+                x.session.clear();
+                x.tainted.clear();
+                Some(Reply::Ok)
+            }
+        }
+        (Op::FailStatement, _) => Some(Reply::error(code::DIVISION_BY_ZERO)),
+        (Op::Ping | Op::PgSleep, _) => Some(Reply::Ok),
+        (Op::Migrate, _) => None,
+        // An op the model has no row for: not judged.
+        _ => None,
+    };
+    if reply.as_ref().is_some_and(Reply::is_error) {
+        released.extend(abort(x));
+    }
+    (reply, released)
+}
+
+impl<'e> Spec for Case<'e> {
+    type State = State;
+    type Why = Why;
+
+    fn points(&self, e: usize) -> u8 {
+        self.points_of(&self.entries[e])
+    }
+
+    fn timed(&self) -> bool {
+        self.keeps_times()
+    }
+
+    fn step(&self, s: &State, e: usize, point: u8, now: u64) -> Out {
+        let entry = &self.entries[e];
+        match &entry.act {
+            Act::Stmt(st) => self.stmt(s, e, st, point, self.points_of(entry)),
+            Act::Connect { client, reply } => self.connect(s, *client, reply),
+            Act::Disconnect { client } => Ok(vec![self.client_gone(s, *client, Cause::Disconnect)]),
+            Act::Reconnect { client, reply } => {
+                if point == 0 {
+                    Ok(vec![self.client_gone(s, *client, Cause::Disconnect)])
+                } else {
+                    self.connect(s, *client, reply)
+                }
+            }
+            Act::Release { client } => {
+                let mut s = s.clone();
+                let cl = s.client(*client);
+                cl.linked = None;
+                cl.conn = Conn::Down;
+                Ok(vec![s])
+            }
+            Act::Terminate { target, reply } => self.terminate(s, *target, reply, point),
+            Act::Cancel { target, reply } => self.cancel(s, *target, reply),
+            Act::Fault { op, target, reply } => {
+                // The latest its effect can have happened: its completion.
+                let by = entry.done.unwrap_or(now);
+                self.fault(s, *op, *target, reply, point, by)
+            }
+            Act::Read { obs } => {
+                if let Some(w) = exclusion(obs) {
+                    return Err(w);
+                }
+                self.read(s, obs).map(|()| vec![s.clone()])
+            }
+            Act::Probe {
+                key,
+                available,
+                after,
+            } => {
+                let holders = s.holders(*key);
+                if holders.is_empty() == *available {
+                    Ok(vec![s.clone()])
+                } else {
+                    Err(Why::Probe {
+                        key: *key,
+                        available: *available,
+                        holders,
+                        after: after.map(|a| a.0),
+                    })
+                }
+            }
         }
     }
 
-    #[test]
-    fn postgres_faults_end_every_backend_and_break_only_clients_on_them() {
-        for (op, target) in [
-            (Op::PgRestart, None),
-            (Op::PgCrash, None),
-            (Op::BackendKill, Some(b(1))),
-            (Op::Promote, None),
-            (Op::LinkCut, None),
-        ] {
-            let mut m = connected_model(Some(PoolMode::Transaction), 3);
-            real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-            real(&mut m, 1, Op::Begin, None, b(2), OK);
-            real(&mut m, 1, Op::TryXactLock, Some(K7), b(2), T);
-            let e = m.server_fault(op, target, &OK);
-            assert_eq!(e.expected_reply, Some(OK), "{op}");
-            assert_eq!(sorted(e.gone), vec![b(1), b(2)], "{op}");
-            assert!(e.probes.contains(&(ProbeReason::ServerClosed, K)), "{op}");
-            assert!(e.probes.contains(&(ProbeReason::ServerClosed, K7)), "{op}");
-            assert!(m.backends.is_empty(), "{op}");
-            assert_eq!(m.clients[0].beliefs[&K].lost_to, Some(op), "{op}");
-            // C1 was not linked: its connection to the pooler lives on.
-            assert!(!m.clients[0].broken && !m.clients[2].broken, "{op}");
-            real(&mut m, 0, Op::TryLock, Some(K), b(3), T);
-            // C2's server ended under its transaction: its next statement fails.
-            assert!(m.clients[1].broken, "{op}");
-            let e = m.apply(1, Op::Commit, None, Some(b(3)), &OK);
-            assert_eq!(e.expected_reply, Some(Reply::error(code::CLOSED)), "{op}");
+    fn force(&self, s: &State, e: usize, point: u8, now: u64) -> Vec<State> {
+        let entry = &self.entries[e];
+        match &entry.act {
+            Act::Read { .. } | Act::Probe { .. } => vec![s.clone()],
+            Act::Stmt(st) => {
+                // As if its reply were unknown; if even that cannot be, nothing happens.
+                let v = self
+                    .stmt_unknown(s, e, st, point, self.points_of(entry))
+                    .unwrap_or_default();
+                let mut v = v;
+                // Its client's view stands: a definite end of the connection still ends it.
+                if st.reply.ended_by_server() || st.reply.is_closed() {
+                    v = vec![self.client_gone(s, st.client, Cause::Disconnect)];
+                }
+                if v.is_empty() { vec![s.clone()] } else { v }
+            }
+            _ => {
+                // A signal or fault whose reply the model rejects: apply its effect as if the
+                // target were there, else nothing.
+                match &entry.act {
+                    Act::Terminate { target, .. } => {
+                        let mut s2 = s.clone();
+                        self.end_backend(&mut s2, *target, Cause::Terminate);
+                        let mut released = vec![];
+                        if let Some(x) = s2.backends.get_mut(target)
+                            && let Some(c) = x.life.cause()
+                        {
+                            released = exit(x, c);
+                            x.life = Life::Gone(c);
+                        }
+                        wake_all(s2, &released)
+                    }
+                    Act::Fault { op, target, .. } => {
+                        let ok = Reply::Ok;
+                        let by = entry.done.unwrap_or(now);
+                        self.fault(s, *op, *target, &ok, point, by)
+                            .unwrap_or_else(|_| vec![s.clone()])
+                    }
+                    _ => self
+                        .step(s, e, point, now)
+                        .unwrap_or_else(|_| vec![s.clone()]),
+                }
+            }
         }
-        // Direct: every client is on its own backend, and every one is broken.
-        let mut d = connected_model(None, 2);
-        real(&mut d, 0, Op::TryLock, Some(K), b(1), T);
-        real(&mut d, 1, Op::Ping, None, b(2), OK);
-        let e = d.server_fault(Op::PgRestart, None, &OK);
-        assert_eq!(sorted(e.gone), vec![b(1), b(2)]);
-        assert!(d.clients.iter().all(|c| c.broken && c.linked.is_none()));
-        real(
-            &mut d,
-            1,
-            Op::Ping,
-            None,
-            b(2),
-            Reply::error(code::ADMIN_SHUTDOWN),
-        );
     }
 
-    #[test]
-    fn faults_that_end_nothing_change_nothing() {
-        let mut m = connected_model(Some(PoolMode::Transaction), 3);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        real(&mut m, 1, Op::Begin, None, b(2), OK);
-        real(&mut m, 1, Op::TryXactLock, Some(K7), b(2), T);
-        type View = (
-            BTreeMap<BackendId, BackendModel>,
-            BTreeMap<BackendId, Op>,
-            Vec<BackendId>,
-            Vec<(bool, bool, Option<BackendId>, BTreeMap<Key, Belief>)>,
-        );
-        let view = |m: &Model| -> View {
-            (
-                m.backends.clone(),
-                m.closing.clone(),
-                m.dead.keys().copied().collect(),
-                m.clients
-                    .iter()
-                    .map(|c| (c.connected, c.broken, c.linked, c.beliefs.clone()))
-                    .collect(),
-            )
+    fn internal(&self, s: &State, now: u64) -> Vec<State> {
+        let mut out = vec![];
+        if s.login_failing.is_some() {
+            // The pooler retries its login, and it succeeds.
+            let mut s2 = s.clone();
+            s2.login_failing = None;
+            out.push(s2);
+        }
+        for (id, x) in &s.backends {
+            if let Life::Closing(c) = x.life {
+                // A closed backend exits, releasing its locks.
+                let mut s2 = s.clone();
+                let rel = exit(s2.backends.get_mut(id).unwrap(), c);
+                out.extend(wake_all(s2, &rel));
+            }
+            if x.reset_pending && x.life.is_alive() {
+                let mut s2 = s.clone();
+                let y = s2.backends.get_mut(id).unwrap();
+                let rel: Vec<Key> = y.session.keys().copied().collect();
+                y.session.clear();
+                y.tainted.clear();
+                y.reset_pending = false;
+                out.extend(wake_all(s2, &rel));
+            }
+            if x.life.is_alive() && x.busy.is_none() {
+                self.timers(s, *id, x, now, &mut out);
+            }
+        }
+        if self.timer(Timer::CloseIdleClient).is_some() {
+            let t = self.timer(Timer::CloseIdleClient).unwrap();
+            for (c, cl) in s.clients.iter().enumerate() {
+                let in_tx = cl
+                    .linked
+                    .and_then(|b| s.backends.get(&b))
+                    .is_some_and(|x| x.tx != Tx::Idle);
+                if cl.conn == Conn::Up && !in_tx && now >= cl.idle_since.saturating_add(t) {
+                    let mut s2 = self.client_gone(s, c, Cause::Timeout(Timer::CloseIdleClient));
+                    s2.clients[c].conn = Conn::Broken(Cause::Timeout(Timer::CloseIdleClient));
+                    out.push(s2);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl<'e> Case<'e> {
+    /// Timeouts that may have run out on an idle backend `x` by `now`.
+    fn timers(&self, s: &State, id: BackendId, x: &Backend, now: u64, out: &mut Vec<State>) {
+        let past = |t: Timer, since: u64| {
+            self.timer(t)
+                .is_some_and(|t| now >= since.saturating_add(t))
         };
-        let before = view(&m);
-        for (op, target) in [
-            (Op::PoolerReload, None),
-            (Op::PoolerFreeze, None),
-            (Op::BackendFreeze, Some(b(2))),
-            (Op::LinkBlackhole, None),
-            (Op::LinkDelay, None),
-        ] {
-            let e = m.server_fault(op, target, &OK);
-            assert_eq!(e.expected_reply, Some(OK), "{op}");
-            assert!(
-                e.gone.is_empty() && e.probes.is_empty() && e.notes.is_empty(),
-                "{op}"
-            );
-            assert!(view(&m) == before, "{op} changed the model");
-        }
-        // C2's transaction goes on.
-        real(&mut m, 1, Op::Commit, None, b(2), OK);
-        // Not a fault of the servers: no effect, no prediction.
-        let e = m.server_fault(Op::Terminate, Some(b(1)), &T);
-        assert!(e.expected_reply.is_none() && e.gone.is_empty());
-        assert!(m.key_held(K));
-    }
-
-    #[test]
-    fn a_fault_aimed_at_a_gone_backend_expects_false_and_does_nothing() {
-        let mut m = connected_model(Some(PoolMode::Transaction), 2);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        real(&mut m, 1, Op::TryLock, Some(K7), b(2), T);
-        m.terminate(b(2), &T);
-        for op in [Op::BackendKill, Op::BackendFreeze] {
-            // Unknown, already terminated, or no target at all.
-            for target in [Some(b(9)), Some(b(2)), None] {
-                let e = m.server_fault(op, target, &F);
-                assert_eq!(e.expected_reply, Some(F), "{op} {target:?}");
-                assert!(e.gone.is_empty(), "{op} {target:?}");
-                assert!(m.key_held(K), "{op} {target:?}: B1 lives");
-                assert!(m.backends.contains_key(&b(1)));
+        let linked = s.linked_client(id);
+        let in_tx = x.tx != Tx::Idle;
+        let pool = |t: Timer, out: &mut Vec<State>| {
+            let mut s2 = s.clone();
+            close(s2.backends.get_mut(&id).unwrap(), Cause::Timeout(t));
+            out.push(s2);
+        };
+        if self.pooled() && x.pooled && linked.is_none() {
+            if past(Timer::RetireOld, self.case_start) {
+                pool(Timer::RetireOld, out);
+            }
+            if past(Timer::RetireIdle, x.idle_since) {
+                pool(Timer::RetireIdle, out);
             }
         }
-        // Concurrent: a live target the nemesis found gone (a fault beside it ended it).
-        m.lenient = true;
-        let e = m.server_fault(Op::BackendKill, Some(b(1)), &F);
-        assert_eq!(e.expected_reply, Some(F));
-        assert!(e.gone.is_empty() && m.key_held(K));
-        // Sequential: a live target is killed, with every other backend.
-        m.lenient = false;
-        let e = m.server_fault(Op::BackendKill, Some(b(1)), &OK);
-        assert_eq!(e.expected_reply, Some(OK));
-        assert_eq!(e.gone, vec![b(1)]);
-    }
-
-    #[test]
-    fn session_mode_reconnect_closes_a_linked_server_at_disconnect() {
-        let mut m = connected_model(Some(PoolMode::Session), 2);
-        real(&mut m, 0, Op::TryLock, Some(K), b(1), T);
-        real(&mut m, 1, Op::Ping, None, b(2), OK);
-        // C2 leaves: B2 is reset and back in the pool, idle.
-        assert!(m.disconnect(1).gone.is_empty());
-        assert_eq!(m.clients[0].linked, Some(b(1)));
-        let e = m.server_fault(Op::PoolerReconnect, None, &OK);
-        assert_eq!(e.gone, vec![b(2)]);
-        assert_eq!(m.closing, BTreeMap::from([(b(1), Op::PoolerReconnect)]));
-        // Session mode: every statement keeps the server, so it stays open...
-        let e = real(&mut m, 0, Op::TryLock, Some(K7), b(1), T);
-        assert!(e.gone.is_empty() && m.key_held(K) && m.key_held(K7));
-        assert!(!m.clients[0].broken);
-        // ...until the client leaves: closed instead of reset and pooled.
-        let d = m.disconnect(0);
-        assert_eq!(d.gone, vec![b(1)]);
-        assert!(d.probes.contains(&(ProbeReason::ServerClosed, K)), "{d:?}");
-        assert!(d.probes.contains(&(ProbeReason::ServerClosed, K7)), "{d:?}");
-        assert!(m.closing.is_empty() && m.held().is_empty());
-        assert!(m.dead.contains_key(&b(1)));
-        // Without the fault the same disconnect resets and pools the server.
-        let mut n = connected_model(Some(PoolMode::Session), 1);
-        real(&mut n, 0, Op::TryLock, Some(K), b(1), T);
-        assert!(n.disconnect(0).gone.is_empty());
-        assert!(n.backends.contains_key(&b(1)) && !n.key_held(K));
+        if self.pooled()
+            && let Some(c) = linked
+            && in_tx
+        {
+            for (t, since) in [
+                (Timer::CloseIdleInTransaction, x.idle_since),
+                (Timer::CloseLongTransaction, x.tx_since),
+                // query_timeout fires on a client idle in a transaction too (measured).
+                (Timer::EndLongStatement, x.idle_since),
+            ] {
+                if past(t, since) {
+                    let mut s2 = s.clone();
+                    close(s2.backends.get_mut(&id).unwrap(), Cause::Timeout(t));
+                    s2.clients[c].linked = None;
+                    s2.clients[c].conn = Conn::Broken(Cause::Timeout(t));
+                    out.push(s2);
+                }
+            }
+        }
+        for (t, applies, since) in [
+            (Timer::EndIdleInTransaction, in_tx, x.idle_since),
+            (Timer::EndIdleSession, !in_tx, x.idle_since),
+            (Timer::EndLongTransaction, in_tx, x.tx_since),
+        ] {
+            if applies && past(t, since) {
+                let mut s2 = s.clone();
+                self.end_backend(&mut s2, id, Cause::Timeout(t));
+                out.push(s2);
+            }
+        }
     }
 }

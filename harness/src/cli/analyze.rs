@@ -1,6 +1,8 @@
 //! `pgchaos analyze RUN_DIR`: re-check a stored history with the current checker, against
-//! the topology the run recorded (`topology.yaml` in the run directory), and print and write
-//! the verdict table (into `RUN_DIR/analysis/`, or `--out`). Exit codes as `chaos`.
+//! the topology the run recorded (`topology.yaml` in the run directory), or `--as` another
+//! topology's declared rules and expectations ("would this history pass under my config?"),
+//! and print and write the verdict table (into `RUN_DIR/analysis/`, or `--out`). Exit codes
+//! as `chaos`.
 
 use super::Exit;
 use crate::check;
@@ -21,6 +23,20 @@ pub struct Args {
     out: Option<PathBuf>,
     #[arg(long, default_value = "reports")]
     reports: PathBuf,
+    /// Judge the history by another topology's pooling rules, timeouts and expectations (a
+    /// topology name or file): a transaction-mode history as if session mode had been declared.
+    #[arg(long = "as", value_name = "TOPOLOGY")]
+    as_topology: Option<String>,
+    /// The search's budget per case: states held at once (default: the run's).
+    #[arg(long)]
+    search_states: Option<usize>,
+    /// ... and time per case, e.g. 2s (default: the run's).
+    #[arg(long)]
+    search_time: Option<String>,
+    /// Print the violations found (every pg.* one, the first hundred app.* ones): phase, case,
+    /// step, invariant and evidence.
+    #[arg(long)]
+    list: bool,
 }
 
 pub fn analyze(a: Args) -> Result<Exit> {
@@ -28,8 +44,69 @@ pub fn analyze(a: Args) -> Result<Exit> {
     let topo_path = dir.join("topology.yaml");
     let text = std::fs::read_to_string(&topo_path)
         .with_context(|| format!("{}: cannot read the run's topology", topo_path.display()))?;
-    let topo = Topology::parse(&text, &topo_path, check::catalog()).map_err(|e| anyhow!("{e}"))?;
-    let checked = check::check_history(HistoryReader::open(&dir)?)?;
+    let recorded =
+        Topology::parse(&text, &topo_path, check::catalog()).map_err(|e| anyhow!("{e}"))?;
+    let topo = match &a.as_topology {
+        Some(t) => super::load(t)?,
+        None => recorded,
+    };
+    let search_time = match &a.search_time {
+        Some(s) => Some(
+            crate::topology::parse_duration(s)
+                .ok_or_else(|| anyhow!("--search-time {s}: not a duration (e.g. 2s, 500ms)"))?,
+        ),
+        None => None,
+    };
+    let as_rules = a
+        .as_topology
+        .as_ref()
+        .map(|_| (crate::pooler::rules_for(&topo), topo.timeouts()));
+    let list = a.list;
+    let mut listed = 0u32;
+    let checked = check::check_history_with(
+        HistoryReader::open(&dir)?,
+        |h| {
+            let mut cx = check::CheckContext::of(h);
+            if let Some((rules, timeouts)) = &as_rules {
+                cx.rules = rules.clone();
+                cx.timeouts = timeouts.clone();
+            }
+            if let Some(n) = a.search_states {
+                cx.budget.max_states = n;
+            }
+            if let Some(t) = search_time {
+                cx.budget.max_time = t;
+            }
+            cx
+        },
+        |view, check| {
+            if list {
+                // Every pg.* violation; app.* ones up to a hundred.
+                for v in &check.violations {
+                    if !v.invariant.starts_with("pg.") {
+                        if listed >= 100 {
+                            continue;
+                        }
+                        listed += 1;
+                    }
+                    println!(
+                        "{:?} case {} step {}: {}: {}",
+                        view.start.phase,
+                        view.start.case,
+                        v.step + 1,
+                        v.invariant,
+                        v.detail
+                    );
+                }
+                if let Some(u) = &check.unknown {
+                    println!(
+                        "{:?} case {}: unknown ({u})",
+                        view.start.phase, view.start.case
+                    );
+                }
+            }
+        },
+    )?;
     let run_ms = checked
         .run_end
         .as_ref()
@@ -54,6 +131,11 @@ pub fn analyze(a: Args) -> Result<Exit> {
     std::fs::rename(&tmp, &out)
         .with_context(|| format!("moving {} to {}", tmp.display(), out.display()))?;
     println!("{}", verdict_table(&results));
+    if let Some(t) = &a.as_topology {
+        println!(
+            "judged as {t}: its pooling rules, timeouts and expectations, not the ones the run declared"
+        );
+    }
     if checked.run_end.is_none() {
         println!("note: the history ends without a `run_end` event: the run was cut short");
     }

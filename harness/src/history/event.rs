@@ -144,6 +144,12 @@ pub struct RunHeader {
     /// The bounds `app.progress` judges ops by.
     #[serde(default)]
     pub bounds: Bounds,
+    /// The timeouts the servers ran with (what each does -> milliseconds), for the model.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub timeouts: crate::vocab::timeout::Timeouts,
+    /// The checker's budget per case.
+    #[serde(default)]
+    pub budget: SearchBudget,
     /// UTC start, `YYYYMMDDTHHMMSSZ`.
     pub started: String,
 }
@@ -174,6 +180,25 @@ impl Bounds {
             b += self.lock_timeout_ms;
         }
         b * 1_000_000
+    }
+}
+
+/// How far the checker's search may go on one case before it answers unknown: states held at
+/// once, and milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchBudget {
+    pub max_states: usize,
+    pub max_ms: u64,
+}
+
+impl Default for SearchBudget {
+    fn default() -> Self {
+        // The topology's defaults (`run.search_states`, `run.search_time`; a test in
+        // `check` keeps the two equal).
+        SearchBudget {
+            max_states: 20_000,
+            max_ms: 2_000,
+        }
     }
 }
 

@@ -19,7 +19,7 @@ pub mod view;
 
 pub use event::{
     At, Body, Bounds, CaseEnd, CaseStart, Completion, Event, Invoke, ObsEvent, Phase, ProbeEvent,
-    ProbeWhy, Process, RunEnd, RunHeader, Skip,
+    ProbeWhy, Process, RunEnd, RunHeader, SearchBudget, Skip,
 };
 pub use observation::{AppPoolRow, BackendRow, LockRow, Observation, PoolerRow};
 pub use recorder::Recorder;

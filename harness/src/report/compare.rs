@@ -224,6 +224,11 @@ mod tests {
             steps: 10,
             skipped_steps: 0,
             stopped_by_time_limit: false,
+            schedule: "sequential".into(),
+            judged_cases: cases,
+            judged: Default::default(),
+            unknown_why: vec![],
+            replay_violations: vec![],
             passed: true,
             invariants: vec![InvariantResult {
                 name: "app.mutual_exclusion".into(),
@@ -235,6 +240,11 @@ mod tests {
                 },
                 expected: Verdict::Violated,
                 violating_cases: violated,
+                unknown_cases: 0,
+                exercised: 1,
+                note: None,
+                violating: (0..violated).collect(),
+                unknown: vec![],
                 first_failure: (violated > 0).then(|| FailureOut {
                     case_file: String::new(),
                     case_seed: Some(1),

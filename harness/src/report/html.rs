@@ -1122,6 +1122,7 @@ mod tests {
                 detail: "C1 and C2 both believe they hold key 7 <both>".into(),
             }],
             expected: vec![(0, Reply::Bool { value: true })],
+            ..Default::default()
         }
     }
 

@@ -138,6 +138,11 @@ pub fn from_results(results: &Results, run_dir: &Path) -> Vec<JunitCase> {
                         )
                     }
                     (Verdict::Violated, None) => format!("{message}\n(no minimal case recorded)\n"),
+                    (Verdict::Unknown, _) => format!(
+                        "{message}\nThe checker could not judge {}: {}\n",
+                        i.name,
+                        i.note.as_deref().unwrap_or("its search ran out of budget on every case")
+                    ),
                     (Verdict::Holds, _) => format!(
                         "{message}\nThe topology's expect block says {} is violated in this topology, but none of the {} cases violated it: run more cases, or correct the expect block.\n",
                         i.name, results.cases
@@ -238,6 +243,11 @@ mod tests {
             verdict,
             expected,
             violating_cases: if verdict == Verdict::Violated { 3 } else { 0 },
+            unknown_cases: 0,
+            exercised: 1,
+            note: None,
+            violating: vec![],
+            unknown: vec![],
             first_failure: (verdict == Verdict::Violated).then(|| FailureOut {
                 case_file: format!("failures/{name}/case.yaml"),
                 case_seed: Some(9),

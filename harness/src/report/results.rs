@@ -27,6 +27,21 @@ pub struct Results {
     pub steps: u64,
     pub skipped_steps: u64,
     pub stopped_by_time_limit: bool,
+    /// How cases ran (`sequential`, `concurrent`).
+    #[serde(default)]
+    pub schedule: String,
+    /// Generated cases in which something was judged and the search kept to its budget.
+    #[serde(default)]
+    pub judged_cases: u32,
+    /// What the verdicts rest on: operations judged by op, looks and probes.
+    #[serde(default)]
+    pub judged: crate::check::Judged,
+    /// Why searches ran out of budget (the first few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_why: Vec<String>,
+    /// `pg.*` violations seen in shrink and evidence replays (they fail the run too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replay_violations: Vec<ReplayViolation>,
     pub passed: bool,
     pub invariants: Vec<InvariantResult>,
     pub timing: Timing,
@@ -56,7 +71,31 @@ pub struct InvariantResult {
     pub verdict: Verdict,
     pub expected: Verdict,
     pub violating_cases: u32,
+    /// Cases in which the search ran out of budget and this invariant was not violated.
+    #[serde(default)]
+    pub unknown_cases: u32,
+    /// How many operations that exercise it were judged.
+    #[serde(default)]
+    pub exercised: u64,
+    /// What the verdict rests on, when it is not plain ("rests on nothing", "unknown in 3 of
+    /// 64 cases", "not exercised by this workload").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The indices of the violating generated cases, and of the unknown ones.
+    #[serde(default)]
+    pub violating: Vec<u32>,
+    #[serde(default)]
+    pub unknown: Vec<u32>,
     pub first_failure: Option<FailureOut>,
+}
+
+/// A `pg.*` violation seen while shrinking or replaying the evidence of a failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayViolation {
+    pub phase: String,
+    pub case: u32,
+    pub invariant: String,
+    pub detail: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +169,11 @@ impl Results {
                     verdict: i.verdict,
                     expected: i.expected,
                     violating_cases: i.violating_cases,
+                    unknown_cases: i.unknown_cases,
+                    exercised: i.exercised,
+                    note: i.note,
+                    violating: i.violating,
+                    unknown: i.unknown,
                     first_failure,
                 }
             })
@@ -157,7 +201,22 @@ impl Results {
             steps: tally.steps,
             skipped_steps: tally.skipped_steps,
             stopped_by_time_limit,
-            passed: invariants.iter().all(|i| i.verdict == i.expected),
+            schedule: tally.schedule.as_str().to_string(),
+            judged_cases: tally.judged_cases,
+            judged: tally.judged.clone(),
+            unknown_why: tally.unknown_why.clone(),
+            replay_violations: tally
+                .replay_pg
+                .iter()
+                .map(|(phase, case, inv, detail)| ReplayViolation {
+                    phase: format!("{phase:?}").to_lowercase(),
+                    case: *case,
+                    invariant: inv.clone(),
+                    detail: detail.clone(),
+                })
+                .collect(),
+            passed: invariants.iter().all(|i| i.verdict == i.expected)
+                && tally.replay_pg.is_empty(),
             invariants,
             timing: Timing {
                 topology_ready_ms: header.ready_ms,
@@ -178,11 +237,17 @@ impl Results {
         self.passed
     }
 
-    /// Any `pg.*` invariant violated: PostgreSQL, the pooler or pgchaos is wrong.
+    /// Any `pg.*` invariant violated (in a generated case or a replay): PostgreSQL, the
+    /// pooler or pgchaos is wrong.
     pub fn pg_violated(&self) -> bool {
         self.invariants
             .iter()
-            .any(|i| i.tier == Tier::Pg && i.violating_cases > 0)
+            .any(|i| i.tier == Tier::Pg && i.verdict == Verdict::Violated)
+    }
+
+    /// Less than half of the generated cases were judged.
+    pub fn thinly_judged(&self) -> bool {
+        self.judged_cases * 2 < self.cases
     }
 
     /// `results.json` of a run directory.

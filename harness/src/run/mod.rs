@@ -78,6 +78,8 @@ impl<'a> Runner<'a> {
             contender_start: self.observer.contender_start(),
             keys: self.cluster.topology.workload.keys.clone(),
             bounds: self.bounds(),
+            timeouts: self.cluster.topology.timeouts(),
+            budget: self.budget(),
             started: crate::vocab::backend::utc_stamp(),
         }
     }
@@ -332,6 +334,17 @@ impl<'a> Runner<'a> {
         crate::check::CheckContext {
             rules: self.rules.clone(),
             bounds: self.bounds(),
+            timeouts: self.cluster.topology.timeouts(),
+            budget: self.budget().into(),
+        }
+    }
+
+    /// The checker's budget per case, from the topology's `run` section.
+    pub fn budget(&self) -> crate::history::SearchBudget {
+        let r = &self.cluster.topology.run;
+        crate::history::SearchBudget {
+            max_states: r.search_states,
+            max_ms: r.search_time.as_millis() as u64,
         }
     }
 

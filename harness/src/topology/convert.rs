@@ -454,7 +454,8 @@ impl Cx<'_> {
                 vec!["scripted replicas wait for each other's locks for real; set `run: { schedule: concurrent }`".into()],
             ));
         }
-        let expect = self.expect(&raw.expect)?;
+        let expect = self.expect(&raw.expect, "expect")?;
+        let expect_concurrent = self.expect(&raw.expect_concurrent, "expect_concurrent")?;
 
         // Cross-section checks.
         let (max_connections, max_conn_loc) = self
@@ -558,6 +559,7 @@ impl Cx<'_> {
             faults,
             run,
             expect,
+            expect_concurrent,
             source: self.path.to_path_buf(),
             text: self.src.to_string(),
         })
@@ -1719,6 +1721,19 @@ impl Cx<'_> {
                 vec!["a candidate counts as failing when it fails in `shrink_quorum` of `shrink_replays` replays".into()],
             ));
         }
+        let search_states = self.u32_or(
+            &raw.search_states,
+            "run.search_states",
+            100,
+            10_000_000,
+            DEFAULT_SEARCH_STATES,
+        )? as usize;
+        let search_time = self.duration_or(
+            &raw.search_time,
+            "run.search_time",
+            Some(Duration::from_secs(600)),
+            Duration::from_millis(DEFAULT_SEARCH_TIME_MS),
+        )?;
         Ok(RunSpec {
             cases,
             seed,
@@ -1730,10 +1745,12 @@ impl Cx<'_> {
             case_time_limit,
             shrink_replays,
             shrink_quorum,
+            search_states,
+            search_time,
         })
     }
 
-    pub(super) fn expect(&self, leaf: &Leaf) -> Res<BTreeMap<String, Verdict>> {
+    pub(super) fn expect(&self, leaf: &Leaf, section: &str) -> Res<BTreeMap<String, Verdict>> {
         let app_names: Vec<&str> = self
             .catalog
             .iter()
@@ -1741,14 +1758,14 @@ impl Cx<'_> {
             .map(|i| i.name)
             .collect();
         let mut out = BTreeMap::new();
-        for (name, value) in self.entries(leaf, "expect")? {
+        for (name, value) in self.entries(leaf, section)? {
             let n = name.value.as_str();
             match self.catalog.iter().find(|i| i.name == n).map(|i| i.tier) {
                 Some(Tier::App) => {}
                 Some(Tier::Pg) => {
                     return Err(self.err(
                         &name.referenced,
-                        format!("`{n}` cannot be listed in `expect`: pg.* invariants must always hold"),
+                        format!("`{n}` cannot be listed in `{section}`: pg.* invariants must always hold"),
                         vec![
                             "a pg.* violation is a bug in PostgreSQL or in the harness, never an expectation".into(),
                             format!("expectable invariants: {}", app_names.join(", ")),
@@ -1817,6 +1834,8 @@ impl Default for RawRun {
             case_time_limit: absent(),
             shrink_replays: absent(),
             shrink_quorum: absent(),
+            search_states: absent(),
+            search_time: absent(),
         }
     }
 }

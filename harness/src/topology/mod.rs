@@ -65,6 +65,9 @@ pub struct Topology {
     /// Invariant name -> expected verdict, for the entries the file lists (all `app.*`).
     /// Use [`Topology::expected`], which defaults to [`Verdict::Holds`].
     pub expect: BTreeMap<String, Verdict>,
+    /// The concurrent schedule's expectations where they differ from `expect` (the rest as
+    /// `expect` says). Use [`Topology::expected_in`].
+    pub expect_concurrent: BTreeMap<String, Verdict>,
     /// The file this topology was read from (as given to [`Topology::load`] / [`Topology::parse`]).
     pub source: PathBuf,
     /// The file's text as read (a run directory keeps a copy, so `analyze` re-checks a run
@@ -327,7 +330,9 @@ pub struct Workload {
 impl Workload {
     /// Whether the workload (weights or script) runs this op.
     pub fn uses(&self, op: Op) -> bool {
-        self.ops.contains_key(&op)
+        // A script runs its own ops: the weights are not drawn from.
+        let weighed = self.script.is_empty() && self.ops.contains_key(&op);
+        weighed
             || self.faults.contains_key(&op)
             || self.script.iter().any(|g| g.ops.iter().any(|o| o.op == op))
     }
@@ -383,6 +388,10 @@ pub struct RunSpec {
     /// as failing when it fails in at least `shrink_quorum` of them.
     pub shrink_replays: u32,
     pub shrink_quorum: u32,
+    /// The checker's budget per case: states held at once, and time. A case whose search
+    /// needs more is unknown.
+    pub search_states: usize,
+    pub search_time: Duration,
 }
 
 /// Defaults and limits, public so the CLI and the docs can quote them.
@@ -413,6 +422,8 @@ pub mod limits {
     pub const DEFAULT_CASE_TIME_LIMIT_SECS: u64 = 30;
     pub const DEFAULT_SHRINK_REPLAYS: u32 = 3;
     pub const DEFAULT_SHRINK_QUORUM: u32 = 2;
+    pub const DEFAULT_SEARCH_STATES: u32 = 20_000;
+    pub const DEFAULT_SEARCH_TIME_MS: u64 = 2_000;
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
     pub const DEFAULT_MAX_SHRINK_RUNS: u32 = 512;
@@ -472,6 +483,55 @@ impl Topology {
     /// The expected verdict for an invariant: what `expect:` says, else [`Verdict::Holds`].
     pub fn expected(&self, invariant: &str) -> Verdict {
         self.expect.get(invariant).copied().unwrap_or_default()
+    }
+
+    /// The expected verdict in a schedule: `expect_concurrent:` first for the concurrent one.
+    pub fn expected_in(&self, invariant: &str, schedule: Schedule) -> Verdict {
+        match schedule {
+            Schedule::Concurrent => self
+                .expect_concurrent
+                .get(invariant)
+                .copied()
+                .unwrap_or_else(|| self.expected(invariant)),
+            Schedule::Sequential => self.expected(invariant),
+        }
+    }
+
+    /// Whether the workload can exercise an invariant: it runs an op of each group.
+    pub fn exercises(&self, needs: &[&[Op]]) -> bool {
+        needs
+            .iter()
+            .all(|g| g.iter().any(|op| self.workload.uses(*op)))
+    }
+
+    /// The timeouts the servers run with, by what they do (0: off), in milliseconds: from
+    /// `pgbouncer.settings` (seconds) and `postgres.settings` (milliseconds by default).
+    pub fn timeouts(&self) -> crate::vocab::timeout::Timeouts {
+        use crate::vocab::timeout::{Owner, of};
+        let mut out = crate::vocab::timeout::Timeouts::new();
+        if let Some(b) = &self.pgbouncer {
+            for t in of(Owner::Pgbouncer) {
+                if let Some(v) = b
+                    .settings
+                    .get(t.name)
+                    .and_then(|v| settings::pgbouncer_seconds(v))
+                {
+                    out.insert(t.effect, (v * 1000.0).round() as u64);
+                }
+            }
+        }
+        for t in of(Owner::Postgres) {
+            if let Some(v) = self
+                .postgres
+                .settings
+                .get(t.name)
+                .and_then(|v| settings::postgres_seconds(v))
+            {
+                out.insert(t.effect, (v * 1000.0).round() as u64);
+            }
+        }
+        out.retain(|_, v| *v > 0);
+        out
     }
 
     /// True when clients connect straight to PostgreSQL.

@@ -121,6 +121,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "faults",
     "run",
     "expect",
+    "expect_concurrent",
 ];
 pub(super) const POSTGRES_KEYS: &[&str] = &["version", "bin_dir", "settings", "standby"];
 pub(super) const PGBOUNCER_KEYS: &[&str] = &[
@@ -156,6 +157,8 @@ pub(super) const RUN_KEYS: &[&str] = &[
     "case_time_limit",
     "shrink_replays",
     "shrink_quorum",
+    "search_states",
+    "search_time",
 ];
 
 /// Which section a serde "expected one of" list belongs to (`""` for the top level).
@@ -206,6 +209,8 @@ pub(super) struct RawTopology {
     pub(super) run: Section<RawRun>,
     #[serde(default = "absent")]
     pub(super) expect: Leaf,
+    #[serde(default = "absent")]
+    pub(super) expect_concurrent: Leaf,
 }
 
 #[derive(Deserialize)]
@@ -308,4 +313,8 @@ pub(super) struct RawRun {
     pub(super) shrink_replays: Leaf,
     #[serde(default = "absent")]
     pub(super) shrink_quorum: Leaf,
+    #[serde(default = "absent")]
+    pub(super) search_states: Leaf,
+    #[serde(default = "absent")]
+    pub(super) search_time: Leaf,
 }

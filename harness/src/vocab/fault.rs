@@ -33,11 +33,46 @@ pub enum Breaks {
     AllClients,
 }
 
+/// Who ends the backends a fault ends: what the pooler and PostgreSQL know of it afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    /// Nobody: the fault ends nothing.
+    Nobody,
+    /// The pooler closes its server connections (the backends exit once they read the close).
+    Pooler,
+    /// PostgreSQL ends its backends at once; the pooler learns of it when it next uses or
+    /// checks each server.
+    Postgres,
+    /// The link between them is cut: both sides read the close.
+    Link,
+}
+
+/// A span of the fault during which something is not available: between the fault's two
+/// points in the model (started, healed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Down {
+    /// The pooler accepts no connections and serves nothing (it is restarting).
+    Pooler,
+    /// No new server connection can be made (PostgreSQL restarting, the link cut): clients
+    /// that need one get an error.
+    Postgres,
+    /// The pooler hands out no server; clients that need one wait (PAUSE, KILL until RESUME).
+    Paused,
+    /// Nothing passes through the pooler or the link (a frozen pooler, a blackholed link):
+    /// statements that need it wait.
+    Frozen,
+}
+
 /// What a fault does, as the model needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meaning {
     pub ends: Ends,
+    /// Who ends them.
+    pub by: By,
     pub breaks: Breaks,
+    /// What is unavailable while the fault holds (the model gives the fault two points: start
+    /// and heal).
+    pub down: Option<Down>,
     /// PostgreSQL itself restarts or resets: the harness's own direct connections
     /// (observer, contender, nemesis) must reconnect.
     pub resets_postgres: bool,
@@ -61,36 +96,125 @@ pub fn needs_link(op: Op) -> bool {
 
 /// The meaning of a fault of the servers (`None` for any other op).
 pub fn meaning(op: Op) -> Option<Meaning> {
-    let m = |ends, breaks, resets_postgres, needs_pooler| {
+    let m = |ends, by, breaks, down, resets_postgres, needs_pooler| {
         Some(Meaning {
             ends,
+            by,
             breaks,
+            down,
             resets_postgres,
             needs_pooler,
             waits_for_release: matches!(op, Op::PoolerPause | Op::PoolerRestart),
         })
     };
     use Breaks as B;
+    use By as W;
+    use Down as D;
     use Ends as E;
     match op {
-        Op::PoolerPause => m(E::IdleNowLinkedAtRelease, B::Nothing, false, true),
-        Op::PoolerReconnect => m(E::IdleNowLinkedAtRelease, B::Nothing, false, true),
-        Op::PoolerKill => m(E::All, B::AllClients, false, true),
-        Op::PoolerReload => m(E::Nothing, B::Nothing, false, true),
-        Op::PoolerRestart => m(E::All, B::AllClients, false, true),
-        Op::PoolerCrash => m(E::All, B::AllClients, false, true),
-        Op::PoolerFreeze => m(E::Nothing, B::Nothing, false, true),
-        Op::PgRestart => m(E::All, B::OnEndedBackend, true, false),
-        Op::PgCrash => m(E::All, B::OnEndedBackend, true, false),
-        Op::BackendKill => m(E::All, B::OnEndedBackend, true, false),
-        Op::BackendFreeze => m(E::Nothing, B::Nothing, false, false),
+        Op::PoolerPause => m(
+            E::IdleNowLinkedAtRelease,
+            W::Pooler,
+            B::Nothing,
+            Some(D::Paused),
+            false,
+            true,
+        ),
+        Op::PoolerReconnect => m(
+            E::IdleNowLinkedAtRelease,
+            W::Pooler,
+            B::Nothing,
+            None,
+            false,
+            true,
+        ),
+        // KILL, then RESUME: clients arriving in between wait for the RESUME.
+        Op::PoolerKill => m(
+            E::All,
+            W::Pooler,
+            B::AllClients,
+            Some(D::Paused),
+            false,
+            true,
+        ),
+        Op::PoolerReload => m(E::Nothing, W::Nobody, B::Nothing, None, false, true),
+        Op::PoolerRestart => m(
+            E::All,
+            W::Pooler,
+            B::AllClients,
+            Some(D::Pooler),
+            false,
+            true,
+        ),
+        Op::PoolerCrash => m(
+            E::All,
+            W::Pooler,
+            B::AllClients,
+            Some(D::Pooler),
+            false,
+            true,
+        ),
+        Op::PoolerFreeze => m(
+            E::Nothing,
+            W::Nobody,
+            B::Nothing,
+            Some(D::Frozen),
+            false,
+            true,
+        ),
+        Op::PgRestart => m(
+            E::All,
+            W::Postgres,
+            B::OnEndedBackend,
+            Some(D::Postgres),
+            true,
+            false,
+        ),
+        Op::PgCrash => m(
+            E::All,
+            W::Postgres,
+            B::OnEndedBackend,
+            Some(D::Postgres),
+            true,
+            false,
+        ),
+        Op::BackendKill => m(
+            E::All,
+            W::Postgres,
+            B::OnEndedBackend,
+            Some(D::Postgres),
+            true,
+            false,
+        ),
+        Op::BackendFreeze => m(E::Nothing, W::Nobody, B::Nothing, None, false, false),
         // Advisory locks are not WAL-logged: the new primary holds none.
-        Op::Promote => m(E::All, B::OnEndedBackend, true, false),
+        Op::Promote => m(
+            E::All,
+            W::Postgres,
+            B::OnEndedBackend,
+            Some(D::Postgres),
+            true,
+            false,
+        ),
         // PostgreSQL reads the cut as its client gone; PgBouncer closes the server and a
         // client linked to it. Held or slowed bytes are delivered: nothing ends.
-        Op::LinkCut => m(E::All, B::OnEndedBackend, false, true),
-        Op::LinkBlackhole => m(E::Nothing, B::Nothing, false, true),
-        Op::LinkDelay => m(E::Nothing, B::Nothing, false, true),
+        Op::LinkCut => m(
+            E::All,
+            W::Link,
+            B::OnEndedBackend,
+            Some(D::Postgres),
+            false,
+            true,
+        ),
+        Op::LinkBlackhole => m(
+            E::Nothing,
+            W::Nobody,
+            B::Nothing,
+            Some(D::Frozen),
+            false,
+            true,
+        ),
+        Op::LinkDelay => m(E::Nothing, W::Nobody, B::Nothing, None, false, true),
         _ => None,
     }
 }
@@ -119,5 +243,18 @@ mod tests {
         }
         assert_eq!(meaning(Op::PoolerKill).unwrap().breaks, Breaks::AllClients);
         assert_eq!(meaning(Op::PoolerReload).unwrap().ends, Ends::Nothing);
+        // Who ends what agrees with what ends: a fault that ends nothing has nobody ending it,
+        // and one that resets PostgreSQL is PostgreSQL's.
+        for op in Op::FAULTS {
+            let m = meaning(op).unwrap();
+            assert_eq!(m.ends == Ends::Nothing, m.by == By::Nobody, "{op}");
+            if m.resets_postgres {
+                assert_eq!(m.by, By::Postgres, "{op}");
+            }
+            // Waiting for release and the pooler going away break every client.
+            if m.by == By::Pooler && m.ends == Ends::All {
+                assert_eq!(m.breaks, Breaks::AllClients, "{op}");
+            }
+        }
     }
 }

@@ -6,6 +6,7 @@ pub mod fault;
 pub mod key;
 pub mod op;
 pub mod reply;
+pub mod timeout;
 pub mod verdict;
 pub mod versions;
 pub mod when;

@@ -14,6 +14,9 @@ pub enum Verdict {
     #[default]
     Holds,
     Violated,
+    /// Not judged: the search ran out of budget on every case, or nothing that exercises the
+    /// invariant was judged. Never an expectation, never "holds".
+    Unknown,
 }
 
 impl Verdict {
@@ -21,6 +24,7 @@ impl Verdict {
         match self {
             Verdict::Holds => "holds",
             Verdict::Violated => "violated",
+            Verdict::Unknown => "unknown",
         }
     }
 }

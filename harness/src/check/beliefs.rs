@@ -1,0 +1,309 @@
+//! What each logical client believes it holds, from its own replies, in real time: the
+//! application's view, which no order of the servers' work changes. A client believes it holds
+//! a key from the completion of the call that granted it to the invoke of the call that gives
+//! it up (Jepsen's mutex semantics): an unlock (one count), `pg_advisory_unlock_all`, `DISCARD
+//! ALL`, the end of its transaction for a transaction lock (commit, rollback, an error inside
+//! it), its disconnect, or the completion of a statement that found its connection gone.
+//!
+//! A second, wider view ([`Beliefs::may_hold`]) counts a grant from the invoke of its call to
+//! the completion of its release: what the servers may show while a reply is on its way, which
+//! is what `app.no_orphans` needs to call a lock nobody's.
+
+use super::model::{Act, Entry};
+use crate::vocab::reply::code;
+use crate::vocab::{BackendId, Key, Op, Reply};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A client's belief in one key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Belief {
+    pub session: u32,
+    pub xact: u32,
+    /// The backends that granted it (behind transaction pooling, one key can be granted to a
+    /// client on several backends in turn). `None` in the wide view: a call whose outcome is
+    /// unknown may have been granted anywhere.
+    pub backends: BTreeSet<Option<BackendId>>,
+    /// When it began (ns).
+    pub since: u64,
+}
+
+impl Belief {
+    pub fn live(&self) -> bool {
+        self.session + self.xact > 0
+    }
+    pub fn granted_by(&self) -> Vec<BackendId> {
+        self.backends.iter().flatten().copied().collect()
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct View {
+    beliefs: BTreeMap<Key, Belief>,
+    in_tx: bool,
+    tx_backend: Option<BackendId>,
+    /// Keys first locked inside the current transaction (session scope).
+    tx_taken: BTreeSet<Key>,
+}
+
+impl View {
+    fn grant(&mut self, k: Key, b: Option<BackendId>, session: bool, at: u64) {
+        let fresh = !self.beliefs.get(&k).is_some_and(Belief::live);
+        let bl = self.beliefs.entry(k).or_default();
+        if fresh {
+            *bl = Belief {
+                since: at,
+                ..Default::default()
+            };
+        }
+        bl.backends.insert(b);
+        if session {
+            bl.session += 1;
+        } else {
+            bl.xact += 1;
+        }
+        if self.in_tx && fresh && session {
+            self.tx_taken.insert(k);
+        }
+    }
+    fn unlock(&mut self, k: Key) {
+        if let Some(bl) = self.beliefs.get_mut(&k)
+            && bl.session > 0
+        {
+            bl.session -= 1;
+            if !bl.live() {
+                self.beliefs.remove(&k);
+            }
+        }
+    }
+    fn drop_session(&mut self) {
+        self.beliefs.retain(|_, bl| {
+            bl.session = 0;
+            bl.live()
+        });
+    }
+    fn drop_xact(&mut self) {
+        self.beliefs.retain(|_, bl| {
+            bl.xact = 0;
+            bl.live()
+        });
+    }
+    fn drop_all(&mut self) {
+        self.beliefs.clear();
+        self.in_tx = false;
+        self.tx_backend = None;
+        self.tx_taken.clear();
+    }
+}
+
+/// Something the application saw happen, for the invariants that judge it.
+#[derive(Clone, Debug)]
+pub enum Seen {
+    /// A lock call granted `key` to `client` on `backend` (at its completion).
+    Granted {
+        client: usize,
+        key: Key,
+        backend: BackendId,
+    },
+    /// An unlock returned: what the client believed at its invoke (the backends that granted
+    /// the key, if it believed it held it), and where it ran.
+    Unlocked {
+        client: usize,
+        key: Key,
+        believed: Option<Vec<BackendId>>,
+        ran: Option<BackendId>,
+    },
+    /// A ROLLBACK returned: the keys first taken in that transaction, on its backend.
+    RolledBack {
+        client: usize,
+        backend: Option<BackendId>,
+        taken: Vec<Key>,
+    },
+}
+
+/// Every client's beliefs, fed mark by mark.
+#[derive(Clone, Debug, Default)]
+pub struct Beliefs {
+    narrow: Vec<View>,
+    wide: Vec<View>,
+    /// An unlock's belief at its invoke, by entry.
+    unlocks: BTreeMap<usize, Option<Vec<BackendId>>>,
+}
+
+fn granted(op: Op, reply: &Reply) -> bool {
+    matches!(reply, Reply::Bool { value: true })
+        || (op.waits_for_lock() && matches!(reply, Reply::Ok))
+}
+
+/// The connection is gone after this reply: the client forgets what it held.
+fn ends_connection(reply: &Reply) -> bool {
+    reply.ended_by_server() || reply.is_closed()
+}
+
+impl Beliefs {
+    pub fn new(clients: usize) -> Self {
+        Beliefs {
+            narrow: vec![View::default(); clients],
+            wide: vec![View::default(); clients],
+            unlocks: BTreeMap::new(),
+        }
+    }
+
+    fn view(v: &mut Vec<View>, c: usize) -> &mut View {
+        if v.len() <= c {
+            v.resize(c + 1, View::default());
+        }
+        &mut v[c]
+    }
+
+    /// What `client` believes it holds now.
+    pub fn of(&self, client: usize) -> impl Iterator<Item = (&Key, &Belief)> {
+        self.narrow
+            .get(client)
+            .into_iter()
+            .flat_map(|v| v.beliefs.iter())
+    }
+
+    /// Every live belief: `(client, key, belief)`.
+    pub fn all(&self) -> impl Iterator<Item = (usize, &Key, &Belief)> {
+        self.narrow
+            .iter()
+            .enumerate()
+            .flat_map(|(c, v)| v.beliefs.iter().map(move |(k, b)| (c, k, b)))
+    }
+
+    /// Whether some client may hold `k` on `b` in the wide view (a grant on its way, a
+    /// release not yet answered), or believes it does.
+    pub fn may_hold(&self, k: Key, b: BackendId) -> bool {
+        let has = |v: &View| {
+            v.beliefs.get(&k).is_some_and(|bl| {
+                bl.live() && (bl.backends.contains(&Some(b)) || bl.backends.contains(&None))
+            })
+        };
+        self.wide.iter().any(has) || self.narrow.iter().any(has)
+    }
+
+    /// An operation was invoked.
+    pub fn invoke(&mut self, e: usize, entry: &Entry) {
+        let Some((c, op, key, reply, served)) = client_op(entry) else {
+            return;
+        };
+        let n = Self::view(&mut self.narrow, c);
+        match op {
+            Op::Disconnect | Op::Reconnect | Op::Release => n.drop_all(),
+            _ if ends_connection(reply) => {}
+            Op::Unlock if !reply.is_error() => {
+                let k = key.expect("unlock has a key");
+                let believed = n
+                    .beliefs
+                    .get(&k)
+                    .filter(|bl| bl.session > 0)
+                    .map(Belief::granted_by);
+                self.unlocks.insert(e, believed);
+                n.unlock(k);
+            }
+            Op::UnlockAll if !reply.is_error() => n.drop_session(),
+            Op::DiscardAll if !reply.is_error() => n.drop_session(),
+            Op::Commit | Op::Rollback if !reply.is_error() => {
+                n.drop_xact();
+                n.in_tx = false;
+            }
+            _ if reply.is_error() && n.in_tx => n.drop_xact(),
+            _ => {}
+        }
+        // The wide view counts a grant from its invoke (an unknown outcome may be one).
+        if op.acquires() && (granted(op, reply) || entry.unknown) {
+            let w = Self::view(&mut self.wide, c);
+            let session = matches!(op, Op::TryLock | Op::Lock);
+            if session || w.in_tx || entry.unknown {
+                let b = if entry.unknown { None } else { served };
+                w.grant(key.expect("lock op has a key"), b, session, entry.inv);
+            }
+        }
+    }
+
+    /// An operation completed at `t`: what the application saw.
+    pub fn complete(&mut self, e: usize, entry: &Entry, t: u64) -> Vec<Seen> {
+        let mut seen = vec![];
+        let Some((c, op, key, reply, served)) = client_op(entry) else {
+            return seen;
+        };
+        let unlocked = self.unlocks.remove(&e);
+        let n = Self::view(&mut self.narrow, c);
+        let w = Self::view(&mut self.wide, c);
+        if ends_connection(reply) {
+            n.drop_all();
+            w.drop_all();
+            return seen;
+        }
+        match op {
+            Op::Disconnect | Op::Reconnect | Op::Release => w.drop_all(),
+            Op::Unlock if !reply.is_error() => {
+                let k = key.expect("unlock has a key");
+                w.unlock(k);
+                seen.push(Seen::Unlocked {
+                    client: c,
+                    key: k,
+                    believed: unlocked.flatten(),
+                    ran: served,
+                });
+            }
+            Op::UnlockAll | Op::DiscardAll if !reply.is_error() => w.drop_session(),
+            Op::Commit | Op::Rollback if !reply.is_error() => {
+                w.drop_xact();
+                w.in_tx = false;
+                if op == Op::Rollback {
+                    seen.push(Seen::RolledBack {
+                        client: c,
+                        backend: served.or(n.tx_backend),
+                        taken: std::mem::take(&mut n.tx_taken).into_iter().collect(),
+                    });
+                }
+                n.tx_taken.clear();
+                n.tx_backend = None;
+            }
+            Op::Begin if !reply.is_error() => {
+                if !n.in_tx {
+                    n.in_tx = true;
+                    n.tx_backend = served;
+                    n.tx_taken.clear();
+                }
+                w.in_tx = true;
+            }
+            _ if reply.is_error() && w.in_tx => w.drop_xact(),
+            _ => {}
+        }
+        if op.acquires() && granted(op, reply) {
+            let k = key.expect("lock op has a key");
+            let session = matches!(op, Op::TryLock | Op::Lock);
+            if (session || n.in_tx)
+                && let Some(b) = served
+            {
+                n.grant(k, Some(b), session, t);
+                seen.push(Seen::Granted {
+                    client: c,
+                    key: k,
+                    backend: b,
+                });
+            }
+        }
+        // A failed call in a transaction ends it for the application.
+        if reply.is_error() && reply.code() != Some(code::RAISED) && n.in_tx {
+            n.drop_xact();
+        }
+        seen
+    }
+}
+
+/// A client's op as the client saw it: `(client, op, key, reply, served)`.
+type ClientOp<'a> = (usize, Op, Option<Key>, &'a Reply, Option<BackendId>);
+
+fn client_op<'a>(entry: &'a Entry) -> Option<ClientOp<'a>> {
+    static OK: Reply = Reply::Ok;
+    match &entry.act {
+        Act::Stmt(s) => Some((s.client, s.op, s.key, s.reply, s.served)),
+        Act::Disconnect { client } => Some((*client, Op::Disconnect, None, &OK, None)),
+        Act::Reconnect { client, .. } => Some((*client, Op::Reconnect, None, &OK, None)),
+        Act::Release { client } => Some((*client, Op::Release, None, &OK, None)),
+        _ => None,
+    }
+}

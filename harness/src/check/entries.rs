@@ -1,0 +1,299 @@
+//! A case's events as the search reads them: every operation of the clients and the
+//! nemesis, every look at `pg_locks` and every contender probe becomes an [`Entry`] with its
+//! interval, and the history becomes a list of marks (invoked, completed) in real-time order.
+//! Both schedules go through here; the sequential one simply has no overlaps.
+//!
+//! Intervals are as wide as the history allows and no wider: an operation runs from its
+//! `invoke` event to its completion; a look or probe of the sequential schedule starts after
+//! the event before it; a concurrent sample starts at its own `t` (the sampler's clock when
+//! it began) and ends before the next event written after it. An operation with no reply in
+//! time (`timeout`), or none at all (a case cut short), never completes: it may take effect
+//! at any point after its invoke, or never.
+
+use super::model::{Act, Entry, Stmt};
+use super::search::Mark;
+use crate::history::{At, Body, Completion, Event, Invoke, ProbeWhy, Process};
+use crate::vocab::reply::code;
+use crate::vocab::{Op, Reply};
+use std::collections::{BTreeMap, VecDeque};
+
+/// The entries of a case and its marks, each with the time the search may assume as "now"
+/// (no point placed at that mark happened later).
+pub struct Marks<'e> {
+    pub entries: Vec<Entry<'e>>,
+    pub marks: Vec<(Mark, u64)>,
+    /// The `case` event's time.
+    pub start: u64,
+    /// Per entry: its completion's time, and the completion (ops of clients and the nemesis).
+    pub completed: Vec<Option<(u64, &'e Completion)>>,
+    /// Per entry: the invoke event (ops).
+    pub invokes: Vec<Option<&'e Invoke>>,
+}
+
+fn is_unknown(c: Option<&Completion>, op: Op) -> bool {
+    match c {
+        None => true,
+        Some(c) => c.value.code() == Some(code::TIMEOUT) && !op.is_server_fault(),
+    }
+}
+
+/// Build a case's entries and marks from its events (a `case` event to its `case_end`).
+pub fn build(events: &[Event]) -> Marks<'_> {
+    let start = events.first().map(|e| e.t).unwrap_or(0);
+    // Completions, by who and what, in order.
+    type Who = (Process, Option<usize>, Op);
+    let mut done: BTreeMap<Who, VecDeque<(usize, &Completion)>> = BTreeMap::new();
+    for (i, ev) in events.iter().enumerate() {
+        if let Some(c) = ev.completion() {
+            done.entry((c.p, c.step, c.f))
+                .or_default()
+                .push_back((i, c));
+        }
+    }
+    // The step each step-indexed completion belongs to, for probes' boundaries.
+    let mut step_done: BTreeMap<usize, (Op, &Reply)> = BTreeMap::new();
+    for ev in events {
+        if let Some(c) = ev.completion()
+            && let Some(s) = c.step
+            && c.f != Op::Open
+        {
+            step_done.insert(s, (c.f, &c.value));
+        }
+    }
+    let mut entries: Vec<Entry> = vec![];
+    let mut completed: Vec<Option<(u64, &Completion)>> = vec![];
+    let mut invokes: Vec<Option<&Invoke>> = vec![];
+    // Marks placed before event i (a sample's invoke), and at it.
+    let mut before: Vec<Vec<(Mark, u64)>> = vec![vec![]; events.len() + 1];
+    let mut at: Vec<Vec<(Mark, u64)>> = vec![vec![]; events.len()];
+    // Which entry each completion event closes.
+    let mut closes: BTreeMap<usize, usize> = BTreeMap::new();
+    for (i, ev) in events.iter().enumerate() {
+        let now = ev.t;
+        let next_t = events.get(i + 1).map(|e| e.t).unwrap_or(now).max(now);
+        match &ev.body {
+            Body::Invoke(inv) => {
+                if inv.f.client_side() {
+                    continue;
+                }
+                let key = (inv.p, inv.step, inv.f);
+                let c = done.get_mut(&key).and_then(|q| q.pop_front());
+                let client = match inv.p {
+                    Process::Client(c) => c,
+                    Process::Nemesis => inv.client.unwrap_or(0),
+                };
+                let comp = c.map(|(_, c)| c);
+                let reply = comp.map(|c| &c.value);
+                let unknown = is_unknown(comp, inv.f);
+                static NONE: Reply = Reply::Error {
+                    code: String::new(),
+                    message: String::new(),
+                };
+                let r = reply.unwrap_or(&NONE);
+                let act = match inv.f {
+                    Op::Open => Act::Connect { client, reply: r },
+                    Op::Release => Act::Release { client },
+                    Op::Disconnect => Act::Disconnect { client },
+                    Op::Reconnect => Act::Reconnect { client, reply: r },
+                    Op::Terminate | Op::Cancel => {
+                        let Some(target) = inv.target else { continue };
+                        if inv.f == Op::Terminate {
+                            Act::Terminate { target, reply: r }
+                        } else {
+                            Act::Cancel { target, reply: r }
+                        }
+                    }
+                    op if op.is_server_fault() => Act::Fault {
+                        op,
+                        target: inv.target,
+                        reply: r,
+                    },
+                    op => Act::Stmt(Stmt {
+                        client,
+                        op,
+                        key: inv.key,
+                        reply: r,
+                        served: comp.and_then(|c| c.backend),
+                        took: c.map(|(j, _)| events[j].t.saturating_sub(ev.t)),
+                    }),
+                };
+                let id = entries.len();
+                // Without a reply, a connect or a fault is not judged (nothing to judge it by).
+                if comp.is_none() && !matches!(act, Act::Stmt(_)) {
+                    continue;
+                }
+                entries.push(Entry {
+                    act,
+                    step: inv.step,
+                    inv: ev.t,
+                    done: c.map(|(j, _)| events[j].t),
+                    unknown,
+                });
+                completed.push(c.map(|(j, c)| (events[j].t, c)));
+                invokes.push(Some(inv));
+                at[i].push((Mark::Invoke(id), now));
+                if let Some((j, _)) = c
+                    && !unknown
+                {
+                    closes.insert(j, id);
+                }
+            }
+            Body::Ok(_) | Body::Fail(_) | Body::Info(_) => {
+                if let Some(id) = closes.get(&i) {
+                    at[i].push((Mark::Complete(*id), now));
+                }
+            }
+            Body::Obs(o) => {
+                let id = entries.len();
+                entries.push(Entry {
+                    act: Act::Read { obs: &o.obs },
+                    step: o.step,
+                    inv: now,
+                    done: Some(if o.at == At::Sample { next_t } else { now }),
+                    unknown: false,
+                });
+                completed.push(None);
+                invokes.push(None);
+                if o.at == At::Sample {
+                    // It began at its own t: after every event written before then.
+                    let t0 = ev.t;
+                    let j = (0..i).find(|&j| events[j].t >= t0).unwrap_or(i);
+                    before[j].push((Mark::Invoke(id), t0));
+                    at[i].push((Mark::Complete(id), next_t));
+                } else {
+                    at[i].push((Mark::Invoke(id), now));
+                    at[i].push((Mark::Complete(id), now));
+                }
+            }
+            Body::Probe(p) => {
+                let after = match p.why {
+                    ProbeWhy::Boundary | ProbeWhy::After => {
+                        p.step.and_then(|s| step_done.get(&s).copied())
+                    }
+                    ProbeWhy::Before | ProbeWhy::End => None,
+                };
+                let id = entries.len();
+                entries.push(Entry {
+                    act: Act::Probe {
+                        key: p.key,
+                        available: p.available,
+                        after,
+                    },
+                    step: p.step,
+                    inv: now,
+                    done: Some(now),
+                    unknown: false,
+                });
+                completed.push(None);
+                invokes.push(None);
+                at[i].push((Mark::Invoke(id), now));
+                at[i].push((Mark::Complete(id), now));
+            }
+            _ => {}
+        }
+    }
+    let mut marks = vec![];
+    for i in 0..events.len() {
+        marks.append(&mut before[i]);
+        marks.append(&mut at[i]);
+    }
+    Marks {
+        entries,
+        marks,
+        start,
+        completed,
+        invokes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{CaseStart, ObsEvent, Observation, Phase};
+    use crate::vocab::Key;
+
+    fn ev(t: u64, body: Body) -> Event {
+        Event { t, body }
+    }
+
+    fn invoke(p: usize, step: usize, f: Op) -> Body {
+        Body::Invoke(Invoke {
+            p: Process::Client(p),
+            step: Some(step),
+            f,
+            key: Some(Key::Big(7)),
+            ms: None,
+            target: None,
+            client: None,
+            when: Default::default(),
+            message: None,
+        })
+    }
+
+    fn ok(p: usize, step: usize, f: Op, value: Reply) -> Body {
+        Body::completion(Completion {
+            p: Process::Client(p),
+            step: Some(step),
+            f,
+            value,
+            backend: None,
+        })
+    }
+
+    #[test]
+    fn a_sample_spans_from_its_start_to_the_next_event_and_timeouts_never_complete() {
+        let events = vec![
+            ev(
+                0,
+                Body::Case(CaseStart {
+                    case: 0,
+                    schedule: crate::topology::Schedule::Concurrent,
+                    seed: None,
+                    phase: Phase::Run,
+                    invariant: None,
+                    clients: 2,
+                    steps: 2,
+                }),
+            ),
+            ev(10, invoke(0, 0, Op::TryLock)),
+            ev(20, invoke(1, 1, Op::Lock)),
+            ev(30, ok(0, 0, Op::TryLock, Reply::Bool { value: true })),
+            // A sample that began at 15 (after C1's invoke, before C2's).
+            ev(
+                15,
+                Body::Obs(ObsEvent {
+                    step: None,
+                    at: At::Sample,
+                    same: false,
+                    delta: None,
+                    obs: Observation::default(),
+                }),
+            ),
+            ev(40, ok(1, 1, Op::Lock, Reply::error(code::TIMEOUT))),
+            ev(
+                50,
+                Body::CaseEnd(crate::history::CaseEnd {
+                    case: 0,
+                    steps_us: 0,
+                    reset_us: 0,
+                }),
+            ),
+        ];
+        let m = build(&events);
+        assert_eq!(m.entries.len(), 3);
+        assert!(m.entries[1].unknown, "a timed-out op's outcome is unknown");
+        let marks: Vec<Mark> = m.marks.iter().map(|(m, _)| *m).collect();
+        assert_eq!(
+            marks,
+            vec![
+                Mark::Invoke(0),
+                Mark::Invoke(2),
+                Mark::Invoke(1),
+                Mark::Complete(0),
+                Mark::Complete(2),
+            ]
+        );
+        // The sample's completion may be as late as the next event.
+        assert_eq!(m.marks[4].1, 40);
+    }
+}
