@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 pub struct RunOptions {
     pub cases: u32,
     pub seed: u64,
+    /// For the generated cases (shrinking does not count against it).
     pub time_limit: Duration,
+    /// For shrinking and evidence, over the run.
+    pub shrink_time: Duration,
     pub max_shrink_runs: u32,
 }
 
@@ -210,8 +213,11 @@ pub async fn run(
     let topo = &runner.cluster.topology;
     let t0 = Instant::now();
     let mut stopped = false;
+    // Time spent shrinking and replaying evidence: generated cases get the whole time limit,
+    // so a run judges as many cases whatever its failures cost to shrink.
+    let mut shrinking = Duration::ZERO;
     for index in 0..opts.cases {
-        if t0.elapsed() > opts.time_limit {
+        if t0.elapsed().saturating_sub(shrinking) > opts.time_limit {
             stopped = true;
             break;
         }
@@ -225,6 +231,8 @@ pub async fn run(
         };
         let (_, fresh, _) = run_one(runner, sink, meta, &steps, false).await?;
         for inv in fresh {
+            let t_shrink = Instant::now();
+            let left = opts.shrink_time.saturating_sub(shrinking);
             let (minimal, _) = shrink(
                 runner,
                 sink,
@@ -232,10 +240,11 @@ pub async fn run(
                 seed,
                 &inv,
                 opts.max_shrink_runs,
-                Some(t0 + opts.time_limit),
+                Some(t_shrink + left),
             )
             .await?;
             evidence(runner, sink, index, seed, &inv, &minimal).await?;
+            shrinking += t_shrink.elapsed();
             if let Some(f) = sink.tally.failure(&inv) {
                 events(RunEvent::Minimal {
                     failure: f,

@@ -252,13 +252,27 @@ pub const VERSION: &str = "SELECT version()";
 /// defaults): the lock wait bound, a statement bound (a safety net, never a modelled
 /// outcome: 10 s past the longest statement a case can run), ISO dates (ops report `backend_start` as
 /// text the harness parses), and the clients' application_name (so PgBouncer need not `SET`
-/// it on every new server connection).
-pub fn configure_client_role(role: &str, lock_timeout_ms: u64, longest_ms: u64) -> String {
-    let statement_ms = lock_timeout_ms.max(longest_ms) + 10_000;
+/// it on every new server connection). A topology that declares `statement_timeout` or
+/// `idle_in_transaction_session_timeout` (validated durations) gets them for the role, as
+/// declared: a role setting would otherwise override the server's.
+pub fn configure_client_role(
+    role: &str,
+    lock_timeout_ms: u64,
+    longest_ms: u64,
+    declared: &std::collections::BTreeMap<String, String>,
+) -> String {
+    let statement = declared
+        .get("statement_timeout")
+        .cloned()
+        .unwrap_or_else(|| format!("{}ms", lock_timeout_ms.max(longest_ms) + 10_000));
+    let idle_in_tx = declared
+        .get("idle_in_transaction_session_timeout")
+        .cloned()
+        .unwrap_or_else(|| "0".into());
     format!(
         "ALTER ROLE {role} SET lock_timeout = '{lock_timeout_ms}ms'; \
-         ALTER ROLE {role} SET statement_timeout = '{statement_ms}ms'; \
-         ALTER ROLE {role} SET idle_in_transaction_session_timeout = '0'; \
+         ALTER ROLE {role} SET statement_timeout = '{statement}'; \
+         ALTER ROLE {role} SET idle_in_transaction_session_timeout = '{idle_in_tx}'; \
          ALTER ROLE {role} SET DateStyle = 'ISO, MDY'; \
          ALTER ROLE {role} SET application_name = 'pgchaos'"
     )

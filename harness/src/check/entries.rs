@@ -128,6 +128,7 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                     inv: ev.t,
                     done: c.map(|(j, _)| events[j].t),
                     unknown,
+                    orphaned: false,
                 });
                 completed.push(c.map(|(j, c)| (events[j].t, c)));
                 invokes.push(Some(inv));
@@ -151,6 +152,7 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                     inv: now,
                     done: Some(if o.at == At::Sample { next_t } else { now }),
                     unknown: false,
+                    orphaned: false,
                 });
                 completed.push(None);
                 invokes.push(None);
@@ -183,6 +185,7 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                     inv: now,
                     done: Some(now),
                     unknown: false,
+                    orphaned: false,
                 });
                 completed.push(None);
                 invokes.push(None);
@@ -191,6 +194,21 @@ pub fn build(events: &[Event]) -> Marks<'_> {
             }
             _ => {}
         }
+    }
+    // An unknown statement whose client closed its connection after it may yet run on the
+    // connection left behind.
+    for i in 0..entries.len() {
+        let Act::Stmt(st) = &entries[i].act else {
+            continue;
+        };
+        if !entries[i].unknown {
+            continue;
+        }
+        let (c, t) = (st.client, entries[i].inv);
+        entries[i].orphaned = entries.iter().any(|x| {
+            x.inv > t
+                && matches!(x.act, Act::Disconnect { client } | Act::Reconnect { client, .. } if client == c)
+        });
     }
     let mut marks = vec![];
     for i in 0..events.len() {

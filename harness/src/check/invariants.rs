@@ -50,6 +50,9 @@ pub struct Moment<'a, 'e> {
     pub bounds: &'a Bounds,
     /// Migrations applied so far in the case: `(client, step)`.
     pub migrations: &'a [(usize, usize)],
+    /// ROLLBACKs completed since the last look: `(client, backend, keys first taken in the
+    /// transaction)`.
+    pub rollbacks: &'a [(usize, BackendId, Vec<Key>)],
     /// Per entry: the failed lock call's client, key, code and completion time.
     pub failed_calls: &'a dyn Fn(u32) -> Option<(usize, Key, String, u64)>,
     /// The wait-for graph at an op's deadline, in words.
@@ -362,6 +365,13 @@ impl Invariant for RollbackReleases {
         &[SESSION_ACQUIRES, &[Op::Rollback]]
     }
     fn judge(&self, m: &Moment, out: &mut Vec<String>) {
+        let line = |c: usize, k: &Key, b: &BackendId| {
+            format!(
+                "C{} rolled back, but key {k}, taken in that transaction, is still held by its backend {b}",
+                c + 1
+            )
+        };
+        // Certain in every state the search allows right after the ROLLBACK ...
         for s in m.seen {
             let Seen::RolledBack {
                 client,
@@ -373,10 +383,18 @@ impl Invariant for RollbackReleases {
             };
             for k in taken {
                 if m.surely_holds(*b, *k) {
-                    out.push(format!(
-                        "C{} rolled back, but key {k}, taken in that transaction, is still held by its backend {b}",
-                        client + 1
-                    ));
+                    out.push(line(*client, k, b));
+                }
+            }
+        }
+        // ... or shown by the first look after it.
+        if let (true, Act::Read { obs }) = (m.completes, &m.entry.act) {
+            let held = obs.held();
+            for (c, b, taken) in m.rollbacks {
+                for k in taken {
+                    if held.contains(&(*b, *k)) {
+                        out.push(line(*c, k, b));
+                    }
                 }
             }
         }

@@ -15,6 +15,7 @@ pub mod beliefs;
 pub mod entries;
 pub mod invariants;
 pub mod model;
+pub mod mutate;
 pub mod search;
 pub mod waits;
 
@@ -203,6 +204,7 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
     let mut out = CaseCheck::default();
     let mut said: HashSet<(&'static str, String)> = HashSet::new();
     let mut migrations: Vec<(usize, usize)> = vec![];
+    let mut rollbacks: Vec<(usize, BackendId, Vec<crate::vocab::Key>)> = vec![];
     let mut forced: BTreeSet<usize> = BTreeSet::new();
     let mut completed_before = 0usize;
     // The last operation that touched each backend (a statement it served, a signal aimed at
@@ -314,6 +316,18 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
                 }
             );
         }
+        for s in &seen {
+            if let beliefs::Seen::RolledBack {
+                client,
+                backend: Some(b),
+                taken,
+            } = s
+                && !taken.is_empty()
+            {
+                rollbacks.push((*client, *b, taken.clone()));
+            }
+        }
+        let read_done = completes && matches!(entry.act, Act::Read { .. });
         let m = Moment {
             t: *now,
             entry,
@@ -323,6 +337,7 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
             states: &states,
             bounds: &cx.bounds,
             migrations: &migrations,
+            rollbacks: &rollbacks,
             failed_calls: &failed_calls,
             graph: &graph,
         };
@@ -343,6 +358,10 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
                     });
                 }
             }
+        }
+        if read_done {
+            // A look judged the rollbacks before it.
+            rollbacks.clear();
         }
     }
     progress(cx, view, events, &mut out);

@@ -307,6 +307,10 @@ pub struct Entry<'e> {
     /// Its outcome is unknown (no reply in time): it may take effect at any point after its
     /// invoke, or never.
     pub unknown: bool,
+    /// Unknown, and its client's connection was closed after it was invoked: it may yet run
+    /// on the connection left behind (the pooler hands that connection a server, and closes
+    /// the server when it finds the client gone).
+    pub orphaned: bool,
 }
 
 /// Why a point cannot be placed in a state.
@@ -924,6 +928,11 @@ impl<'e> Case<'e> {
     /// waits).
     fn stmt_start(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
         self.check_runnable(&s, b)?;
+        if is_anonymous(b) && st.reply.code() == Some(code::QUERY_CANCELED) {
+            // Cancelled before it reported its identity, on a server the model has not heard
+            // of: nothing it did is known, nothing of it is left.
+            return Ok(vec![s]);
+        }
         if is_anonymous(b) {
             return Err(Why::Ended {
                 ran: b,
@@ -986,6 +995,10 @@ impl<'e> Case<'e> {
             .iter()
             .find(|(_, x)| x.busy.is_some_and(|y| y.entry == e as u32))
         else {
+            if st.served.is_none() && st.reply.code() == Some(code::QUERY_CANCELED) {
+                // Started on a server the model has not heard of (above).
+                return Ok(vec![s.clone()]);
+            }
             let ran = st.served.unwrap_or(anonymous(e));
             return Err(Why::Ended {
                 ran,
@@ -1099,10 +1112,17 @@ impl<'e> Case<'e> {
         if points == 2 && point == 1 {
             return self.unknown_end(s, e);
         }
-        if !matches!(s.clients.get(c).map(|x| x.conn), Some(Conn::Up)) {
-            return Err(Why::EndUnexplained);
-        }
         let mut out = vec![];
+        if self.entries[e].orphaned && self.pooled() && points == 1 {
+            out.extend(self.orphan_run(s, st));
+        }
+        if !matches!(s.clients.get(c).map(|x| x.conn), Some(Conn::Up)) {
+            return if out.is_empty() {
+                Err(Why::EndUnexplained)
+            } else {
+                Ok(out)
+            };
+        }
         let mut err = Why::EndUnexplained;
         for (s2, b) in self.assign(s, e, st)? {
             if is_anonymous(b) {
@@ -1128,6 +1148,35 @@ impl<'e> Case<'e> {
             out.extend(wake_all(s3, &rel));
         }
         if out.is_empty() { Err(err) } else { Ok(out) }
+    }
+
+    /// An unknown statement run on the connection its client left behind: any server free
+    /// for it, which the pooler then closes (the client gone while the server was not ready)
+    /// or takes back. (On a server the model has not heard of, it changes nothing known.)
+    fn orphan_run(&self, s: &State, st: &Stmt) -> Vec<State> {
+        let mut out = vec![];
+        let nobody = usize::MAX;
+        for (b, x) in &s.backends {
+            if self.assignable(s, nobody, *b, x).is_err() || s.down.is_some() {
+                continue;
+            }
+            let mut ran = s.clone();
+            let available = st.key.is_none_or(|k| ran.available_to(*b, k));
+            let y = ran.backends.get_mut(b).expect("known");
+            let (_, rel) = exec(y, st.op, st.key, available);
+            // Closed with the client gone ...
+            let mut closed = ran.clone();
+            if let Some(z) = closed.backends.get_mut(b) {
+                close(z, Cause::Disconnect);
+            }
+            out.extend(wake_all(closed, &rel));
+            // ... or taken back, if the statement left no transaction open.
+            if ran.backends[b].tx == Tx::Idle {
+                self.released(&mut ran, *b);
+                out.extend(wake_all(ran, &rel));
+            }
+        }
+        out
     }
 
     /// An unknown lock call answered one way or another: granted, or given up (a lock it was

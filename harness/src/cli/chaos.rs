@@ -22,9 +22,12 @@ pub struct Args {
     /// A number, or `random`.
     #[arg(long)]
     seed: Option<String>,
-    /// e.g. 60s, 2m, 500ms.
+    /// For the generated cases, e.g. 60s, 2m, 500ms (the topology's `run.time_limit`).
     #[arg(long)]
     time_limit: Option<String>,
+    /// For shrinking and evidence replays over the run (the topology's `run.shrink_time`).
+    #[arg(long)]
+    shrink_time: Option<String>,
     /// Report root (default: reports/).
     #[arg(long, default_value = "reports")]
     out: PathBuf,
@@ -62,6 +65,10 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     let time_limit = match a.time_limit {
         Some(s) => parse_duration(&s)?,
         None => topo.run.time_limit,
+    };
+    let shrink_time = match a.shrink_time {
+        Some(s) => parse_duration(&s)?,
+        None => topo.run.shrink_time,
     };
     let cases = a.cases.unwrap_or(topo.run.cases);
     if cases == 0 {
@@ -121,6 +128,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
             cases,
             seed,
             time_limit,
+            shrink_time,
             max_shrink_runs: a.max_shrink_runs.unwrap_or(topo.run.max_shrink_runs),
         },
         &mut |e| progress.event(e),

@@ -465,12 +465,8 @@ fn is_secret(name: &str) -> bool {
     name == "auth_ldap_options" || name.contains("password") || name.contains("secret")
 }
 
-/// PgBouncer timeouts pgchaos accepts only as 0 (off) or at least a floor (the topology's
-/// own lists: a smaller value could fire during a case).
-use crate::topology::{
-    PGBOUNCER_UNMODELLED_TIMEOUTS as UNMODELLED_TIMEOUTS,
-    UNMODELLED_TIMEOUT_FLOOR_SECS as TIMEOUT_FLOOR_SECS,
-};
+/// PgBouncer's timeouts (the topology's list): kept as they are, and checked to be seconds.
+use crate::topology::PGBOUNCER_TIMEOUTS as TIMEOUTS;
 
 /// A YAML scalar for an ini value: a plain integer, else a double-quoted string.
 fn yaml_value(v: &str) -> String {
@@ -638,16 +634,9 @@ fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                             }
                             continue;
                         }
-                        if UNMODELLED_TIMEOUTS.contains(&name.as_str()) {
+                        if TIMEOUTS.contains(&name.as_str()) {
                             match e.value.parse::<f64>() {
-                                Ok(v) if v == 0.0 || v >= TIMEOUT_FLOOR_SECS => {}
-                                Ok(v) if v > 0.0 => {
-                                    dropped.push(format!(
-                                        "# dropped {name} = {}: pgchaos refuses timeouts that could fire during a case (0 = off, or at least {TIMEOUT_FLOOR_SECS} s); pgbouncer.settings.{name} is unset, so PgBouncer's default applies",
-                                        e.value
-                                    ));
-                                    continue;
-                                }
+                                Ok(v) if v >= 0.0 => {}
                                 _ => {
                                     return Err(cx
                                         .at_value(
@@ -936,17 +925,24 @@ ignore_startup_parameters = extra_float_digits
     }
 
     #[test]
-    fn short_timeouts_are_dropped_with_their_value() {
+    fn timeouts_are_kept_as_they_are_for_the_model() {
         let src =
-            "[pgbouncer]\npool_mode = session\nquery_wait_timeout = 30\nserver_lifetime = 0\n";
+            "[pgbouncer]\npool_mode = session\nquery_wait_timeout = 30\nserver_lifetime = 0.5\n";
         let (t, y) = topo(src);
-        let pb = t.pgbouncer.unwrap();
-        assert!(!pb.settings.contains_key("query_wait_timeout"));
+        let pb = t.pgbouncer.as_ref().unwrap();
+        assert_eq!(
+            pb.settings.get("query_wait_timeout").map(String::as_str),
+            Some("30")
+        );
         assert_eq!(
             pb.settings.get("server_lifetime").map(String::as_str),
-            Some("0")
+            Some("0.5")
         );
-        assert!(y.contains("# dropped query_wait_timeout = 30: pgchaos refuses timeouts"));
+        assert!(!y.contains("# dropped query_wait_timeout"), "{y}");
+        use crate::vocab::timeout::Effect;
+        assert_eq!(t.timeouts().get(&Effect::EndLongWait), Some(&30_000));
+        assert_eq!(t.timeouts().get(&Effect::RetireOld), Some(&500));
+        assert!(run("[pgbouncer]\nserver_lifetime = soon\n").is_err());
     }
 
     #[test]

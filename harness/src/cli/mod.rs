@@ -12,6 +12,7 @@ mod compare;
 mod history;
 mod import;
 mod matrix;
+mod mutate;
 mod reproduce;
 mod up;
 
@@ -63,6 +64,8 @@ enum Cmd {
     Import(import::Args),
     /// Run client profiles (profiles/) on topologies: the compatibility matrix.
     Matrix(matrix::Args),
+    /// Measure the checker on a stored history: edit each case and count what it catches.
+    Mutate(mutate::Args),
 }
 
 /// Exit code for an outcome.
@@ -239,6 +242,7 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::Compare(a) => compare::compare(a),
         Cmd::Import(a) => import::import(a),
         Cmd::Matrix(a) => matrix::matrix(a).await,
+        Cmd::Mutate(a) => mutate::mutate(a),
     }
 }
 

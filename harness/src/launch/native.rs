@@ -518,7 +518,12 @@ impl NativeServers {
             .filter_map(|o| o.ms)
             .max()
             .unwrap_or(0);
-        let mut sql = sql::configure_client_role(CLIENT_ROLE, w.lock_timeout_ms, longest);
+        let mut sql = sql::configure_client_role(
+            CLIENT_ROLE,
+            w.lock_timeout_ms,
+            longest,
+            &self.topology.postgres.settings,
+        );
         for (role, pw) in &self.passwords {
             sql.push_str("; ");
             sql.push_str(&sql::set_password(role, pw));

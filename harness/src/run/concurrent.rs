@@ -58,7 +58,7 @@ impl Shared<'_, '_> {
 }
 
 /// A deterministic think time for a step: `lo..=hi`, from the case seed and the step.
-fn think_for(range: Option<(Duration, Duration)>, seed: u64, step: usize) -> Duration {
+pub(super) fn think_for(range: Option<(Duration, Duration)>, seed: u64, step: usize) -> Duration {
     let Some((lo, hi)) = range else {
         return Duration::ZERO;
     };

@@ -110,7 +110,15 @@ impl<'a> Runner<'a> {
         // Servers a fault (RECONNECT) marked to close at their next release.
         let mut closing: Vec<BackendId> = vec![];
 
+        let think = self.cluster.topology.workload.think;
+        let seed = meta.seed.unwrap_or(0);
         for (i, step) in steps.iter().enumerate() {
+            // Think time before each step but the first (as a concurrent client pauses
+            // between its ops): servers age, idle timers run.
+            let pause = concurrent::think_for(think, seed, i);
+            if i > 0 && !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
             let t_step = Instant::now();
             let c = step.client;
             let p = Process::Client(c);

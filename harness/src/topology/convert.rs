@@ -284,8 +284,8 @@ impl Cx<'_> {
         Ok(out)
     }
 
-    /// A timeout the model does not know: 0 (off) or at least a minute.
-    pub(super) fn unmodelled_timeout(
+    /// A timeout setting: any duration (0 is off); the model knows what each does.
+    pub(super) fn timeout_setting(
         &self,
         s: &Setting,
         section: &str,
@@ -294,20 +294,12 @@ impl Cx<'_> {
         bare_unit: &str,
     ) -> Res<()> {
         let name = &s.name.value;
-        let floor = UNMODELLED_TIMEOUT_FLOOR_SECS;
         match seconds(value) {
-            Some(v) if v == 0.0 || v >= floor => Ok(()),
-            Some(_) => Err(self.err(
-                &s.value.referenced,
-                format!("`{section}.{name}` = {value} could close connections during a case, and pgchaos does not model `{name}` yet"),
-                vec![
-                    format!("use 0 (off) or at least {floor} s: a value that fires during a case would show up as false pg.* violations"),
-                ],
-            )),
+            Some(_) => Ok(()),
             None => Err(self.err(
                 &s.value.referenced,
                 format!("`{section}.{name}` is not a duration: `{value}`"),
-                vec![format!("a bare number is {bare_unit}")],
+                vec![format!("a bare number is {bare_unit}; 0 is off")],
             )),
         }
     }
@@ -632,8 +624,8 @@ impl Cx<'_> {
                     vec![why.to_string()],
                 ));
             }
-            if PG_UNMODELLED_TIMEOUTS.contains(&s.name.value.as_str()) {
-                self.unmodelled_timeout(
+            if PG_TIMEOUTS.contains(&s.name.value.as_str()) {
+                self.timeout_setting(
                     s,
                     "postgres.settings",
                     &value,
@@ -818,8 +810,8 @@ impl Cx<'_> {
                 Some(_) => {}
             }
             let value = self.setting_value(s, "pgbouncer.settings", ("1", "0"))?;
-            if PGBOUNCER_UNMODELLED_TIMEOUTS.contains(&name) {
-                self.unmodelled_timeout(
+            if PGBOUNCER_TIMEOUTS.contains(&name) {
+                self.timeout_setting(
                     s,
                     "pgbouncer.settings",
                     &value,
@@ -1734,10 +1726,17 @@ impl Cx<'_> {
             Some(Duration::from_secs(600)),
             Duration::from_millis(DEFAULT_SEARCH_TIME_MS),
         )?;
+        let shrink_time = self.duration_or(
+            &raw.shrink_time,
+            "run.shrink_time",
+            None,
+            Duration::from_secs(DEFAULT_SHRINK_TIME_SECS),
+        )?;
         Ok(RunSpec {
             cases,
             seed,
             time_limit,
+            shrink_time,
             max_shrink_runs,
             schedule,
             sample_every,
@@ -1836,6 +1835,7 @@ impl Default for RawRun {
             shrink_quorum: absent(),
             search_states: absent(),
             search_time: absent(),
+            shrink_time: absent(),
         }
     }
 }

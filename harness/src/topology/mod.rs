@@ -36,7 +36,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::{Location, Spanned};
 use settings::*;
-pub use settings::{PGBOUNCER_UNMODELLED_TIMEOUTS, UNMODELLED_TIMEOUT_FLOOR_SECS};
+pub use settings::PGBOUNCER_TIMEOUTS;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -372,8 +372,11 @@ pub struct RunSpec {
     pub cases: u32,
     /// `None`: pick a random seed (and report it).
     pub seed: Option<u64>,
-    /// Wall-clock budget for the whole run (> 0).
+    /// Wall-clock budget for the generated cases (> 0): no new case starts past it.
     pub time_limit: Duration,
+    /// Wall-clock budget for shrinking and evidence replays, over the run: past it, a new
+    /// failure is replayed with evidence as it is (not shrunk).
+    pub shrink_time: Duration,
     /// Cap on replays while shrinking a failing case (0 disables shrinking).
     pub max_shrink_runs: u32,
     pub schedule: Schedule,
@@ -426,6 +429,7 @@ pub mod limits {
     pub const DEFAULT_SEARCH_TIME_MS: u64 = 2_000;
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
+    pub const DEFAULT_SHRINK_TIME_SECS: u64 = 60;
     pub const DEFAULT_MAX_SHRINK_RUNS: u32 = 512;
     pub const DEFAULT_POOL_SIZE: u32 = 2;
     pub const DEFAULT_MAX_CLIENT_CONN: u32 = 100;

@@ -159,6 +159,7 @@ pub(super) const RUN_KEYS: &[&str] = &[
     "shrink_quorum",
     "search_states",
     "search_time",
+    "shrink_time",
 ];
 
 /// Which section a serde "expected one of" list belongs to (`""` for the top level).
@@ -317,4 +318,6 @@ pub(super) struct RawRun {
     pub(super) search_states: Leaf,
     #[serde(default = "absent")]
     pub(super) search_time: Leaf,
+    #[serde(default = "absent")]
+    pub(super) shrink_time: Leaf,
 }

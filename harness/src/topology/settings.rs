@@ -187,11 +187,9 @@ pub(super) fn is_setting_name(s: &str) -> bool {
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '.'))
 }
 
-/// Settings that close or cancel servers and clients behind the harness's back, which the
-/// model does not know yet (the nemesis will): a value that could fire during a case would
-/// turn into a false `pg.*` verdict, so only "off" (0) or a value far beyond any case is
-/// accepted. `(name, unit of a bare number)`.
-pub const PGBOUNCER_UNMODELLED_TIMEOUTS: &[&str] = &[
+/// PgBouncer settings that close or cancel servers and clients on a timer: the model knows
+/// what each does (`vocab::timeout`), so any value is accepted, and the history records them.
+pub const PGBOUNCER_TIMEOUTS: &[&str] = &[
     "server_lifetime",
     "server_idle_timeout",
     "client_idle_timeout",
@@ -203,15 +201,12 @@ pub const PGBOUNCER_UNMODELLED_TIMEOUTS: &[&str] = &[
 
 /// PostgreSQL's own timeouts that end sessions or statements (see above). `lock_timeout`
 /// has its own key, `workload.lock_timeout`.
-pub(super) const PG_UNMODELLED_TIMEOUTS: &[&str] = &[
+pub(super) const PG_TIMEOUTS: &[&str] = &[
     "statement_timeout",
     "idle_in_transaction_session_timeout",
     "idle_session_timeout",
     "transaction_timeout",
 ];
-
-/// The smallest value an unmodelled timeout may take when it is not 0 (off).
-pub const UNMODELLED_TIMEOUT_FLOOR_SECS: f64 = 60.0;
 
 /// A PgBouncer time setting as seconds: a bare number is seconds (PgBouncer's own unit).
 pub(super) fn pgbouncer_seconds(text: &str) -> Option<f64> {

@@ -116,9 +116,26 @@ bad_fixtures! {
     fixture_unknown_top_level_key => "unknown-top-level-key.yaml", 5:1, "unknown key `pgbouncr` at the top level";
     fixture_wrong_type => "wrong-type.yaml", 6:12, "`workload.clients` must be an integer from 1 to 64, found `four`";
     fixture_statement_mode => "statement-mode.yaml", 6:14, "`pool_mode: statement` is not modelled yet";
-    fixture_unmodelled_pgbouncer_timeout => "unmodelled-pgbouncer-timeout.yaml", 8:22, "pgchaos does not model `server_lifetime` yet";
-    fixture_unmodelled_postgres_timeout => "unmodelled-postgres-timeout.yaml", 5:27, "pgchaos does not model `idle_session_timeout` yet";
+    fixture_pgbouncer_timeout_not_seconds => "pgbouncer-timeout-not-seconds.yaml", 8:22, "`pgbouncer.settings.server_lifetime` is not a duration: `soon`";
+    fixture_postgres_timeout_not_a_duration => "postgres-timeout-not-a-duration.yaml", 5:27, "`postgres.settings.idle_session_timeout` is not a duration: `500 parsecs`";
     fixture_postgres_lock_timeout => "postgres-lock-timeout.yaml", 5:5, "`lock_timeout` cannot be set in `postgres.settings`";
+}
+
+#[test]
+fn timeouts_are_accepted_and_kept_by_what_they_do() {
+    use crate::vocab::timeout::Effect;
+    let t = ok(&format!(
+        "{MINIMAL}  settings:\n    idle_session_timeout: 250ms\n    statement_timeout: 2s\n    idle_in_transaction_session_timeout: 0\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n  settings:\n    server_lifetime: 1\n    server_idle_timeout: 0.5\n"
+    ));
+    let to = t.timeouts();
+    assert_eq!(to.get(&Effect::RetireOld), Some(&1000));
+    assert_eq!(to.get(&Effect::RetireIdle), Some(&500));
+    assert_eq!(to.get(&Effect::EndIdleSession), Some(&250));
+    assert_eq!(to.get(&Effect::CancelLongStatement), Some(&2000));
+    // 0 is off: not a timeout at all.
+    assert!(!to.contains_key(&Effect::EndIdleInTransaction));
+    assert_eq!(to.len(), 4);
+    assert!(ok(MINIMAL).timeouts().is_empty());
 }
 
 #[test]
@@ -300,6 +317,7 @@ fn shipped_topologies_parse() {
             "session-mode-no-reset",
             "transaction-mode",
             "transaction-mode-faults",
+            "transaction-mode-lifetime",
             "transaction-mode-reset-always",
             "transaction-mode-xact",
         ]
@@ -496,6 +514,7 @@ fn defaults_apply() {
             cases: 256,
             seed: None,
             time_limit: Duration::from_secs(60),
+            shrink_time: Duration::from_secs(60),
             max_shrink_runs: 512,
             schedule: Schedule::Sequential,
             sample_every: Duration::from_millis(5),
@@ -1018,7 +1037,7 @@ fn postgres_standby_is_a_boolean_valid_with_or_without_a_pooler() {
 }
 
 #[test]
-fn timeouts_the_model_does_not_know_are_off_or_far_beyond_a_case() {
+fn timeouts_are_durations_in_their_servers_units() {
     let pgb = |v: &str| {
         parse(&format!(
             "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n  settings: {{ server_idle_timeout: {v} }}\n"
@@ -1026,7 +1045,7 @@ fn timeouts_the_model_does_not_know_are_off_or_far_beyond_a_case() {
     };
     assert!(pgb("0").is_ok(), "off");
     assert!(pgb("600").is_ok(), "PgBouncer's default");
-    assert!(pgb("59").is_err());
+    assert!(pgb("0.5").is_ok(), "the model knows what each timeout does: any value");
     let e = pgb("soon").unwrap_err();
     assert!(e.message().contains("is not a duration"), "{e}");
     let pg = |v: &str| {
@@ -1037,8 +1056,7 @@ fn timeouts_the_model_does_not_know_are_off_or_far_beyond_a_case() {
     assert!(pg("0").is_ok());
     assert!(pg("2min").is_ok());
     assert!(pg("60000").is_ok(), "a bare number is milliseconds");
-    assert!(pg("59s").is_err());
-    assert!(pg("59000").is_err());
+    assert!(pg("59s").is_ok() && pg("250ms").is_ok());
     assert!(pg("10 fortnights").is_err());
     assert_eq!(super::settings::postgres_seconds("1.5h"), Some(5400.0));
     assert_eq!(super::settings::pgbouncer_seconds("3600"), Some(3600.0));

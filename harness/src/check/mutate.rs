@@ -1,0 +1,668 @@
+//! Mutation testing of the checker, as Jepsen tests its checkers: edit a recorded case in one
+//! place, in a way no real server could have produced, and see whether the checker says so
+//! (a `pg.*` violation). Each [`Kind`] is one kind of edit; [`sites`] finds where a case can be
+//! edited so that the result is certainly impossible (an op with nothing running beside it,
+//! a look at servers nothing was changing), chosen from the history alone, never from the
+//! checker; [`apply`] makes the edit. `pgchaos mutate RUN` and the test suite count the share
+//! of mutated cases caught, per kind and schedule.
+
+use crate::history::{At, Body, Event, LockRow, Process};
+use crate::vocab::{BackendId, Key, Op, Reply};
+use std::collections::BTreeSet;
+
+/// One kind of edit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// A boolean reply flipped (`try_lock`, `unlock`, `try_xact_lock`: true <-> false).
+    FlipReply,
+    /// A grant moved to another backend of the case (the serving identity changed).
+    MoveGrant,
+    /// A granted row dropped from a look at pg_locks.
+    DropHeldRow,
+    /// A granted row copied onto another backend of the same look.
+    CopyRow,
+    /// A release (an unlock that returned true) removed from the history.
+    DropRelease,
+    /// A statement inside a transaction answered by another backend than the transaction's.
+    SplitTransaction,
+    /// After a RECONNECT, a server still linked to an open transaction missing from a look.
+    DropAfterReconnect,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::FlipReply,
+        Kind::MoveGrant,
+        Kind::DropHeldRow,
+        Kind::CopyRow,
+        Kind::DropRelease,
+        Kind::SplitTransaction,
+        Kind::DropAfterReconnect,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::FlipReply => "flip a reply",
+            Kind::MoveGrant => "move a grant to another backend",
+            Kind::DropHeldRow => "drop a held row",
+            Kind::CopyRow => "copy a row onto another backend",
+            Kind::DropRelease => "drop a release",
+            Kind::SplitTransaction => "split a transaction across two backends",
+            Kind::DropAfterReconnect => "remove a linked backend after a RECONNECT",
+        }
+    }
+}
+
+/// Where an edit goes: the event it changes, and what to put there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    pub event: usize,
+    /// The other backend (move, copy, split), or the row's backend (drop a row).
+    pub backend: Option<BackendId>,
+    pub key: Option<Key>,
+}
+
+/// An op's interval by position in the history (completion `None`: never), with what it
+/// touches: its key and the backend that served it or that it targets. Faults, signals and
+/// connection changes touch everything (what they end is the search's to work out).
+struct Span {
+    p: Process,
+    inv: usize,
+    done: Option<usize>,
+    op: Op,
+    key: Option<Key>,
+    backend: Option<BackendId>,
+}
+
+impl Span {
+    fn global(&self) -> bool {
+        self.op.is_fault() || matches!(self.op, Op::Disconnect | Op::Reconnect | Op::Release)
+    }
+    /// Running at some point between events `a` and `b` (inclusive).
+    fn during(&self, a: usize, b: usize) -> bool {
+        self.inv <= b && self.done.is_none_or(|d| d >= a)
+    }
+}
+
+fn spans(events: &[Event]) -> Vec<Span> {
+    let mut out: Vec<Span> = vec![];
+    for (i, e) in events.iter().enumerate() {
+        match &e.body {
+            Body::Invoke(inv) if inv.f != Op::Open => out.push(Span {
+                p: inv.p,
+                inv: i,
+                done: None,
+                op: inv.f,
+                key: inv.key,
+                backend: inv.target,
+            }),
+            Body::Ok(c) | Body::Fail(c) | Body::Info(c) if c.f != Op::Open => {
+                if let Some(s) = out
+                    .iter_mut()
+                    .rev()
+                    .find(|s| s.p == c.p && s.op == c.f && s.done.is_none())
+                {
+                    s.done = Some(i);
+                    s.backend = s.backend.or(c.backend);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether nothing but `except` that touches `keys` or `backends` runs between events `a` and
+/// `b` (inclusive), by position in the history (its real-time order, samples aside): then the
+/// servers' state of those keys and backends is decided there.
+fn quiet(
+    sp: &[Span],
+    a: usize,
+    b: usize,
+    except: Option<usize>,
+    keys: &[Key],
+    backends: &[BackendId],
+) -> bool {
+    sp.iter().enumerate().all(|(i, s)| {
+        let touches = s.global()
+            || s.key.is_some_and(|k| keys.contains(&k))
+            || s.backend.is_none_or(|b| backends.contains(&b));
+        Some(i) == except || !s.during(a, b) || !touches
+    })
+}
+
+/// Whether the servers' state is decided before event `at`: since the last look before it, no
+/// op whose effect the history cannot place (no identity, an unknown outcome, a fault or a
+/// connection change) has run. A look decides what it shows.
+fn decided(sp: &[Span], events: &[Event], at: usize) -> bool {
+    let last_look = (0..at).rev().find(|&j| matches!(events[j].body, Body::Obs(_)));
+    let from = last_look.unwrap_or(0);
+    sp.iter().all(|s| {
+        let uncertain = s.global()
+            || s.backend.is_none()
+            || s.done.is_none_or(|d| {
+                events[d]
+                    .completion()
+                    .is_some_and(|c| c.value.outcome() == crate::vocab::Outcome::Info)
+            });
+        !uncertain || s.inv >= at || s.done.is_some_and(|d| d < from)
+    })
+}
+
+/// Where a sample's interval begins (the first event written at or after its start).
+fn read_start(events: &[Event], i: usize) -> usize {
+    match &events[i].body {
+        Body::Obs(o) if o.at == At::Sample => {
+            let t0 = events[i].t;
+            (0..i).find(|&j| events[j].t >= t0).unwrap_or(i)
+        }
+        _ => i,
+    }
+}
+
+/// The next look after event `i`, if any.
+fn next_read(events: &[Event], i: usize) -> Option<usize> {
+    (i + 1..events.len()).find(|&j| matches!(events[j].body, Body::Obs(_)))
+}
+
+fn held(events: &[Event], j: usize) -> BTreeSet<(BackendId, Key)> {
+    match &events[j].body {
+        Body::Obs(o) => o.obs.held(),
+        _ => BTreeSet::new(),
+    }
+}
+
+fn backends_seen(events: &[Event]) -> Vec<BackendId> {
+    let mut out: Vec<BackendId> = vec![];
+    for e in events {
+        let mut add = |b: BackendId| {
+            if !out.contains(&b) {
+                out.push(b)
+            }
+        };
+        match &e.body {
+            Body::Ok(c) | Body::Fail(c) | Body::Info(c) => {
+                if let Some(b) = c.backend {
+                    add(b)
+                }
+            }
+            Body::Obs(o) => o.obs.backends.iter().for_each(|r| add(r.id)),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn granted(op: Op, r: &Reply) -> bool {
+    matches!(r, Reply::Bool { value: true }) || (op.waits_for_lock() && *r == Reply::Ok)
+}
+
+/// Every place a case (its events, `case` to `case_end`) can take an edit of `kind`.
+pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
+    let sp = spans(events);
+    let all = backends_seen(events);
+    let mut out = vec![];
+    for (i, e) in events.iter().enumerate() {
+        match (kind, &e.body) {
+            (Kind::FlipReply, Body::Ok(c)) => {
+                let flippable = matches!(c.f, Op::TryLock | Op::Unlock | Op::TryXactLock)
+                    && matches!(c.value, Reply::Bool { .. });
+                let me = sp.iter().position(|s| s.done == Some(i));
+                if flippable
+                    && let Some(m) = me
+                    && let (Some(k), Some(b)) = (sp[m].key, c.backend)
+                    && quiet(&sp, sp[m].inv, i, Some(m), &[k], &[b])
+                    && decided(&sp, events, sp[m].inv)
+                {
+                    out.push(Site {
+                        event: i,
+                        backend: None,
+                        key: None,
+                    });
+                }
+            }
+            (Kind::MoveGrant, Body::Ok(c)) if c.f.acquires() && granted(c.f, &c.value) => {
+                let (Some(b), Some(m)) = (c.backend, sp.iter().position(|s| s.done == Some(i)))
+                else {
+                    continue;
+                };
+                let Some(Body::Invoke(inv)) = events.get(sp[m].inv).map(|e| &e.body) else {
+                    continue;
+                };
+                let Some(k) = inv.key else { continue };
+                let Some(r) = next_read(events, i) else {
+                    continue;
+                };
+                let look = held(events, r);
+                // The next look shows the grant.
+                if !look.contains(&(b, k)) || !decided(&sp, events, sp[m].inv) {
+                    continue;
+                }
+                let present: Vec<BackendId> = match &events[r].body {
+                    Body::Obs(o) => o.obs.backends.iter().map(|x| x.id).collect(),
+                    _ => vec![],
+                };
+                // Another backend of that look holding nothing, and nothing else on the key
+                // or either backend meanwhile.
+                if let Some(other) = all.iter().find(|x| {
+                    **x != b
+                        && present.contains(x)
+                        && !look.iter().any(|(y, _)| y == *x)
+                        && quiet(&sp, sp[m].inv, r, Some(m), &[k], &[b, **x])
+                }) {
+                    out.push(Site {
+                        event: i,
+                        backend: Some(*other),
+                        key: Some(k),
+                    });
+                }
+            }
+            (Kind::DropHeldRow | Kind::CopyRow, Body::Obs(o)) => {
+                let start = read_start(events, i);
+                let rows = o.obs.held();
+                // A row nothing was changing while the look was taken.
+                let Some((b, k)) = rows
+                    .iter()
+                    .copied()
+                    .find(|(b, k)| kind == Kind::CopyRow || quiet(&sp, start, i, None, &[*k], &[*b]))
+                else {
+                    continue;
+                };
+                let other = o.obs.backends.iter().map(|x| x.id).find(|x| *x != b);
+                match kind {
+                    Kind::DropHeldRow => out.push(Site {
+                        event: i,
+                        backend: Some(b),
+                        key: Some(k),
+                    }),
+                    _ => {
+                        if let Some(o2) = other {
+                            out.push(Site {
+                                event: i,
+                                backend: Some(o2),
+                                key: Some(k),
+                            });
+                        }
+                    }
+                }
+            }
+            (Kind::DropRelease, Body::Ok(c))
+                if c.f == Op::Unlock && c.value == (Reply::Bool { value: true }) =>
+            {
+                let (Some(b), Some(m)) = (c.backend, sp.iter().position(|s| s.done == Some(i)))
+                else {
+                    continue;
+                };
+                let Some(Body::Invoke(inv)) = events.get(sp[m].inv).map(|e| &e.body) else {
+                    continue;
+                };
+                let Some(r) = next_read(events, i) else {
+                    continue;
+                };
+                // The release shows in the next look (the count reached zero), alone.
+                if decided(&sp, events, sp[m].inv)
+                    && inv.key.is_some_and(|k| {
+                        !held(events, r).contains(&(b, k))
+                            && quiet(&sp, sp[m].inv, r, Some(m), &[k], &[b])
+                    })
+                {
+                    out.push(Site {
+                        event: sp[m].inv,
+                        backend: None,
+                        key: inv.key,
+                    });
+                }
+            }
+            (Kind::SplitTransaction, Body::Ok(c) | Body::Fail(c)) => {
+                if !matches!(c.p, Process::Client(_)) {
+                    continue;
+                }
+                let Some(b) = c.backend else { continue };
+                if matches!(c.f, Op::Begin | Op::Commit | Op::Rollback) {
+                    continue;
+                }
+                // Inside this client's open transaction on `b`: a BEGIN on b before it with no
+                // end of the transaction (or of the connection) between.
+                let began = (0..i).rev().find_map(|j| match &events[j].body {
+                    Body::Ok(x) if x.p == c.p && x.f == Op::Begin && x.backend == Some(b) => {
+                        Some(true)
+                    }
+                    Body::Ok(x) | Body::Fail(x) | Body::Info(x)
+                        if x.p == c.p
+                            && (matches!(
+                                x.f,
+                                Op::Commit | Op::Rollback | Op::Disconnect | Op::Reconnect
+                            ) || x.value.is_error()) =>
+                    {
+                        Some(false)
+                    }
+                    _ => None,
+                });
+                if began == Some(true)
+                    && let Some(other) = all.iter().find(|x| **x != b)
+                {
+                    out.push(Site {
+                        event: i,
+                        backend: Some(*other),
+                        key: None,
+                    });
+                }
+            }
+            (Kind::DropAfterReconnect, Body::Obs(o)) => {
+                let after = (0..i).any(|j| {
+                    matches!(&events[j].body, Body::Ok(x) if x.f == Op::PoolerReconnect)
+                });
+                if !after {
+                    continue;
+                }
+                if let Some(row) = o.obs.backends.iter().find(|r| r.in_open_transaction()) {
+                    out.push(Site {
+                        event: i,
+                        backend: Some(row.id),
+                        key: None,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The case with one edit of `kind` at `site`.
+pub fn apply(kind: Kind, events: &[Event], site: &Site) -> Vec<Event> {
+    let mut ev = events.to_vec();
+    match kind {
+        Kind::FlipReply => {
+            if let Body::Ok(c) = &mut ev[site.event].body
+                && let Reply::Bool { value } = &mut c.value
+            {
+                *value = !*value;
+            }
+        }
+        Kind::MoveGrant | Kind::SplitTransaction => {
+            if let Body::Ok(c) | Body::Fail(c) = &mut ev[site.event].body {
+                c.backend = site.backend;
+            }
+        }
+        Kind::DropHeldRow => {
+            if let Body::Obs(o) = &mut ev[site.event].body
+                && let Some(row) = o.obs.backends.iter_mut().find(|r| Some(r.id) == site.backend)
+            {
+                row.locks.retain(|l| !(l.granted && Some(l.key) == site.key));
+            }
+        }
+        Kind::CopyRow => {
+            if let Body::Obs(o) = &mut ev[site.event].body
+                && let Some(row) = o.obs.backends.iter_mut().find(|r| Some(r.id) == site.backend)
+                && let Some(k) = site.key
+            {
+                row.locks.push(LockRow {
+                    key: k,
+                    mode: "ExclusiveLock".into(),
+                    granted: true,
+                });
+            }
+        }
+        Kind::DropRelease => {
+            // The unlock's invoke and its completion.
+            let Body::Invoke(inv) = &ev[site.event].body else {
+                return ev;
+            };
+            let (p, f) = (inv.p, inv.f);
+            let done = (site.event + 1..ev.len()).find(|&j| {
+                ev[j].completion().is_some_and(|c| c.p == p && c.f == f)
+            });
+            if let Some(d) = done {
+                ev.remove(d);
+            }
+            ev.remove(site.event);
+        }
+        Kind::DropAfterReconnect => {
+            if let Body::Obs(o) = &mut ev[site.event].body {
+                o.obs.backends.retain(|r| Some(r.id) != site.backend);
+            }
+        }
+    }
+    ev
+}
+
+/// The site a case takes for `kind` (one per case: spread over the case by its index).
+pub fn pick(sites: &[Site], case: u32) -> Option<&Site> {
+    if sites.is_empty() {
+        return None;
+    }
+    sites.get((case as usize).wrapping_mul(7919) % sites.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_name_and_each_name_is_unique() {
+        let names: BTreeSet<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), Kind::ALL.len());
+    }
+
+    #[test]
+    fn edits_on_a_fixture_are_caught() {
+        // The hand-written holds fixtures are consistent; their edits are not.
+        use crate::history::HistoryReader;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/histories");
+        let path = std::path::Path::new(dir).join("stacking-holds.jsonl");
+        let events: Vec<Event> = HistoryReader::open(&path)
+            .unwrap()
+            .collect::<anyhow::Result<_>>()
+            .unwrap();
+        let header = match &events[0].body {
+            Body::Run(h) => super::super::CheckContext::of(h),
+            _ => unreachable!(),
+        };
+        let case = crate::history::view::cases(&events)[0].to_vec();
+        let clean = super::super::check_case(&header, &case).unwrap();
+        assert!(clean.violations.iter().all(|v| !v.invariant.starts_with("pg.")));
+        let mut tried = 0;
+        for kind in [Kind::FlipReply, Kind::DropHeldRow, Kind::CopyRow] {
+            for site in sites(kind, &case) {
+                let m = apply(kind, &case, &site);
+                let c = super::super::check_case(&header, &m).unwrap();
+                assert!(
+                    c.violations.iter().any(|v| v.invariant.starts_with("pg.")),
+                    "{kind:?} at {site:?} not caught"
+                );
+                tried += 1;
+            }
+        }
+        assert!(tried >= 3, "{tried}");
+    }
+}
+
+/// A pooler setting judged as another value (`analyze --as`): which cases the difference
+/// affects, decided from the history alone. `None`: a difference this does not measure.
+pub fn affected(
+    from: &crate::pooler::PoolRules,
+    to: &crate::pooler::PoolRules,
+    events: &[Event],
+) -> Option<bool> {
+    use crate::topology::PoolMode as M;
+    let pooled = from.mode.is_some() && to.mode.is_some();
+    if !pooled {
+        return None;
+    }
+    Some(match (from.mode, to.mode) {
+        (Some(M::Transaction), Some(M::Session)) => moved_between_statements(events),
+        (Some(M::Session), Some(M::Transaction)) => left_holding(events),
+        (a, b) if a == b && from.reset_releases_locks && !to.reset_releases_locks => {
+            a == Some(M::Session) && left_holding(events)
+        }
+        (a, b) if a == b && from.reset_always != to.reset_always => {
+            if to.reset_always {
+                kept_across_reuse(events)
+            } else {
+                reset_took_a_grant(events)
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// A session lock seen on a server outside any transaction, still there after that server
+/// served another statement (a reset at every release would have cleared it before the
+/// server was handed out again).
+fn kept_across_reuse(events: &[Event]) -> bool {
+    for (i, e) in events.iter().enumerate() {
+        let Body::Obs(o) = &e.body else { continue };
+        for r in o.obs.backends.iter().filter(|r| !r.in_transaction()) {
+            for l in r.locks.iter().filter(|l| l.granted) {
+                // A later statement served by it, then a look still showing the lock.
+                let reused = (i + 1..events.len()).find(|&j| {
+                    matches!(&events[j].body, Body::Ok(c) | Body::Fail(c) if c.backend == Some(r.id))
+                });
+                let Some(j) = reused else { continue };
+                let Some(after) = next_read(events, j) else {
+                    continue;
+                };
+                // Nobody took the key on that backend in between (then the lock seen after is
+                // the one seen before), and the reuse began after the first look.
+                let retaken = (i..after).any(|x| match &events[x].body {
+                    Body::Ok(c) if c.backend == Some(r.id) && c.f.acquires() => {
+                        key_of(events, x) == Some(l.key)
+                    }
+                    _ => false,
+                });
+                let began_after = (i..j).any(|k| {
+                    matches!(&events[k].body, Body::Invoke(inv) if events[j].completion().is_some_and(|c| c.p == inv.p && c.f == inv.f))
+                });
+                if !retaken && began_after && held(events, after).contains(&(r.id, l.key)) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// The key of the op completed at event `done` (from its invoke).
+fn key_of(events: &[Event], done: usize) -> Option<Key> {
+    let c = events[done].completion()?;
+    (0..done).rev().find_map(|y| match &events[y].body {
+        Body::Invoke(inv) if inv.p == c.p && inv.f == c.f => Some(inv.key),
+        _ => None,
+    })?
+}
+
+/// A client's statements answered by two backends with no reconnect between (session pooling
+/// would have kept one server).
+fn moved_between_statements(events: &[Event]) -> bool {
+    let mut last: std::collections::BTreeMap<Process, BackendId> = Default::default();
+    for e in events {
+        match &e.body {
+            Body::Invoke(i) if matches!(i.f, Op::Disconnect | Op::Reconnect | Op::Open) => {
+                last.remove(&i.p);
+            }
+            Body::Ok(c) | Body::Fail(c) | Body::Info(c) => {
+                if c.value.ended_by_server() || c.value.is_closed() {
+                    last.remove(&c.p);
+                    continue;
+                }
+                if let Some(b) = c.backend {
+                    if last.get(&c.p).is_some_and(|x| *x != b) {
+                        return true;
+                    }
+                    last.insert(c.p, b);
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// A client disconnected while a session lock it had been granted was still on its backend
+/// (the look before its disconnect shows it), and the look after shows it gone: the reset at
+/// release took it.
+fn left_holding(events: &[Event]) -> bool {
+    let mut holding: Vec<(Process, BackendId, Key)> = vec![];
+    let mut keys: std::collections::BTreeMap<(Process, usize), Key> = Default::default();
+    for (i, e) in events.iter().enumerate() {
+        match &e.body {
+            Body::Invoke(inv) => {
+                if let (Some(k), Some(s)) = (inv.key, inv.step) {
+                    keys.insert((inv.p, s), k);
+                }
+                if matches!(inv.f, Op::Disconnect | Op::Reconnect) {
+                    let mine: Vec<(BackendId, Key)> = holding
+                        .iter()
+                        .filter(|(p, _, _)| *p == inv.p)
+                        .map(|(_, b, k)| (*b, *k))
+                        .collect();
+                    let before = (0..i).rev().find(|&j| matches!(events[j].body, Body::Obs(_)));
+                    let after = next_read(events, i);
+                    if let (Some(bf), Some(af)) = (before, after) {
+                        let (hb, ha) = (held(events, bf), held(events, af));
+                        // Released by a reset: out of a transaction before, and the backend
+                        // still there after (not closed with its client).
+                        let (Body::Obs(ob), Body::Obs(oa)) = (&events[bf].body, &events[af].body)
+                        else {
+                            continue;
+                        };
+                        if mine.iter().any(|x| {
+                            hb.contains(x)
+                                && !ha.contains(x)
+                                && ob.obs.backend(x.0).is_some_and(|r| !r.in_transaction())
+                                && oa.obs.alive(x.0)
+                        }) {
+                            return true;
+                        }
+                    }
+                    holding.retain(|(p, _, _)| *p != inv.p);
+                }
+            }
+            Body::Ok(c) if matches!(c.f, Op::TryLock | Op::Lock) && granted(c.f, &c.value) => {
+                if let (Some(b), Some(k)) = (c.backend, c.step.and_then(|s| keys.get(&(c.p, s))))
+                {
+                    holding.push((c.p, b, *k));
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// A session lock granted outside a transaction is gone by the next look, with no unlock by
+/// anyone between: the reset at release took it.
+fn reset_took_a_grant(events: &[Event]) -> bool {
+    let mut keys: std::collections::BTreeMap<(Process, usize), Key> = Default::default();
+    for (i, e) in events.iter().enumerate() {
+        match &e.body {
+            Body::Invoke(inv) => {
+                if let (Some(k), Some(s)) = (inv.key, inv.step) {
+                    keys.insert((inv.p, s), k);
+                }
+            }
+            Body::Ok(c) if matches!(c.f, Op::TryLock | Op::Lock) && granted(c.f, &c.value) => {
+                let (Some(b), Some(k)) = (c.backend, c.step.and_then(|s| keys.get(&(c.p, s))))
+                else {
+                    continue;
+                };
+                let Some(r) = next_read(events, i) else {
+                    continue;
+                };
+                let released_between = events[i + 1..r].iter().any(|x| {
+                    matches!(&x.body, Body::Invoke(inv) if matches!(inv.f, Op::Unlock | Op::UnlockAll | Op::DiscardAll | Op::Disconnect | Op::Reconnect | Op::Terminate) || inv.f.is_server_fault())
+                });
+                let in_tx = match &events[r].body {
+                    Body::Obs(o) => o.obs.backend(b).is_some_and(|x| x.in_transaction()),
+                    _ => false,
+                };
+                if !released_between && !in_tx && !held(events, r).contains(&(b, *k)) {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}

@@ -1,0 +1,212 @@
+//! `pgchaos mutate RUN`: measure the checker's power on a stored history, as Jepsen tests its
+//! checkers. Each generated case is edited once per kind of edit (`check::mutate`), in a place
+//! where the edit is certainly impossible, and judged again: the table gives, per kind, the
+//! cases that could take the edit and the share the checker caught (a `pg.*` violation).
+//! `--as TOPOLOGY` instead judges every case by another topology's pooling rules and counts
+//! how many of the cases that difference affects (decided from the history alone) are
+//! flagged. Exit 0; 1 when a share is below `--min` (percent).
+
+use super::Exit;
+use crate::check::{self, CheckContext, mutate};
+use crate::history::{Body, Event, HistoryReader, Phase};
+use anyhow::{Context, Result, anyhow};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A run directory (with history.jsonl.gz), or a topology name meaning its latest run.
+    run: String,
+    #[arg(long, default_value = "reports")]
+    reports: std::path::PathBuf,
+    /// Judge by another topology's pooling rules instead of editing the history.
+    #[arg(long = "as", value_name = "TOPOLOGY")]
+    as_topology: Option<String>,
+    /// Exit 1 when a kind's share caught (or flagged) is below this percentage.
+    #[arg(long)]
+    min: Option<f64>,
+    /// Print every edit the checker did not catch (case, kind, where).
+    #[arg(long)]
+    misses: bool,
+    /// Also write each edited case as a run directory of its own (DIR/<kind>/case-N/, with
+    /// the run's topology.yaml), for another build's `analyze` to judge.
+    #[arg(long, value_name = "DIR")]
+    write: Option<std::path::PathBuf>,
+}
+
+/// One kind's count: cases that could take it, and how many were caught.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Count {
+    pub cases: u32,
+    pub caught: u32,
+}
+
+impl Count {
+    pub fn share(&self) -> f64 {
+        if self.cases == 0 {
+            0.0
+        } else {
+            100.0 * self.caught as f64 / self.cases as f64
+        }
+    }
+}
+
+fn has_pg(c: &check::CaseCheck) -> bool {
+    c.violations.iter().any(|v| v.invariant.starts_with("pg."))
+}
+
+/// Every generated case of a history with its check context.
+pub fn cases(path: &std::path::Path) -> Result<(CheckContext, crate::history::RunHeader, Vec<Vec<Event>>)> {
+    let events: Vec<Event> = HistoryReader::open(path)?.collect::<Result<_>>()?;
+    let header = events
+        .iter()
+        .find_map(|e| match &e.body {
+            Body::Run(h) => Some((**h).clone()),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow!("{}: no `run` event", path.display()))?;
+    let cx = CheckContext::of(&header);
+    let cases = crate::history::view::cases(&events)
+        .into_iter()
+        .filter(|c| c[0].case_start().is_some_and(|s| s.phase == Phase::Run))
+        .map(|c| c.to_vec())
+        .collect();
+    Ok((cx, header, cases))
+}
+
+/// Per kind of edit: cases that took it, and how many the checker caught. Cases whose
+/// unedited form already has a `pg.*` violation (or is unknown) are left out.
+pub fn measure(
+    cx: &CheckContext,
+    cases: &[Vec<Event>],
+    misses: bool,
+    mut write: impl FnMut(mutate::Kind, &[Event]) -> Result<()>,
+) -> Result<Vec<(mutate::Kind, Count)>> {
+    let mut out: Vec<(mutate::Kind, Count)> =
+        mutate::Kind::ALL.iter().map(|k| (*k, Count::default())).collect();
+    for (n, case) in cases.iter().enumerate() {
+        let clean = check::check_case(cx, case)?;
+        if has_pg(&clean) || clean.unknown.is_some() {
+            continue;
+        }
+        for (kind, count) in out.iter_mut() {
+            let sites = mutate::sites(*kind, case);
+            let Some(site) = mutate::pick(&sites, n as u32) else {
+                continue;
+            };
+            let edited = mutate::apply(*kind, case, site);
+            write(*kind, &edited)?;
+            let c = check::check_case(cx, &edited)?;
+            count.cases += 1;
+            count.caught += u32::from(has_pg(&c));
+            if misses && !has_pg(&c) {
+                let index = case[0].case_start().map(|s| s.case).unwrap_or(0);
+                println!(
+                    "  missed: case {index}, {}, at event {} ({:?}){}",
+                    kind.name(),
+                    site.event,
+                    site,
+                    c.unknown.as_deref().map(|u| format!(", unknown: {u}")).unwrap_or_default()
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Cases a setting's difference affects, and how many the checker flagged judged by `to`.
+pub fn measure_as(
+    cx: &CheckContext,
+    to: &CheckContext,
+    cases: &[Vec<Event>],
+) -> Result<Option<Count>> {
+    let mut count = Count::default();
+    let mut known = false;
+    for case in cases {
+        let clean = check::check_case(cx, case)?;
+        if has_pg(&clean) || clean.unknown.is_some() {
+            continue;
+        }
+        match mutate::affected(&cx.rules, &to.rules, case) {
+            None => return Ok(None),
+            Some(false) => known = true,
+            Some(true) => {
+                known = true;
+                count.cases += 1;
+                count.caught += u32::from(has_pg(&check::check_case(to, case)?));
+            }
+        }
+    }
+    Ok(known.then_some(count))
+}
+
+pub fn mutate(a: Args) -> Result<Exit> {
+    let dir = super::analyze::run_dir(&a.run, &a.reports)?;
+    let path = dir.join(crate::history::store::FILE);
+    let (cx, header, cases) = cases(&path)?;
+    let schedule = cases
+        .first()
+        .and_then(|c| c[0].case_start())
+        .map(|s| s.schedule.as_str())
+        .unwrap_or("sequential");
+    let mut low = false;
+    if let Some(t) = &a.as_topology {
+        let topo = super::load(t)?;
+        let mut to = cx.clone();
+        to.rules = crate::pooler::rules_for(&topo);
+        to.timeouts = topo.timeouts();
+        match measure_as(&cx, &to, &cases)? {
+            None => println!(
+                "{} ({schedule}) judged as {}: a difference of settings this does not measure",
+                header.topology, topo.name
+            ),
+            Some(c) => {
+                println!(
+                    "{} ({schedule}) judged as {}: {} of {} affected cases flagged ({:.1}%)",
+                    header.topology,
+                    topo.name,
+                    c.caught,
+                    c.cases,
+                    c.share()
+                );
+                low |= a.min.is_some_and(|m| c.cases > 0 && c.share() < m);
+            }
+        }
+    } else {
+        println!(
+            "{} ({schedule}, {} generated cases): edits caught by the checker",
+            header.topology,
+            cases.len()
+        );
+        let head = Event {
+            t: 0,
+            body: Body::Run(Box::new(header.clone())),
+        };
+        let write = |kind: mutate::Kind, edited: &[Event]| -> Result<()> {
+            let Some(root) = &a.write else {
+                return Ok(());
+            };
+            let n = edited[0].case_start().map(|s| s.case).unwrap_or(0);
+            let slug: String = format!("{kind:?}").to_lowercase();
+            let d = root.join(slug).join(format!("case-{n}"));
+            std::fs::create_dir_all(&d)
+                .with_context(|| format!("{}: creating", d.display()))?;
+            std::fs::copy(dir.join("topology.yaml"), d.join("topology.yaml"))
+                .with_context(|| format!("{}: copying the run's topology", d.display()))?;
+            let w = crate::history::HistoryWriter::create(&d.join(crate::history::store::FILE))?;
+            w.write(vec![head.clone()])?;
+            w.write(edited.to_vec())?;
+            w.finish()?;
+            Ok(())
+        };
+        for (kind, c) in measure(&cx, &cases, a.misses, write)? {
+            println!(
+                "  {:45} {:>4} of {:>4} cases  {:>5.1}%",
+                kind.name(),
+                c.caught,
+                c.cases,
+                c.share()
+            );
+            low |= a.min.is_some_and(|m| c.cases > 0 && c.share() < m);
+        }
+    }
+    Ok(if low { Exit::Mismatch } else { Exit::Ok })
+}
