@@ -373,6 +373,8 @@ pub enum Why {
     StillThere { backend: BackendId, cause: Cause },
     /// A look lacked a backend that is alive.
     Missing { backend: BackendId },
+    /// The pooler lists a server it dropped with all the others (a kill, crash or restart).
+    Listed { backend: BackendId, fault: Op },
     /// A look showed one key held by several backends.
     Exclusion { key: Key, backends: Vec<BackendId> },
     /// The contender's probe disagreed: `available` is what it found.
@@ -414,7 +416,9 @@ impl Why {
             }
             Why::NotGranted { .. } => "pg.exclusion",
             Why::Exclusion { .. } => "pg.exclusion",
-            Why::Rows { .. } | Why::Waiting { .. } | Why::Missing { .. } => "pg.locks_match_model",
+            Why::Rows { .. } | Why::Waiting { .. } | Why::Missing { .. } | Why::Listed { .. } => {
+                "pg.locks_match_model"
+            }
             Why::StillThere {
                 cause: Cause::Terminate,
                 ..
@@ -529,6 +533,9 @@ impl Why {
             Why::Missing { backend } => {
                 format!("{backend} is missing from pg_stat_activity, and nothing ended it")
             }
+            Why::Listed { backend, fault } => format!(
+                "SHOW SERVERS lists {backend}, which {fault} dropped with every other server"
+            ),
             Why::Exclusion { key, backends } => format!(
                 "key {key} granted to {} backends at once: {}",
                 backends.len(),
@@ -1426,6 +1433,17 @@ impl<'e> Case<'e> {
             if self.pooled() && matches!(m.down, Some(Down::Postgres | Down::Paused)) {
                 s.login_failing = Some(op);
             }
+            if m.by == By::Postgres {
+                // The postmaster starts again only once every backend it ended has exited.
+                for x in s.backends.values_mut() {
+                    if let Life::Closing(c) | Life::Exiting(c) = x.life
+                        && c == Cause::Fault(op)
+                    {
+                        exit(x, c);
+                        x.life = Life::Gone(c);
+                    }
+                }
+            }
             s.down = None;
             return Ok(vec![s]);
         }
@@ -1584,6 +1602,26 @@ impl<'e> Case<'e> {
         for (id, x) in &s.backends {
             if x.life.holds() && !seen.contains(id) {
                 return Err(Why::Missing { backend: *id });
+            }
+        }
+        // The pooler's own list: a server it dropped when it was killed, crashed or restarted
+        // cannot be in it (the observer's console connection is the process's since).
+        for row in &obs.servers {
+            let Some(pid) = row.get("remote_pid").and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            if pid == 0 {
+                continue;
+            }
+            let mut same = s.backends.iter().filter(|(id, _)| id.pid == pid);
+            if let (Some((id, x)), None) = (same.next(), same.next())
+                && let Some(Cause::Fault(op)) = x.life.cause()
+                && meaning(op).is_some_and(|m| m.by == By::Pooler && m.ends == Ends::All)
+            {
+                return Err(Why::Listed {
+                    backend: *id,
+                    fault: op,
+                });
             }
         }
         Ok(())

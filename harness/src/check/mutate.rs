@@ -6,8 +6,10 @@
 //! checker; [`apply`] makes the edit. `pgchaos mutate RUN` and the test suite count the share
 //! of mutated cases caught, per kind and schedule.
 
-use crate::history::{At, Body, Event, LockRow, Process};
+use super::CheckContext;
+use crate::history::{At, Body, Event, HistoryReader, LockRow, Phase, Process};
 use crate::vocab::{BackendId, Key, Op, Reply};
+use anyhow::{Result, anyhow};
 use std::collections::BTreeSet;
 
 /// One kind of edit.
@@ -75,8 +77,14 @@ struct Span {
 }
 
 impl Span {
+    /// A fault of the servers: what it ends is the search's to work out.
     fn global(&self) -> bool {
-        self.op.is_fault() || matches!(self.op, Op::Disconnect | Op::Reconnect | Op::Release)
+        self.op.is_server_fault()
+    }
+    fn touches(&self, keys: &[Key], backends: &[BackendId]) -> bool {
+        self.global()
+            || self.key.is_some_and(|k| keys.contains(&k))
+            || self.backend.is_none_or(|b| backends.contains(&b))
     }
     /// Running at some point between events `a` and `b` (inclusive).
     fn during(&self, a: usize, b: usize) -> bool {
@@ -86,7 +94,14 @@ impl Span {
 
 fn spans(events: &[Event]) -> Vec<Span> {
     let mut out: Vec<Span> = vec![];
+    // The backend that last served each client: what its disconnect touches.
+    let mut last: std::collections::BTreeMap<Process, BackendId> = Default::default();
     for (i, e) in events.iter().enumerate() {
+        if let Some(c) = e.completion()
+            && let Some(b) = c.backend
+        {
+            last.insert(c.p, b);
+        }
         match &e.body {
             Body::Invoke(inv) if inv.f != Op::Open => out.push(Span {
                 p: inv.p,
@@ -94,7 +109,10 @@ fn spans(events: &[Event]) -> Vec<Span> {
                 done: None,
                 op: inv.f,
                 key: inv.key,
-                backend: inv.target,
+                backend: inv.target.or(match inv.f {
+                    Op::Disconnect | Op::Reconnect | Op::Release => last.get(&inv.p).copied(),
+                    _ => None,
+                }),
             }),
             Body::Ok(c) | Body::Fail(c) | Body::Info(c) if c.f != Op::Open => {
                 if let Some(s) = out
@@ -123,29 +141,35 @@ fn quiet(
     keys: &[Key],
     backends: &[BackendId],
 ) -> bool {
-    sp.iter().enumerate().all(|(i, s)| {
-        let touches = s.global()
-            || s.key.is_some_and(|k| keys.contains(&k))
-            || s.backend.is_none_or(|b| backends.contains(&b));
-        Some(i) == except || !s.during(a, b) || !touches
-    })
+    sp.iter()
+        .enumerate()
+        .all(|(i, s)| Some(i) == except || !s.during(a, b) || !s.touches(keys, backends))
 }
 
 /// Whether the servers' state is decided before event `at`: since the last look before it, no
 /// op whose effect the history cannot place (no identity, an unknown outcome, a fault or a
 /// connection change) has run. A look decides what it shows.
-fn decided(sp: &[Span], events: &[Event], at: usize) -> bool {
-    let last_look = (0..at).rev().find(|&j| matches!(events[j].body, Body::Obs(_)));
+fn decided(sp: &[Span], events: &[Event], at: usize, keys: &[Key], backends: &[BackendId]) -> bool {
+    let last_look = (0..at)
+        .rev()
+        .find(|&j| matches!(events[j].body, Body::Obs(_)));
     let from = last_look.unwrap_or(0);
     sp.iter().all(|s| {
+        // A lock call that failed may have been granted as it failed: uncertain too.
         let uncertain = s.global()
             || s.backend.is_none()
             || s.done.is_none_or(|d| {
-                events[d]
-                    .completion()
-                    .is_some_and(|c| c.value.outcome() == crate::vocab::Outcome::Info)
+                events[d].completion().is_some_and(|c| {
+                    c.value.outcome() == crate::vocab::Outcome::Info
+                        || (c.f.waits_for_lock()
+                            && matches!(
+                                c.value.code(),
+                                Some(crate::vocab::reply::code::LOCK_NOT_AVAILABLE)
+                                    | Some(crate::vocab::reply::code::QUERY_CANCELED)
+                            ))
+                })
             });
-        !uncertain || s.inv >= at || s.done.is_some_and(|d| d < from)
+        !uncertain || !s.touches(keys, backends) || s.inv >= at || s.done.is_some_and(|d| d < from)
     })
 }
 
@@ -160,9 +184,11 @@ fn read_start(events: &[Event], i: usize) -> usize {
     }
 }
 
-/// The next look after event `i`, if any.
+/// The next look begun after event `i` (a concurrent sample is written when it ends, and
+/// dated when it began), if any.
 fn next_read(events: &[Event], i: usize) -> Option<usize> {
-    (i + 1..events.len()).find(|&j| matches!(events[j].body, Body::Obs(_)))
+    let t = events[i].t;
+    (i + 1..events.len()).find(|&j| matches!(events[j].body, Body::Obs(_)) && events[j].t > t)
 }
 
 fn held(events: &[Event], j: usize) -> BTreeSet<(BackendId, Key)> {
@@ -212,7 +238,7 @@ pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
                     && let Some(m) = me
                     && let (Some(k), Some(b)) = (sp[m].key, c.backend)
                     && quiet(&sp, sp[m].inv, i, Some(m), &[k], &[b])
-                    && decided(&sp, events, sp[m].inv)
+                    && decided(&sp, events, sp[m].inv, &[k], &[b])
                 {
                     out.push(Site {
                         event: i,
@@ -235,7 +261,7 @@ pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
                 };
                 let look = held(events, r);
                 // The next look shows the grant.
-                if !look.contains(&(b, k)) || !decided(&sp, events, sp[m].inv) {
+                if !look.contains(&(b, k)) || !decided(&sp, events, sp[m].inv, &[k], &[b]) {
                     continue;
                 }
                 let present: Vec<BackendId> = match &events[r].body {
@@ -248,7 +274,7 @@ pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
                     **x != b
                         && present.contains(x)
                         && !look.iter().any(|(y, _)| y == *x)
-                        && quiet(&sp, sp[m].inv, r, Some(m), &[k], &[b, **x])
+                        && quiet(&sp, sp[m].inv, r, Some(m), &[], &[b, **x])
                 }) {
                     out.push(Site {
                         event: i,
@@ -261,11 +287,11 @@ pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
                 let start = read_start(events, i);
                 let rows = o.obs.held();
                 // A row nothing was changing while the look was taken.
-                let Some((b, k)) = rows
-                    .iter()
-                    .copied()
-                    .find(|(b, k)| kind == Kind::CopyRow || quiet(&sp, start, i, None, &[*k], &[*b]))
-                else {
+                let Some((b, k)) = rows.iter().copied().find(|(b, k)| {
+                    kind == Kind::CopyRow
+                        || (quiet(&sp, start, i, None, &[*k], &[*b])
+                            && decided(&sp, events, start, &[*k], &[*b]))
+                }) else {
                     continue;
                 };
                 let other = o.obs.backends.iter().map(|x| x.id).find(|x| *x != b);
@@ -300,12 +326,29 @@ pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
                     continue;
                 };
                 // The release shows in the next look (the count reached zero), alone.
-                if decided(&sp, events, sp[m].inv)
-                    && inv.key.is_some_and(|k| {
-                        !held(events, r).contains(&(b, k))
-                            && quiet(&sp, sp[m].inv, r, Some(m), &[k], &[b])
-                    })
-                {
+                // Until that look nothing could release the key on that backend, or take it
+                // again: then a model that never saw the unlock must hold it there.
+                let undisturbed = |k: Key| {
+                    sp.iter().enumerate().all(|(j, s)| {
+                        let on_b = s.backend.is_none_or(|x| x == b);
+                        let releases = matches!(
+                            s.op,
+                            Op::UnlockAll
+                                | Op::DiscardAll
+                                | Op::Disconnect
+                                | Op::Reconnect
+                                | Op::Release
+                                | Op::Terminate
+                        ) || (s.op == Op::Unlock && s.key == Some(k))
+                            || (s.op.acquires() && s.key == Some(k));
+                        j == m || !s.during(sp[m].inv, r) || s.global() || !(on_b && releases)
+                    }) && sp.iter().all(|s| !s.during(sp[m].inv, r) || !s.global())
+                };
+                if inv.key.is_some_and(|k| {
+                    decided(&sp, events, sp[m].inv, &[k], &[b])
+                        && !held(events, r).contains(&(b, k))
+                        && undisturbed(k)
+                }) {
                     out.push(Site {
                         event: sp[m].inv,
                         backend: None,
@@ -349,13 +392,19 @@ pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
                 }
             }
             (Kind::DropAfterReconnect, Body::Obs(o)) => {
-                let after = (0..i).any(|j| {
-                    matches!(&events[j].body, Body::Ok(x) if x.f == Op::PoolerReconnect)
-                });
+                // The RECONNECT completed before the look began, and nothing was using the
+                // backend while the look was taken.
+                let start = read_start(events, i);
+                let after = (0..start)
+                    .any(|j| matches!(&events[j].body, Body::Ok(x) if x.f == Op::PoolerReconnect));
                 if !after {
                     continue;
                 }
-                if let Some(row) = o.obs.backends.iter().find(|r| r.in_open_transaction()) {
+                if let Some(row) = o.obs.backends.iter().find(|r| {
+                    r.in_open_transaction()
+                        && quiet(&sp, start, i, None, &[], &[r.id])
+                        && decided(&sp, events, start, &[], &[r.id])
+                }) {
                     out.push(Site {
                         event: i,
                         backend: Some(row.id),
@@ -387,14 +436,23 @@ pub fn apply(kind: Kind, events: &[Event], site: &Site) -> Vec<Event> {
         }
         Kind::DropHeldRow => {
             if let Body::Obs(o) = &mut ev[site.event].body
-                && let Some(row) = o.obs.backends.iter_mut().find(|r| Some(r.id) == site.backend)
+                && let Some(row) = o
+                    .obs
+                    .backends
+                    .iter_mut()
+                    .find(|r| Some(r.id) == site.backend)
             {
-                row.locks.retain(|l| !(l.granted && Some(l.key) == site.key));
+                row.locks
+                    .retain(|l| !(l.granted && Some(l.key) == site.key));
             }
         }
         Kind::CopyRow => {
             if let Body::Obs(o) = &mut ev[site.event].body
-                && let Some(row) = o.obs.backends.iter_mut().find(|r| Some(r.id) == site.backend)
+                && let Some(row) = o
+                    .obs
+                    .backends
+                    .iter_mut()
+                    .find(|r| Some(r.id) == site.backend)
                 && let Some(k) = site.key
             {
                 row.locks.push(LockRow {
@@ -410,9 +468,8 @@ pub fn apply(kind: Kind, events: &[Event], site: &Site) -> Vec<Event> {
                 return ev;
             };
             let (p, f) = (inv.p, inv.f);
-            let done = (site.event + 1..ev.len()).find(|&j| {
-                ev[j].completion().is_some_and(|c| c.p == p && c.f == f)
-            });
+            let done = (site.event + 1..ev.len())
+                .find(|&j| ev[j].completion().is_some_and(|c| c.p == p && c.f == f));
             if let Some(d) = done {
                 ev.remove(d);
             }
@@ -427,55 +484,122 @@ pub fn apply(kind: Kind, events: &[Event], site: &Site) -> Vec<Event> {
     ev
 }
 
+/// One kind's count: cases that could take it, and how many were caught.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Count {
+    pub cases: u32,
+    pub caught: u32,
+}
+
+impl Count {
+    pub fn share(&self) -> f64 {
+        if self.cases == 0 {
+            0.0
+        } else {
+            100.0 * self.caught as f64 / self.cases as f64
+        }
+    }
+}
+
+fn has_pg(c: &super::CaseCheck) -> bool {
+    c.violations.iter().any(|v| v.invariant.starts_with("pg."))
+}
+
+/// Every generated case of a history with its check context.
+pub fn cases(
+    path: &std::path::Path,
+) -> Result<(CheckContext, crate::history::RunHeader, Vec<Vec<Event>>)> {
+    let events: Vec<Event> = HistoryReader::open(path)?.collect::<Result<_>>()?;
+    let header = events
+        .iter()
+        .find_map(|e| match &e.body {
+            Body::Run(h) => Some((**h).clone()),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow!("{}: no `run` event", path.display()))?;
+    let cx = CheckContext::of(&header);
+    let cases = crate::history::view::cases(&events)
+        .into_iter()
+        .filter(|c| c[0].case_start().is_some_and(|s| s.phase == Phase::Run))
+        .map(|c| c.to_vec())
+        .collect();
+    Ok((cx, header, cases))
+}
+
+/// Per kind of edit: cases that took it, and how many the checker caught. Cases whose
+/// unedited form already has a `pg.*` violation (or is unknown) are left out.
+pub fn measure(
+    cx: &CheckContext,
+    cases: &[Vec<Event>],
+    misses: bool,
+    mut write: impl FnMut(Kind, &[Event]) -> Result<()>,
+) -> Result<Vec<(Kind, Count)>> {
+    let mut out: Vec<(Kind, Count)> = Kind::ALL.iter().map(|k| (*k, Count::default())).collect();
+    for (n, case) in cases.iter().enumerate() {
+        let clean = super::check_case(cx, case)?;
+        if has_pg(&clean) || clean.unknown.is_some() {
+            continue;
+        }
+        for (kind, count) in out.iter_mut() {
+            let sites = sites(*kind, case);
+            let Some(site) = pick(&sites, n as u32) else {
+                continue;
+            };
+            let edited = apply(*kind, case, site);
+            write(*kind, &edited)?;
+            let c = super::check_case(cx, &edited)?;
+            count.cases += 1;
+            count.caught += u32::from(has_pg(&c));
+            if misses && !has_pg(&c) {
+                let index = case[0].case_start().map(|s| s.case).unwrap_or(0);
+                println!(
+                    "  missed: case {index}, {}, at event {} ({:?}){}",
+                    kind.name(),
+                    site.event,
+                    site,
+                    c.unknown
+                        .as_deref()
+                        .map(|u| format!(", unknown: {u}"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Cases a setting's difference affects, and how many the checker flagged judged by `to`.
+pub fn measure_as(
+    cx: &CheckContext,
+    to: &CheckContext,
+    cases: &[Vec<Event>],
+) -> Result<Option<Count>> {
+    let mut count = Count::default();
+    let mut known = false;
+    for case in cases {
+        let clean = super::check_case(cx, case)?;
+        if has_pg(&clean) || clean.unknown.is_some() {
+            continue;
+        }
+        match affected(&cx.rules, &to.rules, case) {
+            None => return Ok(None),
+            Some(false) => known = true,
+            Some(true) => {
+                known = true;
+                count.cases += 1;
+                count.caught += u32::from(has_pg(&super::check_case(to, case)?));
+            }
+        }
+    }
+    Ok(known.then_some(count))
+}
+
 /// The site a case takes for `kind` (one per case: spread over the case by its index).
 pub fn pick(sites: &[Site], case: u32) -> Option<&Site> {
     if sites.is_empty() {
         return None;
     }
     sites.get((case as usize).wrapping_mul(7919) % sites.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_kind_has_a_name_and_each_name_is_unique() {
-        let names: BTreeSet<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
-        assert_eq!(names.len(), Kind::ALL.len());
-    }
-
-    #[test]
-    fn edits_on_a_fixture_are_caught() {
-        // The hand-written holds fixtures are consistent; their edits are not.
-        use crate::history::HistoryReader;
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/histories");
-        let path = std::path::Path::new(dir).join("stacking-holds.jsonl");
-        let events: Vec<Event> = HistoryReader::open(&path)
-            .unwrap()
-            .collect::<anyhow::Result<_>>()
-            .unwrap();
-        let header = match &events[0].body {
-            Body::Run(h) => super::super::CheckContext::of(h),
-            _ => unreachable!(),
-        };
-        let case = crate::history::view::cases(&events)[0].to_vec();
-        let clean = super::super::check_case(&header, &case).unwrap();
-        assert!(clean.violations.iter().all(|v| !v.invariant.starts_with("pg.")));
-        let mut tried = 0;
-        for kind in [Kind::FlipReply, Kind::DropHeldRow, Kind::CopyRow] {
-            for site in sites(kind, &case) {
-                let m = apply(kind, &case, &site);
-                let c = super::super::check_case(&header, &m).unwrap();
-                assert!(
-                    c.violations.iter().any(|v| v.invariant.starts_with("pg.")),
-                    "{kind:?} at {site:?} not caught"
-                );
-                tried += 1;
-            }
-        }
-        assert!(tried >= 3, "{tried}");
-    }
 }
 
 /// A pooler setting judged as another value (`analyze --as`): which cases the difference
@@ -597,7 +721,9 @@ fn left_holding(events: &[Event]) -> bool {
                         .filter(|(p, _, _)| *p == inv.p)
                         .map(|(_, b, k)| (*b, *k))
                         .collect();
-                    let before = (0..i).rev().find(|&j| matches!(events[j].body, Body::Obs(_)));
+                    let before = (0..i)
+                        .rev()
+                        .find(|&j| matches!(events[j].body, Body::Obs(_)));
                     let after = next_read(events, i);
                     if let (Some(bf), Some(af)) = (before, after) {
                         let (hb, ha) = (held(events, bf), held(events, af));
@@ -620,8 +746,7 @@ fn left_holding(events: &[Event]) -> bool {
                 }
             }
             Body::Ok(c) if matches!(c.f, Op::TryLock | Op::Lock) && granted(c.f, &c.value) => {
-                if let (Some(b), Some(k)) = (c.backend, c.step.and_then(|s| keys.get(&(c.p, s))))
-                {
+                if let (Some(b), Some(k)) = (c.backend, c.step.and_then(|s| keys.get(&(c.p, s)))) {
                     holding.push((c.p, b, *k));
                 }
             }
@@ -665,4 +790,170 @@ fn reset_took_a_grant(events: &[Event]) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_name_and_each_name_is_unique() {
+        let names: BTreeSet<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), Kind::ALL.len());
+    }
+
+    const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/recorded");
+
+    fn recorded(name: &str) -> (CheckContext, Vec<Vec<Event>>) {
+        let (cx, _, cases) = cases(&std::path::Path::new(RECORDED).join(name)).unwrap();
+        assert!(cases.len() >= 24, "{name}: {} cases", cases.len());
+        (cx, cases)
+    }
+
+    /// Histories recorded from the real servers (PostgreSQL 18.6, PgBouncer 1.24.1), each
+    /// generated case edited once per kind where the edit is certainly impossible: the
+    /// checker must catch at least 95% per kind and schedule, on at least 5 cases each.
+    #[test]
+    fn history_edits_are_caught_in_both_schedules() {
+        let schedules: [(&str, &[&str]); 2] = [
+            (
+                "sequential",
+                &[
+                    "transaction-mode-sequential.jsonl.gz",
+                    "transaction-mode-faults-sequential.jsonl.gz",
+                    "session-mode-sequential.jsonl.gz",
+                ],
+            ),
+            (
+                "concurrent",
+                &[
+                    "transaction-mode-concurrent.jsonl.gz",
+                    "transaction-mode-faults-concurrent.jsonl.gz",
+                    "direct-concurrent.jsonl.gz",
+                    "session-mode-concurrent.jsonl.gz",
+                ],
+            ),
+        ];
+        for (schedule, files) in schedules {
+            let mut total: Vec<(Kind, Count)> =
+                Kind::ALL.iter().map(|k| (*k, Count::default())).collect();
+            for f in files {
+                let (cx, cases) = recorded(f);
+                for ((_, t), (_, c)) in total
+                    .iter_mut()
+                    .zip(measure(&cx, &cases, false, |_, _| Ok(())).unwrap())
+                {
+                    t.cases += c.cases;
+                    t.caught += c.caught;
+                }
+            }
+            for (kind, c) in total {
+                assert!(
+                    c.cases >= 5,
+                    "{schedule}: {} on only {} cases",
+                    kind.name(),
+                    c.cases
+                );
+                assert!(
+                    c.share() >= 95.0,
+                    "{schedule}: {} caught in {} of {} cases",
+                    kind.name(),
+                    c.caught,
+                    c.cases
+                );
+            }
+        }
+    }
+
+    /// `analyze --as`: a history judged by another topology's pooling rules flags at least
+    /// 90% of the cases the difference affects (decided from the history alone).
+    #[test]
+    fn another_topologys_rules_flag_the_cases_they_affect() {
+        let topologies = concat!(env!("CARGO_MANIFEST_DIR"), "/../topologies");
+        let rules = |name: &str| {
+            let t = crate::topology::Topology::load(
+                &std::path::Path::new(topologies).join(format!("{name}.yaml")),
+                super::super::catalog(),
+            )
+            .unwrap();
+            crate::pooler::rules_for(&t)
+        };
+        for (history, as_topology) in [
+            ("transaction-mode-sequential.jsonl.gz", "session-mode"),
+            ("session-mode-sequential.jsonl.gz", "transaction-mode"),
+            ("session-mode-sequential.jsonl.gz", "session-mode-no-reset"),
+            (
+                "transaction-mode-sequential.jsonl.gz",
+                "transaction-mode-reset-always",
+            ),
+            (
+                "transaction-mode-reset-always-sequential.jsonl.gz",
+                "transaction-mode",
+            ),
+            ("transaction-mode-concurrent.jsonl.gz", "session-mode"),
+        ] {
+            let (cx, cases) = recorded(history);
+            let mut to = cx.clone();
+            to.rules = rules(as_topology);
+            let c = measure_as(&cx, &to, &cases)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{history} as {as_topology}: not measured"));
+            assert!(
+                c.cases >= 5,
+                "{history} as {as_topology}: {} cases",
+                c.cases
+            );
+            assert!(
+                c.share() >= 90.0,
+                "{history} as {as_topology}: {} of {} flagged",
+                c.caught,
+                c.cases
+            );
+            // And judged by its own rules, none is.
+            let mut own = Count::default();
+            for case in &cases {
+                let v = super::super::check_case(&cx, case).unwrap();
+                own.cases += 1;
+                own.caught += u32::from(has_pg(&v));
+            }
+            assert_eq!(own.caught, 0, "{history}: pg.* under its own rules");
+        }
+    }
+
+    #[test]
+    fn edits_on_a_fixture_are_caught() {
+        // The hand-written holds fixtures are consistent; their edits are not.
+        use crate::history::HistoryReader;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/histories");
+        let path = std::path::Path::new(dir).join("stacking-holds.jsonl");
+        let events: Vec<Event> = HistoryReader::open(&path)
+            .unwrap()
+            .collect::<anyhow::Result<_>>()
+            .unwrap();
+        let header = match &events[0].body {
+            Body::Run(h) => super::super::CheckContext::of(h),
+            _ => unreachable!(),
+        };
+        let case = crate::history::view::cases(&events)[0].to_vec();
+        let clean = super::super::check_case(&header, &case).unwrap();
+        assert!(
+            clean
+                .violations
+                .iter()
+                .all(|v| !v.invariant.starts_with("pg."))
+        );
+        let mut tried = 0;
+        for kind in [Kind::FlipReply, Kind::DropHeldRow, Kind::CopyRow] {
+            for site in sites(kind, &case) {
+                let m = apply(kind, &case, &site);
+                let c = super::super::check_case(&header, &m).unwrap();
+                assert!(
+                    c.violations.iter().any(|v| v.invariant.starts_with("pg.")),
+                    "{kind:?} at {site:?} not caught"
+                );
+                tried += 1;
+            }
+        }
+        assert!(tried >= 3, "{tried}");
+    }
 }

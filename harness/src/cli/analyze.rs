@@ -131,6 +131,9 @@ pub fn analyze(a: Args) -> Result<Exit> {
     std::fs::rename(&tmp, &out)
         .with_context(|| format!("moving {} to {}", tmp.display(), out.display()))?;
     println!("{}", verdict_table(&results));
+    for n in crate::report::terminal::verdict_notes(&results) {
+        println!("{n}");
+    }
     if let Some(t) = &a.as_topology {
         println!(
             "judged as {t}: its pooling rules, timeouts and expectations, not the ones the run declared"

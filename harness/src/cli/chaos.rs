@@ -172,6 +172,9 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     cluster.save_logs(&run_dir.path().join("logs"))?;
     let dir = run_dir.commit()?;
     println!("{}", verdict_table(&results));
+    for n in crate::report::terminal::verdict_notes(&results) {
+        println!("{n}");
+    }
     println!(
         "{} cases, {} steps ({} skipped) in {:.1}s; {:.0} steps/s; seed {}; history {} bytes ({:.0} bytes/step)",
         results.cases,

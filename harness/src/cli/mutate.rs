@@ -7,9 +7,9 @@
 //! flagged. Exit 0; 1 when a share is below `--min` (percent).
 
 use super::Exit;
-use crate::check::{self, CheckContext, mutate};
-use crate::history::{Body, Event, HistoryReader, Phase};
-use anyhow::{Context, Result, anyhow};
+use crate::check::mutate::{self, cases, measure, measure_as};
+use crate::history::{Body, Event};
+use anyhow::{Context, Result};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,112 +30,6 @@ pub struct Args {
     /// the run's topology.yaml), for another build's `analyze` to judge.
     #[arg(long, value_name = "DIR")]
     write: Option<std::path::PathBuf>,
-}
-
-/// One kind's count: cases that could take it, and how many were caught.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Count {
-    pub cases: u32,
-    pub caught: u32,
-}
-
-impl Count {
-    pub fn share(&self) -> f64 {
-        if self.cases == 0 {
-            0.0
-        } else {
-            100.0 * self.caught as f64 / self.cases as f64
-        }
-    }
-}
-
-fn has_pg(c: &check::CaseCheck) -> bool {
-    c.violations.iter().any(|v| v.invariant.starts_with("pg."))
-}
-
-/// Every generated case of a history with its check context.
-pub fn cases(path: &std::path::Path) -> Result<(CheckContext, crate::history::RunHeader, Vec<Vec<Event>>)> {
-    let events: Vec<Event> = HistoryReader::open(path)?.collect::<Result<_>>()?;
-    let header = events
-        .iter()
-        .find_map(|e| match &e.body {
-            Body::Run(h) => Some((**h).clone()),
-            _ => None,
-        })
-        .ok_or_else(|| anyhow!("{}: no `run` event", path.display()))?;
-    let cx = CheckContext::of(&header);
-    let cases = crate::history::view::cases(&events)
-        .into_iter()
-        .filter(|c| c[0].case_start().is_some_and(|s| s.phase == Phase::Run))
-        .map(|c| c.to_vec())
-        .collect();
-    Ok((cx, header, cases))
-}
-
-/// Per kind of edit: cases that took it, and how many the checker caught. Cases whose
-/// unedited form already has a `pg.*` violation (or is unknown) are left out.
-pub fn measure(
-    cx: &CheckContext,
-    cases: &[Vec<Event>],
-    misses: bool,
-    mut write: impl FnMut(mutate::Kind, &[Event]) -> Result<()>,
-) -> Result<Vec<(mutate::Kind, Count)>> {
-    let mut out: Vec<(mutate::Kind, Count)> =
-        mutate::Kind::ALL.iter().map(|k| (*k, Count::default())).collect();
-    for (n, case) in cases.iter().enumerate() {
-        let clean = check::check_case(cx, case)?;
-        if has_pg(&clean) || clean.unknown.is_some() {
-            continue;
-        }
-        for (kind, count) in out.iter_mut() {
-            let sites = mutate::sites(*kind, case);
-            let Some(site) = mutate::pick(&sites, n as u32) else {
-                continue;
-            };
-            let edited = mutate::apply(*kind, case, site);
-            write(*kind, &edited)?;
-            let c = check::check_case(cx, &edited)?;
-            count.cases += 1;
-            count.caught += u32::from(has_pg(&c));
-            if misses && !has_pg(&c) {
-                let index = case[0].case_start().map(|s| s.case).unwrap_or(0);
-                println!(
-                    "  missed: case {index}, {}, at event {} ({:?}){}",
-                    kind.name(),
-                    site.event,
-                    site,
-                    c.unknown.as_deref().map(|u| format!(", unknown: {u}")).unwrap_or_default()
-                );
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Cases a setting's difference affects, and how many the checker flagged judged by `to`.
-pub fn measure_as(
-    cx: &CheckContext,
-    to: &CheckContext,
-    cases: &[Vec<Event>],
-) -> Result<Option<Count>> {
-    let mut count = Count::default();
-    let mut known = false;
-    for case in cases {
-        let clean = check::check_case(cx, case)?;
-        if has_pg(&clean) || clean.unknown.is_some() {
-            continue;
-        }
-        match mutate::affected(&cx.rules, &to.rules, case) {
-            None => return Ok(None),
-            Some(false) => known = true,
-            Some(true) => {
-                known = true;
-                count.cases += 1;
-                count.caught += u32::from(has_pg(&check::check_case(to, case)?));
-            }
-        }
-    }
-    Ok(known.then_some(count))
 }
 
 pub fn mutate(a: Args) -> Result<Exit> {
@@ -187,8 +81,7 @@ pub fn mutate(a: Args) -> Result<Exit> {
             let n = edited[0].case_start().map(|s| s.case).unwrap_or(0);
             let slug: String = format!("{kind:?}").to_lowercase();
             let d = root.join(slug).join(format!("case-{n}"));
-            std::fs::create_dir_all(&d)
-                .with_context(|| format!("{}: creating", d.display()))?;
+            std::fs::create_dir_all(&d).with_context(|| format!("{}: creating", d.display()))?;
             std::fs::copy(dir.join("topology.yaml"), d.join("topology.yaml"))
                 .with_context(|| format!("{}: copying the run's topology", d.display()))?;
             let w = crate::history::HistoryWriter::create(&d.join(crate::history::store::FILE))?;

@@ -231,10 +231,25 @@ fn verdict_table(r: &Results, failures: &[FirstFailure]) -> String {
             i.expected,
             i.violating_cases,
             r.cases,
-            minimal,
+            {
+                let mut m = minimal;
+                if i.unknown_cases > 0 {
+                    m.push_str(&format!(" ({} cases unknown)", i.unknown_cases));
+                }
+                if let Some(n) = &i.note {
+                    m.push_str(&format!(" <span class=\"note\">{}</span>", esc(n)));
+                }
+                m
+            },
         );
     }
     t.push_str("</tbody>\n</table>\n");
+    let notes = super::terminal::verdict_notes(r);
+    t.push_str("<ul class=\"notes\">\n");
+    for n in notes {
+        let _ = writeln!(t, "<li>{}</li>", esc(&n));
+    }
+    t.push_str("</ul>\n");
     t
 }
 

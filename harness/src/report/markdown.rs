@@ -9,11 +9,48 @@ use crate::vocab::BackendId;
 /// A plain-words story of a recorded case, one paragraph a step.
 pub fn story(view: &CaseView, check: &CaseCheck) -> String {
     let order = view.backend_order();
-    view.steps
+    let mut out = view
+        .steps
         .iter()
         .map(|s| narrate(s, &order, check))
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    for x in &check.explanations {
+        out.push_str(&explanation(x));
+    }
+    if let Some(u) = &check.unknown {
+        out.push_str(&format!(
+            "\n\nThe search ran out of budget ({u}): what it could not judge is unknown."
+        ));
+    }
+    out
+}
+
+/// A `pg.*` violation as the search explains it: the operation no order can place, what
+/// the model said, the prefix that was explained, and the states reached.
+pub fn explanation(x: &crate::check::Explanation) -> String {
+    let mut s = format!(
+        "\n\n**{}**: no order of the case's operations explains {}{} (at {:.3} ms). {} operations, looks and probes before it were explained. What the model said:\n",
+        x.invariant,
+        x.op,
+        x.step
+            .map(|s| format!(" (step {})", s + 1))
+            .unwrap_or_default(),
+        x.at_ns as f64 / 1e6,
+        x.explained_before,
+    );
+    for r in &x.reasons {
+        s.push_str(&format!("\n- {r}"));
+    }
+    s.push_str(&format!(
+        "\n\nThe search had reached {} state{}:\n",
+        x.states_reached,
+        if x.states_reached == 1 { "" } else { "s" }
+    ));
+    for st in &x.states {
+        s.push_str(&format!("\n- {st}"));
+    }
+    s
 }
 
 fn narrate(s: &StepView, order: &[BackendId], check: &CaseCheck) -> String {
@@ -119,6 +156,15 @@ pub fn report(
         passed = r.passed,
         table = verdict_table(r),
     );
+    let notes = super::terminal::verdict_notes(r);
+    md.push_str(&format!(
+        "\nWhat the verdicts rest on:\n\n{}\n",
+        notes
+            .iter()
+            .map(|n| format!("- {n}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    ));
     for f in failures {
         let Some((events, check)) = &f.evidence else {
             continue;

@@ -42,7 +42,14 @@ pub fn verdict_table(r: &Results) -> String {
                 tier: i.tier.to_string(),
                 verdict: format!("{}{mark}", i.verdict),
                 expected: i.expected.to_string(),
-                cases: format!("{}/{}", i.violating_cases, r.cases),
+                cases: if i.unknown_cases > 0 {
+                    format!(
+                        "{}/{} ({} unknown)",
+                        i.violating_cases, r.cases, i.unknown_cases
+                    )
+                } else {
+                    format!("{}/{}", i.violating_cases, r.cases)
+                },
                 minimal: i
                     .first_failure
                     .as_ref()
@@ -54,6 +61,40 @@ pub fn verdict_table(r: &Results) -> String {
     tabled::Table::new(rows)
         .with(tabled::settings::Style::sharp())
         .to_string()
+}
+
+/// What the verdicts rest on, in lines to print under the table: cases judged, each
+/// verdict's note (unknown cases, "rests on nothing", not exercised), why searches ran out,
+/// and pg.* violations seen in replays.
+pub fn verdict_notes(r: &Results) -> Vec<String> {
+    let mut out = vec![format!(
+        "judged: {} of {} cases ({} operations, {} looks, {} probes){}",
+        r.judged_cases,
+        r.cases,
+        r.judged.ops(),
+        r.judged.reads,
+        r.judged.probes,
+        if r.thinly_judged() {
+            " -- LESS THAN HALF of the cases were judged"
+        } else {
+            ""
+        }
+    )];
+    for i in &r.invariants {
+        if let Some(n) = &i.note {
+            out.push(format!("{}: {} ({n})", i.name, i.verdict));
+        }
+    }
+    for w in &r.unknown_why {
+        out.push(format!("unknown: {w}"));
+    }
+    for v in &r.replay_violations {
+        out.push(format!(
+            "{} in a {} replay of case {}: {}",
+            v.invariant, v.phase, v.case, v.detail
+        ));
+    }
+    out
 }
 
 /// One line for a minimal case, printed as soon as it is shrunk.

@@ -1045,7 +1045,10 @@ fn timeouts_are_durations_in_their_servers_units() {
     };
     assert!(pgb("0").is_ok(), "off");
     assert!(pgb("600").is_ok(), "PgBouncer's default");
-    assert!(pgb("0.5").is_ok(), "the model knows what each timeout does: any value");
+    assert!(
+        pgb("0.5").is_ok(),
+        "the model knows what each timeout does: any value"
+    );
     let e = pgb("soon").unwrap_err();
     assert!(e.message().contains("is not a duration"), "{e}");
     let pg = |v: &str| {
