@@ -127,6 +127,22 @@ pub struct Beliefs {
     wide: Vec<View>,
     /// An unlock's belief at its invoke, by entry.
     unlocks: BTreeMap<usize, Option<Vec<BackendId>>>,
+    /// Beliefs that have ended (either view): the key, the backends, and when it ended.
+    past: Vec<(Key, BTreeSet<Option<BackendId>>, u64)>,
+}
+
+/// The beliefs of `before` that `after` no longer has, ended at `t`.
+fn ended(
+    before: &View,
+    after: &View,
+    t: u64,
+    out: &mut Vec<(Key, BTreeSet<Option<BackendId>>, u64)>,
+) {
+    for (k, bl) in &before.beliefs {
+        if bl.live() && !after.beliefs.get(k).is_some_and(Belief::live) {
+            out.push((*k, bl.backends.clone(), t));
+        }
+    }
 }
 
 fn granted(op: Op, reply: &Reply) -> bool {
@@ -145,6 +161,7 @@ impl Beliefs {
             narrow: vec![View::default(); clients],
             wide: vec![View::default(); clients],
             unlocks: BTreeMap::new(),
+            past: vec![],
         }
     }
 
@@ -172,14 +189,21 @@ impl Beliefs {
     }
 
     /// Whether some client may hold `k` on `b` in the wide view (a grant on its way, a
-    /// release not yet answered), or believes it does.
-    pub fn may_hold(&self, k: Key, b: BackendId) -> bool {
+    /// release not yet answered), or believes it does, now or at any moment since `since`
+    /// (a look's interval began then).
+    pub fn may_hold(&self, k: Key, b: BackendId, since: u64) -> bool {
+        let on = |bs: &BTreeSet<Option<BackendId>>| bs.contains(&Some(b)) || bs.contains(&None);
         let has = |v: &View| {
-            v.beliefs.get(&k).is_some_and(|bl| {
-                bl.live() && (bl.backends.contains(&Some(b)) || bl.backends.contains(&None))
-            })
+            v.beliefs
+                .get(&k)
+                .is_some_and(|bl| bl.live() && on(&bl.backends))
         };
-        self.wide.iter().any(has) || self.narrow.iter().any(has)
+        self.wide.iter().any(has)
+            || self.narrow.iter().any(has)
+            || self
+                .past
+                .iter()
+                .any(|(pk, bs, end)| *pk == k && *end >= since && on(bs))
     }
 
     /// An operation was invoked.
@@ -187,6 +211,21 @@ impl Beliefs {
         let Some((c, op, key, reply, served)) = client_op(entry) else {
             return;
         };
+        let before = Self::view(&mut self.narrow, c).clone();
+        self.invoke_narrow(e, entry, c, op, key, reply);
+        ended(&before, &self.narrow[c], entry.inv, &mut self.past);
+        self.invoke_wide(entry, c, op, key, reply, served);
+    }
+
+    fn invoke_narrow(
+        &mut self,
+        e: usize,
+        _entry: &Entry,
+        c: usize,
+        op: Op,
+        key: Option<Key>,
+        reply: &Reply,
+    ) {
         let n = Self::view(&mut self.narrow, c);
         match op {
             Op::Disconnect | Op::Reconnect | Op::Release => n.drop_all(),
@@ -210,6 +249,17 @@ impl Beliefs {
             _ if reply.is_error() && n.in_tx => n.drop_xact(),
             _ => {}
         }
+    }
+
+    fn invoke_wide(
+        &mut self,
+        entry: &Entry,
+        c: usize,
+        op: Op,
+        key: Option<Key>,
+        reply: &Reply,
+        served: Option<BackendId>,
+    ) {
         // The wide view counts a grant from its invoke (an unknown outcome may be one).
         if op.acquires() && (granted(op, reply) || entry.unknown) {
             let w = Self::view(&mut self.wide, c);
@@ -223,6 +273,20 @@ impl Beliefs {
 
     /// An operation completed at `t`: what the application saw.
     pub fn complete(&mut self, e: usize, entry: &Entry, t: u64) -> Vec<Seen> {
+        let Some((c, ..)) = client_op(entry) else {
+            return vec![];
+        };
+        let (n0, w0) = (
+            Self::view(&mut self.narrow, c).clone(),
+            Self::view(&mut self.wide, c).clone(),
+        );
+        let seen = self.complete_views(e, entry, t);
+        ended(&n0, &self.narrow[c], t, &mut self.past);
+        ended(&w0, &self.wide[c], t, &mut self.past);
+        seen
+    }
+
+    fn complete_views(&mut self, e: usize, entry: &Entry, t: u64) -> Vec<Seen> {
         let mut seen = vec![];
         let Some((c, op, key, reply, served)) = client_op(entry) else {
             return seen;

@@ -275,7 +275,7 @@ fn orphans(obs: &Observation, m: &Moment) -> Vec<(BackendId, Key)> {
                 .states
                 .iter()
                 .all(|s| s.backends.get(b).is_some_and(|x| x.life == Life::Alive));
-            alive_everywhere && !m.maybe_tainted(*b, *k) && !m.beliefs.may_hold(*k, *b)
+            alive_everywhere && !m.maybe_tainted(*b, *k) && !m.beliefs.may_hold(*k, *b, m.entry.inv)
         })
         .collect()
 }

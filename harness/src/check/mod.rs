@@ -920,9 +920,9 @@ impl Tally {
         self.failures.iter().find(|f| f.invariant == invariant)
     }
 
-    /// Less than half of the generated cases were judged.
+    /// Less than half of the generated cases were judged (or there were none).
     pub fn thinly_judged(&self) -> bool {
-        self.judged_cases * 2 < self.cases
+        self.cases == 0 || self.judged_cases * 2 < self.cases
     }
 }
 
@@ -1233,5 +1233,134 @@ mod tests {
                 "{name} is not checked"
             );
         }
+    }
+
+    fn transaction_mode() -> Topology {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../topologies/transaction-mode.yaml"
+        );
+        Topology::load(std::path::Path::new(path), catalog()).unwrap()
+    }
+
+    fn events_of(name: &str) -> Vec<Event> {
+        let path = Path::new(FIXTURES).join(format!("{name}.jsonl"));
+        HistoryReader::open(&path)
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap()
+    }
+
+    fn results_of(events: Vec<Event>) -> crate::report::Results {
+        let run = check_history(events.into_iter().map(Ok)).unwrap();
+        crate::report::Results::build(&transaction_mode(), &run.header, &run.tally, false, 1)
+    }
+
+    /// A history with no case, or whose every step was skipped, judges nothing: its pg.*
+    /// verdicts are unknown ("rests on nothing") and the run does not pass.
+    #[test]
+    fn a_history_that_judged_nothing_does_not_pass() {
+        let full = events_of("stacking-holds");
+        let no_cases: Vec<Event> = full
+            .iter()
+            .filter(|e| matches!(e.body, Body::Run(_) | Body::RunEnd(_)))
+            .cloned()
+            .collect();
+        // Every step turned into a skip.
+        let skipped: Vec<Event> = full
+            .iter()
+            .filter_map(|e| match &e.body {
+                Body::Invoke(i) if i.step.is_some() => Some(Event {
+                    t: e.t,
+                    body: Body::Skip(crate::history::Skip {
+                        p: i.p,
+                        step: i.step.unwrap(),
+                        f: i.f,
+                        key: i.key,
+                        ms: None,
+                        when: Default::default(),
+                        message: None,
+                        reason: "skipped by the test".into(),
+                    }),
+                }),
+                Body::Ok(c) | Body::Fail(c) | Body::Info(c) if c.step.is_some() => None,
+                Body::Obs(_) | Body::Probe(_) => None,
+                _ => Some(e.clone()),
+            })
+            .collect();
+        for (what, events) in [("no case", no_cases), ("every step skipped", skipped)] {
+            let r = results_of(events);
+            assert!(!r.passed, "{what}: passed");
+            let topo = transaction_mode();
+            let mut unknown = 0;
+            for i in r.invariants.iter().filter(|i| i.tier == Tier::Pg) {
+                let inv = by_name(&i.name).unwrap();
+                let note = i.note.as_deref().unwrap_or("");
+                if topo.exercises(inv.needs()) {
+                    assert_eq!(i.verdict, Verdict::Unknown, "{what}: {}", i.name);
+                    assert!(
+                        note.contains("rests on nothing"),
+                        "{what}: {} {note}",
+                        i.name
+                    );
+                    unknown += 1;
+                } else {
+                    // The workload cannot exercise it (session API: no transaction lock).
+                    assert_eq!(i.verdict, Verdict::Holds, "{what}: {}", i.name);
+                    assert!(note.contains("not exercised"), "{what}: {} {note}", i.name);
+                }
+            }
+            assert!(unknown >= 6, "{what}: {unknown}");
+            assert!(r.thinly_judged(), "{what}");
+        }
+        // The same history as recorded rests on something: judged, not thin.
+        let r = results_of(full);
+        assert_eq!(r.judged_cases, 1);
+        assert!(!r.thinly_judged());
+    }
+
+    /// Every phase counts: a pg.* violation in a shrink or evidence replay fails the run even
+    /// when every generated case is clean, and says where it was seen.
+    #[test]
+    fn a_pg_violation_in_a_replay_fails_the_run() {
+        let clean = events_of("exclusion-holds");
+        let mut bad = events_of("exclusion-violated");
+        for e in bad.iter_mut() {
+            if let Body::Case(c) = &mut e.body {
+                c.phase = Phase::Shrink;
+                c.invariant = Some("app.mutual_exclusion".into());
+            }
+        }
+        let mut events: Vec<Event> = clean
+            .iter()
+            .filter(|e| !matches!(e.body, Body::RunEnd(_)))
+            .cloned()
+            .collect();
+        events.extend(bad.into_iter().filter(|e| !matches!(e.body, Body::Run(_))));
+        let run = check_history(events.into_iter().map(Ok)).unwrap();
+        assert_eq!(run.tally.cases, 1);
+        assert!(
+            run.tally.violating_cases.is_empty(),
+            "the generated case is clean"
+        );
+        assert_eq!(run.tally.replay_pg.len(), 1);
+        assert_eq!(run.tally.replay_pg[0].2, "pg.exclusion");
+        let r =
+            crate::report::Results::build(&transaction_mode(), &run.header, &run.tally, false, 1);
+        assert!(!r.passed);
+        let ex = r
+            .invariants
+            .iter()
+            .find(|i| i.name == "pg.exclusion")
+            .unwrap();
+        assert_eq!(ex.verdict, Verdict::Violated);
+        assert!(
+            ex.note
+                .as_deref()
+                .unwrap()
+                .contains("shrink or evidence replay")
+        );
+        assert_eq!(r.replay_violations.len(), 1);
+        assert_eq!(r.replay_violations[0].phase, "shrink");
     }
 }

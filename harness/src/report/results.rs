@@ -245,9 +245,9 @@ impl Results {
             .any(|i| i.tier == Tier::Pg && i.verdict == Verdict::Violated)
     }
 
-    /// Less than half of the generated cases were judged.
+    /// Less than half of the generated cases were judged (or there were none).
     pub fn thinly_judged(&self) -> bool {
-        self.judged_cases * 2 < self.cases
+        self.cases == 0 || self.judged_cases * 2 < self.cases
     }
 
     /// `results.json` of a run directory.

@@ -46,6 +46,8 @@ struct Shared<'r, 's> {
     done: Cell<bool>,
     wake: tokio::sync::Notify,
     runner: &'s Runner<'s>,
+    /// When the case's steps began: each step is due at its offset from here (`due`).
+    start: tokio::time::Instant,
 }
 
 impl Shared<'_, '_> {
@@ -68,6 +70,15 @@ pub(super) fn think_for(range: Option<(Duration, Duration)>, seed: u64, step: us
     }
     let r = crate::workload::case_seed(seed, step as u32);
     lo + Duration::from_micros(r % (span + 1))
+}
+
+/// When step `i` of a case is due, from the case's start: the think times of the steps up to
+/// it, as the sequential schedule spends them (before each step but the first). A case then
+/// lasts about as long in both schedules, however many clients share its steps: the
+/// schedule staggers the case's steps, as Jepsen's `stagger` spaces a generator's ops across
+/// all its workers, rather than each client pausing on its own.
+pub(super) fn due(range: Option<(Duration, Duration)>, seed: u64, i: usize) -> Duration {
+    (1..=i).map(|j| think_for(range, seed, j)).sum()
 }
 
 impl Runner<'_> {
@@ -95,6 +106,7 @@ impl Runner<'_> {
             done: Cell::new(false),
             wake: tokio::sync::Notify::new(),
             runner: self,
+            start: tokio::time::Instant::now(),
         };
         let mine: Vec<Vec<usize>> = (0..nclients)
             .map(|c| {
@@ -210,7 +222,7 @@ impl Runner<'_> {
     }
 }
 
-/// One logical client: its steps in order, with think time between them.
+/// One logical client: its steps in order, each when it is due (think times, `due`).
 async fn client_task(
     sh: &Shared<'_, '_>,
     c: usize,
@@ -225,7 +237,7 @@ async fn client_task(
     let config = runner.cluster.client_config();
     // What the replica knows of itself, for its steps' guards (a client profile's flow).
     let mut me = Replica::default();
-    for (n, &i) in mine.iter().enumerate() {
+    for &i in mine {
         let step = &steps[i];
         let p = Process::Client(c);
         if !step.when.admits(&me) {
@@ -233,11 +245,10 @@ async fn client_task(
             me.skipped();
             continue;
         }
-        if n > 0 {
-            let t = think_for(topo.workload.think, seed, i);
-            if !t.is_zero() {
-                tokio::time::sleep(t).await;
-            }
+        // The step waits until it is due and its client is done with the one before.
+        let at = sh.start + due(topo.workload.think, seed, i);
+        if at > tokio::time::Instant::now() {
+            tokio::time::sleep_until(at).await;
         }
         let target = if step.op.targets_backend() {
             sh.last.borrow()[c]
@@ -446,4 +457,26 @@ async fn sampler(sh: &Shared<'_, '_>, pool: Option<&crate::client::AppPool>) -> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_due_at_the_sum_of_the_pauses_before_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(due(None, 7, 5), Duration::ZERO);
+        let fixed = Some((ms(10), ms(10)));
+        assert_eq!(due(fixed, 7, 0), Duration::ZERO);
+        assert_eq!(due(fixed, 7, 1), ms(10));
+        assert_eq!(due(fixed, 7, 4), ms(40));
+        // Drawn pauses: each step's offset is the one before plus its own pause, within range.
+        let range = Some((ms(10), ms(100)));
+        for i in 1..40 {
+            let step = due(range, 99, i) - due(range, 99, i - 1);
+            assert_eq!(step, think_for(range, 99, i));
+            assert!((ms(10)..=ms(100)).contains(&step), "{step:?}");
+        }
+    }
 }

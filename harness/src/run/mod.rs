@@ -113,8 +113,8 @@ impl<'a> Runner<'a> {
         let think = self.cluster.topology.workload.think;
         let seed = meta.seed.unwrap_or(0);
         for (i, step) in steps.iter().enumerate() {
-            // Think time before each step but the first (as a concurrent client pauses
-            // between its ops): servers age, idle timers run.
+            // Think time before each step but the first: servers age, idle timers run (the
+            // concurrent schedule makes each step due at the same offset, `concurrent::due`).
             let pause = concurrent::think_for(think, seed, i);
             if i > 0 && !pause.is_zero() {
                 tokio::time::sleep(pause).await;

@@ -316,7 +316,8 @@ pub struct Workload {
     pub ops: BTreeMap<Op, u32>,
     /// Bound on blocking lock waits (`lock_timeout` of the client role), 1 ms to 60 s.
     pub lock_timeout_ms: u64,
-    /// Concurrent schedule: think time between a client's ops, an inclusive range.
+    /// Think time before each step but the first, an inclusive range (in the concurrent
+    /// schedule: each step is due at the sum of the pauses before it).
     pub think: Option<(Duration, Duration)>,
     /// Scripted replicas instead of random steps (the same script every case; concurrent
     /// schedule). When given, `clients` is their total.
