@@ -270,11 +270,14 @@ fn orphans(obs: &Observation, m: &Moment) -> Vec<(BackendId, Key)> {
         .into_iter()
         .filter(|(b, k)| {
             // A backend on its way out, or a lock a failed call may have been granted, is
-            // judged by app.no_lost_lock / app.failed_lock_not_held.
-            let alive_everywhere = m
-                .states
-                .iter()
-                .all(|s| s.backends.get(b).is_some_and(|x| x.life == Life::Alive));
+            // judged by app.no_lost_lock / app.failed_lock_not_held. A server the pooler
+            // has yet to reset (its client just left) is about to drop its locks: a look
+            // between the release and the reset sees them for a moment.
+            let alive_everywhere = m.states.iter().all(|s| {
+                s.backends
+                    .get(b)
+                    .is_some_and(|x| x.life == Life::Alive && !x.reset_pending)
+            });
             alive_everywhere && !m.maybe_tainted(*b, *k) && !m.beliefs.may_hold(*k, *b, m.entry.inv)
         })
         .collect()

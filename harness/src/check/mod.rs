@@ -1135,6 +1135,11 @@ mod tests {
             "backend pid 101 (backend_start 2026-11-30 00:53:20.000001+00) holds key 7, but no client believes it holds it",
         ),
         (
+            "reset-pending",
+            "app.no_orphans",
+            "backend pid 101 (backend_start 2026-11-30 00:53:20.000001+00) holds key 7, but no client believes it holds it",
+        ),
+        (
             "failed-lock-not-held",
             "app.failed_lock_not_held",
             "C2's lock call on 7 failed with 55P03 at 1010.000 ms, yet no order of what followed explains the servers without it granted",
