@@ -292,6 +292,55 @@ fn shipped_topologies_meet_their_expectations_and_compare() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The concurrent schedule of the shipped generated topologies meets `expect_concurrent`
+/// (falling back to `expect`): exit 0, no `pg.*` violation in any case or replay, every case
+/// judged, the same verdicts from `analyze`; and in transaction mode it finds what only that
+/// schedule can, clients starved of a server (`app.progress`, with its wait-for graph).
+#[test]
+fn the_concurrent_schedule_meets_expect_concurrent() {
+    let _serial = serial();
+    let out = tmp("concurrent");
+    for name in [
+        "direct",
+        "session-mode",
+        "session-mode-no-reset",
+        "transaction-mode",
+    ] {
+        let o = pgchaos(&[
+            "chaos",
+            name,
+            "--schedule",
+            "concurrent",
+            "--cases",
+            "64",
+            "--seed",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
+        let (dir, results) = latest(&out, name);
+        assert_eq!(results["schedule"], "concurrent");
+        assert_eq!(
+            results["judged_cases"], 64,
+            "{name}: {}",
+            results["unknown_why"]
+        );
+        assert_no_pg_violation(&results);
+        assert_analyze_agrees(&dir, &results);
+    }
+    let (dir, tx) = latest(&out, "transaction-mode");
+    assert_eq!(invariant(&tx, "app.progress")["verdict"], "violated");
+    assert_eq!(
+        invariant(&tx, "app.mutual_exclusion")["verdict"],
+        "violated"
+    );
+    let (_, detail) = evidence_detail(&dir, "app.progress");
+    assert!(detail.contains("waits for"), "{detail}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn a_malformed_topology_exits_2_naming_file_line_and_column() {
     let _serial = serial();

@@ -10,7 +10,7 @@
 //! time (`timeout`), or none at all (a case cut short), never completes: it may take effect
 //! at any point after its invoke, or never.
 
-use super::model::{Act, Entry, Stmt};
+use super::model::{Act, Entry, Part, Stmt};
 use super::search::Mark;
 use crate::history::{At, Body, Completion, Event, Invoke, ProbeWhy, Process};
 use crate::vocab::reply::code;
@@ -145,26 +145,37 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                 }
             }
             Body::Obs(o) => {
-                let id = entries.len();
-                entries.push(Entry {
-                    act: Act::Read { obs: &o.obs },
-                    step: o.step,
-                    inv: now,
-                    done: Some(if o.at == At::Sample { next_t } else { now }),
-                    unknown: false,
-                    orphaned: false,
-                });
-                completed.push(None);
-                invokes.push(None);
-                if o.at == At::Sample {
+                let sample = o.at == At::Sample;
+                // A sample's two servers answer at their own instants (see `Part`).
+                let parts: &[Part] = if !sample {
+                    &[Part::All]
+                } else if o.obs.servers.is_empty() {
+                    &[Part::Postgres]
+                } else {
+                    &[Part::Postgres, Part::Pooler]
+                };
+                for &part in parts {
+                    let id = entries.len();
+                    entries.push(Entry {
+                        act: Act::Read { obs: &o.obs, part },
+                        step: o.step,
+                        inv: now,
+                        done: Some(if sample { next_t } else { now }),
+                        unknown: false,
+                        orphaned: false,
+                    });
+                    completed.push(None);
+                    invokes.push(None);
+                    if !sample {
+                        at[i].push((Mark::Invoke(id), now));
+                        at[i].push((Mark::Complete(id), now));
+                        continue;
+                    }
                     // It began at its own t: after every event written before then.
                     let t0 = ev.t;
                     let j = (0..i).find(|&j| events[j].t >= t0).unwrap_or(i);
                     before[j].push((Mark::Invoke(id), t0));
                     at[i].push((Mark::Complete(id), next_t));
-                } else {
-                    at[i].push((Mark::Invoke(id), now));
-                    at[i].push((Mark::Complete(id), now));
                 }
             }
             Body::Probe(p) => {

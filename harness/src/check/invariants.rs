@@ -254,9 +254,12 @@ impl Invariant for NoOrphans {
         &[ACQUIRES]
     }
     fn judge(&self, m: &Moment, out: &mut Vec<String>) {
-        let (true, Act::Read { obs }) = (m.completes, &m.entry.act) else {
+        let (true, Act::Read { obs, part }) = (m.completes, &m.entry.act) else {
             return;
         };
+        if !part.postgres() {
+            return;
+        }
         for (b, k) in orphans(obs, m) {
             out.push(format!(
                 "backend {b} holds key {k}, but no client believes it holds it"
@@ -391,7 +394,9 @@ impl Invariant for RollbackReleases {
             }
         }
         // ... or shown by the first look after it.
-        if let (true, Act::Read { obs }) = (m.completes, &m.entry.act) {
+        if let (true, Act::Read { obs, part }) = (m.completes, &m.entry.act)
+            && part.postgres()
+        {
             let held = obs.held();
             for (c, b, taken) in m.rollbacks {
                 for k in taken {

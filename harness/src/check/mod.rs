@@ -197,6 +197,15 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
         rules: cx.rules.clone(),
         timeouts: cx.timeouts.clone(),
         case_start: marks.start,
+        listed: marks
+            .entries
+            .iter()
+            .filter_map(|e| match &e.act {
+                Act::Read { obs, part } if part.postgres() => Some(obs),
+                _ => None,
+            })
+            .flat_map(|o| o.backends.iter().map(|r| r.id))
+            .collect(),
         entries: marks.entries.clone(),
     };
     let mut search = Search::new(&case, case.initial(clients), cx.budget);
@@ -327,7 +336,7 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
                 rollbacks.push((*client, *b, taken.clone()));
             }
         }
-        let read_done = completes && matches!(entry.act, Act::Read { .. });
+        let read_done = completes && matches!(entry.act, Act::Read { part, .. } if part.postgres());
         let m = Moment {
             t: *now,
             entry,
@@ -377,7 +386,11 @@ fn count_judged(entry: &Entry, j: &mut Judged) {
         Act::Fault { op, .. } => *j.by_op.entry(*op).or_default() += 1,
         Act::Disconnect { .. } => *j.by_op.entry(Op::Disconnect).or_default() += 1,
         Act::Reconnect { .. } => *j.by_op.entry(Op::Reconnect).or_default() += 1,
-        Act::Read { .. } => j.reads += 1,
+        Act::Read { part, .. } => {
+            if part.postgres() {
+                j.reads += 1
+            }
+        }
         Act::Probe { .. } => j.probes += 1,
         Act::Connect { .. } | Act::Release { .. } => {}
     }
@@ -407,9 +420,10 @@ fn label(e: &Entry) -> String {
             Some(t) => format!("{op} of {t} replied {reply}"),
             None => format!("{op} replied {reply}"),
         },
-        Act::Read { .. } => match e.step {
-            Some(s) => format!("the look at pg_locks after step {}", s + 1),
-            None => "a look at pg_locks".to_string(),
+        Act::Read { part, .. } => match (e.step, part) {
+            (_, model::Part::Pooler) => "a look at SHOW SERVERS".to_string(),
+            (Some(s), _) => format!("the look at pg_locks after step {}", s + 1),
+            (None, _) => "a look at pg_locks".to_string(),
         },
         Act::Probe {
             key,
@@ -1133,6 +1147,26 @@ mod tests {
             "no-orphans",
             "app.no_orphans",
             "backend pid 101 (backend_start 2026-11-30 00:53:20.000001+00) holds key 7, but no client believes it holds it",
+        ),
+        (
+            "exiting-partial",
+            "pg.locks_match_model",
+            "pg_locks shows pid 101 (backend_start 2026-11-30 00:53:20.000001+00) holding 8",
+        ),
+        (
+            "sample-parts",
+            "pg.locks_match_model",
+            "SHOW SERVERS lists pid 101 (backend_start 2026-11-30 00:53:20.000001+00), which pooler_kill dropped with every other server",
+        ),
+        (
+            "reconnect-login",
+            "pg.replies_match_model",
+            "C1 try_lock 7 replied error 08P01",
+        ),
+        (
+            "handover",
+            "pg.replies_match_model",
+            "C2 unlock 7 replied true on pid 101 (backend_start 2026-11-30 00:53:20.000001+00)",
         ),
         (
             "reset-pending",

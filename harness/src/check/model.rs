@@ -136,6 +136,15 @@ pub struct Backend {
     /// when a timeout reads them.
     pub idle_since: u64,
     pub tx_since: u64,
+    /// Exiting: the keys it held when it began to exit. PostgreSQL releases them one lock
+    /// partition at a time (`LockReleaseAll`), and a look (which reads every partition at
+    /// once) between two of them sees some still granted: any subset of these, until the
+    /// backend is gone (seen here: an exiting transaction-mode server listed holding one of
+    /// its two transaction locks).
+    pub releasing: BTreeSet<Key>,
+    /// Closed by a RECONNECT or PAUSE because it was idle: unless PgBouncer had already
+    /// handed it to a client whose statement had not reached PostgreSQL yet (see `serve`).
+    pub closed_idle: bool,
 }
 
 impl Backend {
@@ -282,9 +291,10 @@ pub enum Act<'e> {
         target: Option<BackendId>,
         reply: &'e Reply,
     },
-    /// A look at `pg_locks JOIN pg_stat_activity`.
+    /// A look at `pg_locks JOIN pg_stat_activity` and the pooler's views, or one of them.
     Read {
         obs: &'e Observation,
+        part: Part,
     },
     /// The fresh contender tried a key. `after`: the step whose boundary it probes.
     Probe {
@@ -292,6 +302,29 @@ pub enum Act<'e> {
         available: bool,
         after: Option<(Op, &'e Reply)>,
     },
+}
+
+/// Which servers' views a read judges. A sequential look is read while nothing runs, so its
+/// views agree; a concurrent sample asks PostgreSQL and PgBouncer at once on two connections,
+/// and each answers at its own instant inside the sample's interval (seen here: PgBouncer's
+/// `SHOW SERVERS` from before a KILL beside `pg_locks` from after it). Each is one atomic
+/// read of its own server, so a sample is two reads with the same interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    All,
+    Postgres,
+    Pooler,
+}
+
+impl Part {
+    /// It judges PostgreSQL's rows (`pg_locks`, `pg_stat_activity`).
+    pub fn postgres(self) -> bool {
+        self != Part::Pooler
+    }
+    /// It judges the pooler's rows (`SHOW SERVERS`).
+    pub fn pooler(self) -> bool {
+        self != Part::Postgres
+    }
 }
 
 /// One recorded operation with its interval.
@@ -591,6 +624,11 @@ pub struct Case<'e> {
     /// When the case began (every backend of a case is born after it).
     pub case_start: u64,
     pub entries: Vec<Entry<'e>>,
+    /// Every backend some look of the case lists. A statement that got no identity back (a
+    /// timeout, an error before it) may have run on one of them that no reply names, and
+    /// taken a lock there the looks then show (seen: a try_lock that timed out waiting for
+    /// a pooled server and was granted on the server a terminate made room for).
+    pub listed: BTreeSet<BackendId>,
 }
 
 type Out = Result<Vec<State>, Why>;
@@ -659,8 +697,7 @@ impl<'e> Case<'e> {
             return self.stmt_unknown(s, e, st, point, points);
         }
         if st.reply.is_closed() {
-            // The connection went away under it: whatever it did went with its backend.
-            return Ok(vec![self.client_gone(s, st.client, Cause::Disconnect)]);
+            return Ok(self.closed(s, e, st));
         }
         if points == 2 && point == 1 {
             return self.stmt_end(s, e, st);
@@ -739,17 +776,43 @@ impl<'e> Case<'e> {
         }
         let Some(b) = st.served else {
             // No identity (DISCARD ALL's tag was overwritten, or an error before it): any
-            // server the pooler could have handed out, or one the model has not heard of.
+            // server the pooler could have handed out, a new one a look lists, or one the
+            // model has not heard of.
             let mut out: Vec<(State, BackendId)> = s
                 .backends
                 .iter()
                 .filter(|(id, x)| self.assignable(s, c, **id, x).is_ok())
                 .map(|(id, _)| (s.clone(), *id))
                 .collect();
+            for b in self.listed.iter().filter(|b| !s.backends.contains_key(b)) {
+                if let Ok(v) = self.new_server(s, entry, *b) {
+                    out.extend(v);
+                }
+            }
             out.push((s.clone(), anonymous(e)));
             return Ok(out);
         };
         match s.backends.get(&b) {
+            // PgBouncer hands a released server to a waiting client in one loop and the
+            // client's query reaches PostgreSQL later: a RECONNECT or PAUSE between the two
+            // found it linked, not idle (seen here: a statement invoked before a RECONNECT
+            // answered on a server the model had closed as idle). It is closed at release.
+            Some(x)
+                if self.pooled()
+                    && x.closed_idle
+                    && matches!(s.idle_fault, Some((f, t))
+                        if entry.inv < t && x.life == Life::Closing(Cause::Fault(f))) =>
+            {
+                let mut s2 = s.clone();
+                let y = s2.backends.get_mut(&b).unwrap();
+                y.closed_idle = false;
+                y.pooled = true;
+                y.close_at_release = y.life.cause();
+                y.life = Life::Alive;
+                let y = y.clone();
+                self.assignable(&s2, c, b, &y)?;
+                Ok(vec![(s2, b)])
+            }
             Some(x) => {
                 self.assignable(s, c, b, x)?;
                 if !self.pooled() && self.rules.app_pin.is_none() {
@@ -757,7 +820,19 @@ impl<'e> Case<'e> {
                 }
                 Ok(vec![(s.clone(), b)])
             }
-            None => {
+            None => self.new_server(s, entry, b),
+        }
+    }
+
+    /// A server the model has not heard of, opened for `entry`'s statement.
+    fn new_server(
+        &self,
+        s: &State,
+        entry: &Entry,
+        b: BackendId,
+    ) -> Result<Vec<(State, BackendId)>, Why> {
+        {
+            {
                 let mut s2 = s.clone();
                 if let Some(fault) = s2.login_failing {
                     return Err(Why::Unavailable {
@@ -1157,6 +1232,42 @@ impl<'e> Case<'e> {
         if out.is_empty() { Err(err) } else { Ok(out) }
     }
 
+    /// The connection went away under a statement. Either it never ran, or it ran (on its
+    /// linked server, one the pooler could hand out, or a new one a look lists) before the
+    /// connection went: a server that outlives its client keeps what it took (seen: a lock
+    /// granted under `link_blackhole`, shown by a look, its reply lost at `link_cut`).
+    fn closed(&self, s: &State, e: usize, st: &Stmt) -> Vec<State> {
+        let c = st.client;
+        let mut out = vec![self.client_gone(s, c, Cause::Disconnect)];
+        if s.clients.get(c).map(|x| x.conn) != Some(Conn::Up) {
+            return out;
+        }
+        for (s2, b) in self.assign(s, e, st).unwrap_or_default() {
+            if is_anonymous(b) || self.check_runnable(&s2, b).is_err() {
+                continue;
+            }
+            let mut s3 = s2;
+            let available = st.key.is_none_or(|k| s3.available_to(b, k));
+            if st.op.waits_for_lock() && !available {
+                // It waits on: a backend blocked on a lock does not read its socket, and is
+                // granted when the holder goes (seen: a lock call closed by a pooler KILL,
+                // then granted on its server as the killed holder exited).
+                for s4 in self.stmt_start(s3, e, st, b).unwrap_or_default() {
+                    out.push(self.client_gone(&s4, c, Cause::Disconnect));
+                }
+                continue;
+            }
+            let x = s3.backends.get_mut(&b).expect("assigned");
+            let (_, rel) = exec(x, st.op, st.key, available);
+            self.touch(&mut s3, e, b);
+            self.after_statement(&mut s3, e, c, b);
+            for s4 in wake_all(s3, &rel) {
+                out.push(self.client_gone(&s4, c, Cause::Disconnect));
+            }
+        }
+        out
+    }
+
     /// An unknown statement run on the connection its client left behind: any server free
     /// for it, which the pooler then closes (the client gone while the server was not ready)
     /// or takes back. (On a server the model has not heard of, it changes nothing known.)
@@ -1366,6 +1477,7 @@ impl<'e> Case<'e> {
                     Life::Closing(c) | Life::Exiting(c) => {
                         released = exit(x, c);
                         x.life = Life::Gone(c);
+                        x.releasing.clear();
                     }
                     Life::Gone(_) => {}
                     Life::Alive => {
@@ -1441,6 +1553,7 @@ impl<'e> Case<'e> {
                     {
                         exit(x, c);
                         x.life = Life::Gone(c);
+                        x.releasing.clear();
                     }
                 }
             }
@@ -1476,6 +1589,7 @@ impl<'e> Case<'e> {
                         }
                     } else {
                         close(x, cause);
+                        x.closed_idle = true;
                     }
                 }
                 s.idle_fault = Some((op, now));
@@ -1527,12 +1641,34 @@ impl<'e> Case<'e> {
         if let Some(d) = m.down {
             s.down = Some((d, op));
         }
-        Ok(wake_all(s, &released))
+        let mut out = wake_all(s, &released);
+        if m.drops_logins && self.pooled() {
+            let failing: Vec<State> = out
+                .iter()
+                .map(|s| {
+                    let mut s = s.clone();
+                    s.login_failing = Some(op);
+                    s
+                })
+                .collect();
+            out.extend(failing);
+        }
+        Ok(out)
     }
 
     // ----- looks -----
 
-    fn read(&self, s: &State, obs: &Observation) -> Result<(), Why> {
+    fn read(&self, s: &State, obs: &Observation, part: Part) -> Result<(), Why> {
+        if part.postgres() {
+            self.read_postgres(s, obs)?;
+        }
+        if part.pooler() {
+            self.read_pooler(s, obs)?;
+        }
+        Ok(())
+    }
+
+    fn read_postgres(&self, s: &State, obs: &Observation) -> Result<(), Why> {
         let mut seen: BTreeSet<BackendId> = BTreeSet::new();
         for row in &obs.backends {
             seen.insert(row.id);
@@ -1582,7 +1718,7 @@ impl<'e> Case<'e> {
                         }
                     }
                     Life::Exiting(_) => {
-                        if !granted.is_empty() {
+                        if !granted.iter().all(|k| x.releasing.contains(k)) {
                             return Err(Why::Rows {
                                 backend: row.id,
                                 model: vec![],
@@ -1604,6 +1740,10 @@ impl<'e> Case<'e> {
                 return Err(Why::Missing { backend: *id });
             }
         }
+        Ok(())
+    }
+
+    fn read_pooler(&self, s: &State, obs: &Observation) -> Result<(), Why> {
         // The pooler's own list: a server it dropped when it was killed, crashed or restarted
         // cannot be in it (the observer's console connection is the process's since).
         for row in &obs.servers {
@@ -1647,6 +1787,7 @@ fn found(s: &State, op: Op, target: BackendId, found: bool) -> Result<State, Why
     }
     if let (false, Life::Exiting(c)) = (found, x.life) {
         x.life = Life::Gone(c);
+        x.releasing.clear();
     }
     Ok(s)
 }
@@ -1718,6 +1859,8 @@ fn close(x: &mut Backend, cause: Cause) {
 /// The backend exits: every lock is released. Returns the keys released.
 fn exit(x: &mut Backend, cause: Cause) -> Vec<Key> {
     let ks: Vec<Key> = x.keys().into_iter().collect();
+    x.releasing = ks.iter().copied().collect();
+    x.closed_idle = false;
     x.session.clear();
     x.xact.clear();
     x.tainted.clear();
@@ -1749,7 +1892,9 @@ fn wake(s: State, k: Key) -> Vec<State> {
     let waiters: Vec<BackendId> = s
         .backends
         .iter()
-        .filter(|(_, x)| x.life.is_alive() && x.waiting() == Some(k))
+        // A closing backend is still in PostgreSQL's queue: blocked on a lock, it does not
+        // read the close (`client_connection_check_interval` is 0) until it is granted.
+        .filter(|(_, x)| x.life.holds() && x.waiting() == Some(k))
         .map(|(id, _)| *id)
         .collect();
     if waiters.is_empty() {
@@ -1898,11 +2043,13 @@ impl<'e> Spec for Case<'e> {
                 let by = entry.done.unwrap_or(now);
                 self.fault(s, *op, *target, reply, point, by)
             }
-            Act::Read { obs } => {
-                if let Some(w) = exclusion(obs) {
+            Act::Read { obs, part } => {
+                if part.postgres()
+                    && let Some(w) = exclusion(obs)
+                {
                     return Err(w);
                 }
-                self.read(s, obs).map(|()| vec![s.clone()])
+                self.read(s, obs, *part).map(|()| vec![s.clone()])
             }
             Act::Probe {
                 key,
@@ -1910,7 +2057,12 @@ impl<'e> Spec for Case<'e> {
                 after,
             } => {
                 let holders = s.holders(*key);
-                if holders.is_empty() == *available {
+                // A backend still exiting may not have released it yet.
+                let releasing = s
+                    .backends
+                    .values()
+                    .any(|x| matches!(x.life, Life::Exiting(_)) && x.releasing.contains(key));
+                if holders.is_empty() == *available || (!*available && releasing) {
                     Ok(vec![s.clone()])
                 } else {
                     Err(Why::Probe {
@@ -1953,6 +2105,7 @@ impl<'e> Spec for Case<'e> {
                         {
                             released = exit(x, c);
                             x.life = Life::Gone(c);
+                            x.releasing.clear();
                         }
                         wake_all(s2, &released)
                     }

@@ -1095,6 +1095,22 @@ fn unprivileged_user() -> Result<Option<(u32, u32)>> {
     if let Some(ids) = lookup() {
         return Ok(Some(ids));
     }
+    // Two harnesses starting at once on a fresh machine both reach useradd: seen here, the
+    // loser read the winner's uid, which the second useradd then replaced. One at a time
+    // (the lock is released when the file closes).
+    let lock = std::fs::File::create("/run/lock/pgchaos-useradd.lock")
+        .or_else(|_| std::fs::File::create("/tmp/pgchaos-useradd.lock"))
+        .context("creating the useradd lock file")?;
+    // SAFETY: flock on an open descriptor we own.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        bail!(
+            "locking the useradd lock file: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    if let Some(ids) = lookup() {
+        return Ok(Some(ids));
+    }
     let status = Command::new("useradd")
         .args([
             "--system",

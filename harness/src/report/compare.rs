@@ -44,7 +44,7 @@ pub fn compare(runs: &[Results], markdown: bool) -> String {
                 .iter()
                 .find(|i| &i.name == name)
                 .map(|i| {
-                    let mark = if i.verdict == i.expected {
+                    let mark = if i.verdict.meets(i.expected) {
                         ""
                     } else {
                         " (UNEXPECTED)"
@@ -134,7 +134,7 @@ pub fn compare_html(runs: &[Results]) -> String {
         for r in runs {
             match r.invariants.iter().find(|i| &i.name == name) {
                 Some(i) => {
-                    let unexpected = i.verdict != i.expected;
+                    let unexpected = !i.verdict.meets(i.expected);
                     let detail = match &i.first_failure {
                         Some(f) => format!(
                             " {}/{}, min {}",

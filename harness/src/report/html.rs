@@ -203,7 +203,7 @@ fn verdict_table(r: &Results, failures: &[FirstFailure]) -> String {
         "<table class=\"verdicts\">\n<thead><tr><th>invariant</th><th>tier</th><th>verdict</th><th>expected</th><th>violating cases</th><th>minimal case</th></tr></thead>\n<tbody>\n",
     );
     for i in &r.invariants {
-        let unexpected = i.verdict != i.expected;
+        let unexpected = !i.verdict.meets(i.expected);
         let minimal = match &i.first_failure {
             Some(f) if has_evidence(failures, &i.name) => format!(
                 "<a href=\"{}\">{}</a> ({} steps, {} shrink runs) <a href=\"#{}\">timeline</a>",

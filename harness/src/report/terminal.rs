@@ -32,7 +32,7 @@ pub fn verdict_table(r: &Results) -> String {
         .invariants
         .iter()
         .map(|i| {
-            let mark = if i.verdict == i.expected {
+            let mark = if i.verdict.meets(i.expected) {
                 ""
             } else {
                 "  <-- UNEXPECTED"

@@ -1785,17 +1785,31 @@ impl Cx<'_> {
                     ));
                 }
             }
+            let concurrent = section == "expect_concurrent";
             let verdict = match &value.value {
                 Node::Str(s) if s == "holds" => Verdict::Holds,
                 Node::Str(s) if s == "violated" => Verdict::Violated,
+                Node::Str(s) if s == "either" && concurrent => Verdict::Either,
                 _ => {
+                    let allowed = if concurrent {
+                        "`holds`, `violated` or `either`"
+                    } else {
+                        "`holds` or `violated`"
+                    };
+                    let hints = if !concurrent
+                        && matches!(&value.value, Node::Str(s) if s == "either")
+                    {
+                        vec!["`either` is for `expect_concurrent:`, where timing decides".into()]
+                    } else {
+                        Vec::new()
+                    };
                     return Err(self.err(
                         &value.referenced,
                         format!(
-                            "the verdict for `{n}` must be `holds` or `violated`, found {}",
+                            "the verdict for `{n}` must be {allowed}, found {}",
                             self.found(value)
                         ),
-                        Vec::new(),
+                        hints,
                     ));
                 }
             };

@@ -81,6 +81,13 @@ pub struct Meaning {
     /// It waits until every server is released (PAUSE; SIGINT's safe shutdown): a client
     /// linked to one holds it up.
     pub waits_for_release: bool,
+    /// It drops the servers still logging in, and PgBouncer counts each as a failed login
+    /// (`disconnect_server` in `SV_LOGIN` sets `last_login_failed`; RECONNECT's
+    /// `tag_pool_dirty` closes the login phase with "connect string changed", objects.c at
+    /// pgbouncer_1_24_1 and pgbouncer_1_25_2): for `server_login_retry` a client that needs
+    /// a server when none is left gets `08P01 server login has been failing`. Whether a login
+    /// was under way is not in the history: the model allows both.
+    pub drops_logins: bool,
 }
 
 /// What a fault needs of the topology beyond PgBouncer: a streaming standby (`promote`).
@@ -105,6 +112,7 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             resets_postgres,
             needs_pooler,
             waits_for_release: matches!(op, Op::PoolerPause | Op::PoolerRestart),
+            drops_logins: op == Op::PoolerReconnect,
         })
     };
     use Breaks as B;

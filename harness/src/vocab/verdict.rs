@@ -17,6 +17,10 @@ pub enum Verdict {
     /// Not judged: the search ran out of budget on every case, or nothing that exercises the
     /// invariant was judged. Never an expectation, never "holds".
     Unknown,
+    /// An expectation only (`expect_concurrent:`): the schedule's timing decides whether a run
+    /// reaches the violation, and confirmation runs saw both. Met by `holds` or `violated`,
+    /// never by `unknown`.
+    Either,
 }
 
 impl Verdict {
@@ -25,7 +29,13 @@ impl Verdict {
             Verdict::Holds => "holds",
             Verdict::Violated => "violated",
             Verdict::Unknown => "unknown",
+            Verdict::Either => "either",
         }
+    }
+
+    /// Whether this verdict meets an expectation.
+    pub fn meets(self, expected: Verdict) -> bool {
+        self == expected || (expected == Verdict::Either && self != Verdict::Unknown)
     }
 }
 
