@@ -61,6 +61,30 @@ matrix *ARGS: build
 readme-matrix: build
     {{bin}} matrix --update-readme README.md
 
+# Build the container images of topologies' servers from the provisioned binaries (no pull).
+images *NAMES: build
+    {{bin}} images {{NAMES}}
+
+# Write compose/NAME (or --out DIR): a topology's servers as containers, for psql and you.
+compose NAME *ARGS: build
+    {{bin}} compose {{NAME}} {{ARGS}}
+
+# The Docker tests (harness/tests/docker.rs): images, the shipped compose directories.
+# Needs a running Docker engine and docker-compose; fails, never skips, without them.
+test-docker: build
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! docker info >/dev/null 2>&1; then
+        echo "test-docker: the Docker engine is not reachable (docker info failed): start it, or run as a user who may use it" >&2
+        exit 1
+    fi
+    if ! command -v docker-compose >/dev/null 2>&1; then
+        echo "test-docker: docker-compose is not on PATH (Debian: apt-get install docker-compose)" >&2
+        exit 1
+    fi
+    {{bin}} provision transaction-mode session-mode failover
+    cargo test --release --test docker -- --include-ignored --test-threads 1
+
 # The test suite: unit tests, then real-server tests (provisions servers and chromium first).
 test: build browser
     {{bin}} provision

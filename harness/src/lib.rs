@@ -12,6 +12,7 @@
 pub mod check;
 pub mod cli;
 pub mod client;
+pub mod container;
 pub mod engine;
 pub mod history;
 pub mod launch;

@@ -9,6 +9,7 @@ mod analyze;
 mod bench;
 mod chaos;
 mod compare;
+mod containers;
 mod history;
 mod import;
 mod matrix;
@@ -66,6 +67,10 @@ enum Cmd {
     Matrix(matrix::Args),
     /// Measure the checker on a stored history: edit each case and count what it catches.
     Mutate(mutate::Args),
+    /// Build the container images of topologies' servers from the provisioned binaries.
+    Images(containers::ImagesArgs),
+    /// Write a compose file that starts a topology's servers from the local images.
+    Compose(containers::ComposeArgs),
 }
 
 /// Exit code for an outcome.
@@ -245,6 +250,8 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::Import(a) => import::import(a),
         Cmd::Matrix(a) => matrix::matrix(a).await,
         Cmd::Mutate(a) => mutate::mutate(a),
+        Cmd::Images(a) => containers::images(a),
+        Cmd::Compose(a) => containers::compose(a),
     }
 }
 

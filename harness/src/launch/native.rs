@@ -71,6 +71,35 @@ host all all ::1/128 scram-sha-256\n";
 
 /// Appended to [`PG_HBA`] when the topology has a standby: `pg_basebackup` and the standby's
 /// WAL receiver connect as the superuser over the private socket.
+/// The client role's settings for a topology (its timeouts), without passwords: the
+/// native launcher runs it at start, compose files run it at a container's first start.
+pub fn client_role_sql(t: &Topology) -> String {
+    let w = &t.workload;
+    // The longest server-side statement of a script: pg_sleep, migrate's work.
+    let longest = w
+        .script
+        .iter()
+        .flat_map(|g| &g.ops)
+        .filter(|o| matches!(o.op, crate::vocab::Op::PgSleep | crate::vocab::Op::Migrate))
+        .filter_map(|o| o.ms)
+        .max()
+        .unwrap_or(0);
+    sql::configure_client_role(
+        CLIENT_ROLE,
+        w.lock_timeout_ms,
+        longest,
+        &t.postgres.settings,
+    )
+}
+
+/// Durability traded for speed: a chaos run's cluster is thrown away at its end. The
+/// container images' clusters run with the same.
+pub const SPEED_SETTINGS: [(&str, &str); 3] = [
+    ("fsync", "off"),
+    ("synchronous_commit", "off"),
+    ("full_page_writes", "off"),
+];
+
 pub fn pg_hba_replication() -> String {
     format!("local replication {SUPERUSER} trust\n")
 }
@@ -321,7 +350,7 @@ async fn launch(
 }
 
 /// 24 hex characters from the OS's random source.
-fn random_password() -> String {
+pub fn random_password() -> String {
     let bytes: [u8; 12] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -370,9 +399,10 @@ impl NativeServers {
             .args(["-c", "unix_socket_permissions=0700"])
             // Dynamic shared memory as files in the data directory (removed with the
             // run directory), not as /dev/shm/PostgreSQL.* segments a killed run leaves.
-            .args(["-c", "dynamic_shared_memory_type=mmap"])
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off"]);
+            .args(["-c", "dynamic_shared_memory_type=mmap"]);
+        for (k, v) in SPEED_SETTINGS {
+            cmd.args(["-c", &format!("{k}={v}")]);
+        }
         for (k, v) in &self.topology.postgres.settings {
             cmd.args(["-c", &format!("{k}={v}")]);
         }
@@ -508,22 +538,7 @@ impl NativeServers {
     /// Per-run settings of the client role and the run's passwords, over the private socket.
     async fn configure_postgres(&self) -> Result<()> {
         let admin = connect(&self.config(true, self.pg_port, SUPERUSER, DB)).await?;
-        let w = &self.topology.workload;
-        // The longest server-side statement of a script: pg_sleep, migrate's work.
-        let longest = w
-            .script
-            .iter()
-            .flat_map(|g| &g.ops)
-            .filter(|o| matches!(o.op, crate::vocab::Op::PgSleep | crate::vocab::Op::Migrate))
-            .filter_map(|o| o.ms)
-            .max()
-            .unwrap_or(0);
-        let mut sql = sql::configure_client_role(
-            CLIENT_ROLE,
-            w.lock_timeout_ms,
-            longest,
-            &self.topology.postgres.settings,
-        );
+        let mut sql = client_role_sql(&self.topology);
         for (role, pw) in &self.passwords {
             sql.push_str("; ");
             sql.push_str(&sql::set_password(role, pw));
@@ -599,6 +614,7 @@ impl NativeServers {
             run_dir: &self.run_dir,
             pg_port: self.link.as_ref().map_or(self.pg_port, |l| l.port()),
             pg_host: self.link.as_ref().map(|_| "127.0.0.1"),
+            listen_addr: "127.0.0.1",
             listen_port,
             database: DB,
             superuser: SUPERUSER,

@@ -100,6 +100,9 @@ pub struct ConfigContext<'a> {
     /// Reach PostgreSQL over TCP on this loopback host (the link proxy) instead of its
     /// Unix socket.
     pub pg_host: Option<&'a str>,
+    /// The address the pooler listens on: loopback natively, every interface inside a
+    /// container (whose port is published on the host's loopback only).
+    pub listen_addr: &'a str,
     pub listen_port: u16,
     pub database: &'a str,
     pub superuser: &'a str,

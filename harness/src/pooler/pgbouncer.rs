@@ -306,7 +306,7 @@ impl PgBouncer {
              [databases]\n\
              {db} = host={pg_host} port={pg_port} dbname={db}\n\n\
              [pgbouncer]\n\
-             listen_addr = 127.0.0.1\n\
+             listen_addr = {listen_addr}\n\
              listen_port = {port}\n\
              unix_socket_dir = {sock}\n\
              unix_socket_mode = 0600\n\
@@ -325,6 +325,7 @@ impl PgBouncer {
             pg_port = cx.pg_port,
             pg_host = cx.pg_host.map_or_else(|| sock.to_string(), str::to_string),
             port = cx.listen_port,
+            listen_addr = cx.listen_addr,
             hba = cx.run_dir.join("pgbouncer_hba.conf").display(),
             auth = cx.run_dir.join("userlist.txt").display(),
             superuser = cx.superuser,
@@ -445,6 +446,7 @@ mod tests {
             topology_name: "t",
             run_dir: std::path::Path::new("/run/x"),
             pg_port: 5433,
+            listen_addr: "127.0.0.1",
             listen_port: 6433,
             database: "chaos",
             superuser: "postgres",

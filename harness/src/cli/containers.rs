@@ -1,0 +1,101 @@
+//! `pgchaos images` and `pgchaos compose`: the container stage's two commands.
+
+use super::{Exit, all_topologies, load};
+use crate::container::{compose, images};
+use crate::provision;
+use anyhow::{Result, bail};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ImagesArgs {
+    /// Topologies whose servers to build images of (default: every topology).
+    pub topology: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct ComposeArgs {
+    /// The topology (a name in topologies/ or a path).
+    pub topology: String,
+    /// The directory to write (default: compose/NAME).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Replace files that differ, and write new passwords into an existing .env.
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn print_image(i: &images::Image) {
+    println!(
+        "{}: {} in {:.1}s ({})",
+        i.reference,
+        if i.built { "built" } else { "up to date" },
+        i.secs,
+        i.id
+    );
+}
+
+pub fn images(a: ImagesArgs) -> Result<Exit> {
+    let list = if a.topology.is_empty() {
+        all_topologies()?
+    } else {
+        a.topology
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for t in &list {
+        let topo = load(t)?;
+        let (pg, b) = provision::binaries(&topo, false)?;
+        if !seen.insert((pg.bin_dir.clone(), b.as_ref().map(|b| b.path.clone()))) {
+            continue;
+        }
+        let imgs = images::ensure(&pg, b.as_ref())?;
+        print_image(&imgs.postgres);
+        if let Some(i) = &imgs.pgbouncer {
+            print_image(i);
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+pub fn compose(a: ComposeArgs) -> Result<Exit> {
+    let topo = load(&a.topology)?;
+    let files = compose::render(&topo)?;
+    let out = a
+        .out
+        .unwrap_or_else(|| PathBuf::from("compose").join(&topo.name));
+    if out.exists() && !out.is_dir() {
+        bail!("{}: exists and is not a directory", out.display());
+    }
+    let (pg, b) = provision::binaries(&topo, false)?;
+    let imgs = images::ensure(&pg, b.as_ref())?;
+    print_image(&imgs.postgres);
+    if let Some(i) = &imgs.pgbouncer {
+        print_image(i);
+    }
+    let mut all = files;
+    all.push(compose::env_file(&topo, &imgs));
+    let w = compose::write(&out, &all, a.force)?;
+    for p in &w.written {
+        println!("wrote {}", p.display());
+    }
+    for p in &w.unchanged {
+        println!("unchanged {}", p.display());
+    }
+    for p in &w.kept {
+        println!(
+            "kept {} (its passwords may be in use; --force writes new ones)",
+            p.display()
+        );
+    }
+    println!(
+        "start: cd {dir} && docker-compose up -d; ports: docker-compose port postgres {pg}{pb}; \
+         passwords: {dir}/.env; stop: docker-compose down -v",
+        dir = out.display(),
+        pg = compose::PG_PORT,
+        pb = if imgs.pgbouncer.is_some() {
+            format!(" (and pgbouncer {})", compose::PGBOUNCER_PORT)
+        } else {
+            String::new()
+        }
+    );
+    Ok(Exit::Ok)
+}

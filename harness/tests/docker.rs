@@ -1,0 +1,456 @@
+//! Containers against the real Docker engine: images built from the provisioned binaries
+//! (labels checked against hashes computed here by `sha256sum`, rebuilt only on change),
+//! and the shipped compose directories (current with their topologies, every service
+//! healthy, a session advisory lock seen from outside the session by (pid, backend_start),
+//! nothing of a project left after it). Docker tests are `#[ignore]`d in the default run:
+//! `just test-docker` (which `.ci/run` also runs) runs them with `--ignored`. The input
+//! errors at the end need no engine and run by default.
+
+mod common;
+
+use common::{pgchaos, root, text, tmp};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// One Docker test at a time (they share the image tags).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn run(cmd: &mut Command) -> String {
+    let o = cmd.output().expect("run");
+    assert!(o.status.success(), "{cmd:?}: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn docker(args: &[&str]) -> String {
+    run(Command::new("docker").args(args))
+}
+
+fn labels(reference: &str) -> (String, BTreeMap<String, String>) {
+    let out = docker(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Id}} {{json .Config.Labels}}",
+        reference,
+    ]);
+    let (id, json) = out.trim().split_once(' ').unwrap();
+    (id.to_string(), serde_json::from_str(json).unwrap())
+}
+
+fn sha256sum(path: &Path) -> String {
+    let out = run(Command::new("sha256sum").arg(path));
+    out.split_whitespace().next().unwrap().to_string()
+}
+
+/// The provisioned binaries of a topology, as `pgchaos provision` prints them.
+fn provisioned(topology: &str) -> (std::path::PathBuf, Option<std::path::PathBuf>) {
+    let o = pgchaos(&["provision", topology]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = String::from_utf8_lossy(&o.stdout).to_string();
+    let paths: Vec<&str> = s
+        .split('(')
+        .skip(1)
+        .filter_map(|p| p.split(')').next())
+        .filter(|p| p.starts_with('/'))
+        .collect();
+    let pg = std::path::PathBuf::from(paths[0]);
+    let b = paths.get(1).map(std::path::PathBuf::from);
+    (pg, b)
+}
+
+/// `pgchaos images` output: reference -> (built?, id).
+fn images(args: &[&str], env: &[(&str, &str)]) -> BTreeMap<String, (bool, String)> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pgchaos"));
+    cmd.arg("images")
+        .args(args)
+        .current_dir(root())
+        .env("PGCHAOS_QUIET", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run(&mut cmd);
+    out.lines()
+        .filter_map(|l| {
+            let (reference, rest) = l.split_once(": ")?;
+            let built = rest.starts_with("built");
+            let id = rest.rsplit('(').next()?.trim_end_matches(')').to_string();
+            Some((reference.to_string(), (built, id)))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn images_carry_the_binaries_hashes_and_are_rebuilt_only_when_an_input_changes() {
+    let _s = serial();
+    let (pg_bin, bouncer) = provisioned("transaction-mode");
+    let bouncer = bouncer.expect("transaction-mode has a PgBouncer");
+    let first = images(&["transaction-mode"], &[]);
+    let pg_ref = first
+        .keys()
+        .find(|k| k.starts_with("pgchaos/postgres:"))
+        .unwrap()
+        .clone();
+    let pb_ref = first
+        .keys()
+        .find(|k| k.starts_with("pgchaos/pgbouncer:"))
+        .unwrap()
+        .clone();
+    // Labels against hashes computed here, independently of the harness.
+    let (pg_id, pg_labels) = labels(&pg_ref);
+    assert_eq!(
+        pg_labels["pgchaos.postgres.sha256"],
+        sha256sum(&pg_bin.join("postgres"))
+    );
+    assert_eq!(
+        format!("pgchaos/postgres:{}", pg_labels["pgchaos.postgres.version"]),
+        pg_ref
+    );
+    let (_, pb_labels) = labels(&pb_ref);
+    assert_eq!(pb_labels["pgchaos.pgbouncer.sha256"], sha256sum(&bouncer));
+    let version_out = run(Command::new(&bouncer).arg("--version"));
+    assert!(
+        version_out.contains(&pb_labels["pgchaos.pgbouncer.version"]),
+        "{version_out} vs {pb_labels:?}"
+    );
+    // Warm: nothing rebuilt, same IDs.
+    let warm = images(&["transaction-mode"], &[]);
+    for (r, (built, id)) in &warm {
+        assert!(!built, "{r} rebuilt with unchanged inputs");
+        assert_eq!(id, &first[r].1);
+    }
+    // The same binaries copied elsewhere: same inputs, no rebuild.
+    let scratch = tmp("images");
+    let copy = scratch.join("pg");
+    run(Command::new("cp")
+        .arg("-a")
+        .arg(pg_bin.parent().unwrap())
+        .arg(&copy));
+    let copy_bin = copy.join("bin");
+    let env = [("PGCHAOS_PG_BIN", copy_bin.to_str().unwrap())];
+    let same = images(&["transaction-mode"], &env);
+    assert!(
+        !same[&pg_ref].0,
+        "a copy with equal content rebuilt the image"
+    );
+    // One byte more in a shared file: rebuilt, other inputs label; then back.
+    let f = copy.join("share/psqlrc.sample");
+    let mut text = std::fs::read(&f).unwrap();
+    text.push(b'\n');
+    std::fs::write(&f, text).unwrap();
+    let changed = images(&["transaction-mode"], &env);
+    assert!(changed[&pg_ref].0, "a changed file did not rebuild");
+    let (changed_id, changed_labels) = labels(&pg_ref);
+    assert_ne!(changed_id, pg_id);
+    assert_ne!(
+        changed_labels["pgchaos.inputs"],
+        pg_labels["pgchaos.inputs"]
+    );
+    let back = images(&["transaction-mode"], &[]);
+    assert!(back[&pg_ref].0);
+    assert_eq!(
+        labels(&pg_ref).1["pgchaos.inputs"],
+        pg_labels["pgchaos.inputs"]
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// A compose project brought down (with its volumes and networks) however the test ends.
+struct Project {
+    dir: std::path::PathBuf,
+    name: String,
+}
+
+impl Project {
+    fn compose(&self, args: &[&str]) -> std::process::Output {
+        Command::new("docker-compose")
+            .args(["-p", &self.name])
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect("run docker-compose")
+    }
+
+    fn port(&self, service: &str, port: u16) -> u16 {
+        let o = self.compose(&["port", service, &port.to_string()]);
+        assert!(o.status.success(), "{}", text(&o));
+        let s = String::from_utf8_lossy(&o.stdout);
+        let (host, p) = s.trim().rsplit_once(':').unwrap();
+        assert_eq!(
+            host, "127.0.0.1",
+            "{service} published beyond loopback: {s}"
+        );
+        p.parse().unwrap()
+    }
+
+    fn left(&self) -> (String, String, String) {
+        let f = format!("label=com.docker.compose.project={}", self.name);
+        (
+            docker(&["ps", "-aq", "--filter", &f]),
+            docker(&["network", "ls", "-q", "--filter", &f]),
+            docker(&["volume", "ls", "-q", "--filter", &f]),
+        )
+    }
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        let _ = self.compose(&["down", "-v", "--remove-orphans", "-t", "5"]);
+    }
+}
+
+fn env_file(dir: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(dir.join(".env"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn connect(port: u16, user: &str, password: &str) -> tokio_postgres::Client {
+    let mut c = tokio_postgres::Config::new();
+    c.host("127.0.0.1")
+        .port(port)
+        .user(user)
+        .password(password)
+        .dbname("chaos")
+        .connect_timeout(Duration::from_secs(5));
+    let (client, conn) =
+        tokio::time::timeout(Duration::from_secs(10), c.connect(tokio_postgres::NoTls))
+            .await
+            .expect("connect within 10 s")
+            .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port} as {user}: {e}"));
+    tokio::spawn(conn);
+    client
+}
+
+/// Rows of `pg_locks` for advisory key 42 with the holder's identity.
+async fn holders(admin: &tokio_postgres::Client) -> Vec<(i32, String)> {
+    admin
+        .query(
+            "SELECT a.pid, a.backend_start::text FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+             WHERE l.locktype = 'advisory' AND l.objid = 42 AND l.granted",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+fn compose_case(name: &str) {
+    let _s = serial();
+    let out = tmp(&format!("compose-{name}"));
+    let o = pgchaos(&["compose", name, "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The shipped directory is what the command writes now.
+    let shipped = root().join("compose").join(name);
+    for f in std::fs::read_dir(&out).unwrap() {
+        let f = f.unwrap().file_name().to_string_lossy().to_string();
+        if f == ".env" {
+            continue;
+        }
+        let want = std::fs::read_to_string(out.join(&f)).unwrap();
+        let have = std::fs::read_to_string(shipped.join(&f))
+            .unwrap_or_else(|e| panic!("compose/{name}/{f}: {e} (run pgchaos compose {name})"));
+        assert_eq!(
+            have, want,
+            "compose/{name}/{f} is stale: run pgchaos compose {name} --force"
+        );
+    }
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(out.join(".env")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, ".env must be private");
+    let env = env_file(&out);
+    let project = Project {
+        dir: out.clone(),
+        name: format!("pgchaos-test-{}-{name}", std::process::id()),
+    };
+    let o = project.compose(&["up", "-d"]);
+    assert!(o.status.success(), "up: {}", text(&o));
+    // Every service healthy.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ids = String::from_utf8_lossy(&project.compose(&["ps", "-q"]).stdout).to_string();
+        let states: Vec<String> = ids
+            .split_whitespace()
+            .map(|id| {
+                docker(&["inspect", "--format", "{{.State.Health.Status}}", id])
+                    .trim()
+                    .to_string()
+            })
+            .collect();
+        if !states.is_empty() && states.iter().all(|s| s == "healthy") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not healthy within 90 s: {states:?}\n{}",
+            text(&project.compose(&["logs", "--tail", "30"]))
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let pg = project.port("postgres", 5432);
+        let admin = connect(pg, "postgres", &env["POSTGRES_PASSWORD"]).await;
+        // No login without the password.
+        let mut c = tokio_postgres::Config::new();
+        c.host("127.0.0.1").port(pg).user("postgres").dbname("chaos");
+        c.connect_timeout(Duration::from_secs(5));
+        assert!(c.connect(tokio_postgres::NoTls).await.is_err(), "a login without the password");
+        let has_pooler = env.contains_key("PGCHAOS_PGBOUNCER_IMAGE");
+        let client_port = if has_pooler {
+            project.port("pgbouncer", 6432)
+        } else {
+            pg
+        };
+        let client = connect(client_port, "chaos", &env["CHAOS_PASSWORD"]).await;
+        let row = client
+            .query_one(
+                "SELECT pg_backend_pid(), (SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()), \
+                 pg_advisory_lock(42)::text, current_setting('lock_timeout')",
+                &[],
+            )
+            .await
+            .unwrap();
+        let me: (i32, String) = (row.get(0), row.get(1));
+        let lock_timeout: String = row.get(3);
+        assert_eq!(lock_timeout, "1ms", "the client role's settings from the topology");
+        assert_eq!(holders(&admin).await, vec![me.clone()], "the holder, seen from outside");
+        drop(client);
+        // After the client leaves: transaction pooling keeps the backend, and its lock;
+        // session pooling resets it (DISCARD ALL); direct ends the backend.
+        let mode = std::fs::read_to_string(out.join("pgbouncer.ini"))
+            .ok()
+            .and_then(|ini| {
+                ini.lines()
+                    .find_map(|l| l.strip_prefix("pool_mode = ").map(str::to_string))
+            });
+        let keeps = mode.as_deref() == Some("transaction");
+        let until = Instant::now() + Duration::from_secs(if keeps { 2 } else { 10 });
+        loop {
+            let h = holders(&admin).await;
+            if keeps {
+                assert_eq!(h, vec![me.clone()], "the lock outlives its client on the same backend");
+                if Instant::now() > until {
+                    break;
+                }
+            } else if h.is_empty() {
+                break;
+            } else {
+                assert!(Instant::now() < until, "the lock outlived a session client: {h:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let yml = std::fs::read_to_string(out.join("docker-compose.yml")).unwrap();
+        if yml.contains("  standby:") {
+            let sb = connect(project.port("standby", 5432), "postgres", &env["POSTGRES_PASSWORD"]).await;
+            let r = sb
+                .query_one("SELECT pg_is_in_recovery(), (SELECT status FROM pg_stat_wal_receiver)", &[])
+                .await
+                .unwrap();
+            assert!(r.get::<_, bool>(0));
+            assert_eq!(r.get::<_, Option<String>>(1).as_deref(), Some("streaming"));
+            admin
+                .batch_execute("CREATE TABLE IF NOT EXISTS replicated (x int); INSERT INTO replicated VALUES (7)")
+                .await
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let n = sb
+                    .query_opt("SELECT count(*) FROM replicated", &[])
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|r| r.get::<_, i64>(0));
+                if n == Some(1) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the standby never saw the row");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    drop(project);
+    let p = Project {
+        dir: out.clone(),
+        name: format!("pgchaos-test-{}-{name}", std::process::id()),
+    };
+    let left = p.left();
+    std::mem::forget(p);
+    assert_eq!(
+        left,
+        (String::new(), String::new(), String::new()),
+        "left behind"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn compose_transaction_mode_keeps_the_lock_on_the_backend_after_its_client() {
+    compose_case("transaction-mode");
+}
+
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn compose_session_mode_resets_the_backend_when_its_client_leaves() {
+    compose_case("session-mode");
+}
+
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn compose_failover_streams_to_a_standby() {
+    compose_case("failover");
+}
+
+#[test]
+fn compose_refuses_an_application_pool_an_unknown_topology_and_a_missing_docker() {
+    let out = tmp("compose-bad");
+    let o = pgchaos(&["compose", "app-pool-pinned", "--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("app_pool"), "{}", text(&o));
+    let o = pgchaos(&[
+        "compose",
+        "no-such-topology",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no-such-topology"), "{}", text(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_pgchaos"))
+        .args([
+            "compose",
+            "transaction-mode",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .current_dir(root())
+        .env("PGCHAOS_QUIET", "1")
+        .env("PGCHAOS_DOCKER", "/nonexistent/docker")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("/nonexistent/docker` was not found"),
+        "{}",
+        text(&o)
+    );
+    // Nothing half-written.
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(&out);
+}
