@@ -69,7 +69,8 @@ images *NAMES: build
 compose NAME *ARGS: build
     {{bin}} compose {{NAME}} {{ARGS}}
 
-# The Docker tests (harness/tests/docker.rs): images, the shipped compose directories.
+# The Docker tests: images, the shipped compose directories, launcher docker's verdicts and
+# leftovers (harness/tests/docker.rs), the fault scenarios in containers (scenarios.rs, docker_*).
 # Needs a running Docker engine and docker-compose; fails, never skips, without them.
 test-docker: build
     #!/usr/bin/env bash
@@ -82,8 +83,9 @@ test-docker: build
         echo "test-docker: docker-compose is not on PATH (Debian: apt-get install docker-compose)" >&2
         exit 1
     fi
-    {{bin}} provision transaction-mode session-mode failover
+    {{bin}} provision transaction-mode session-mode failover session-mode-faults transaction-mode-faults
     cargo test --release --test docker -- --include-ignored --test-threads 1
+    cargo test --release --test scenarios -- --ignored docker_ --test-threads 1
 
 # The test suite: unit tests, then real-server tests (provisions servers and chromium first).
 test: build browser

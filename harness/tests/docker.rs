@@ -454,3 +454,128 @@ fn compose_refuses_an_application_pool_an_unknown_topology_and_a_missing_docker(
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Every container and network any docker run left (label `pgchaos.run`).
+fn run_leftovers() -> (String, String) {
+    (
+        docker(&["ps", "-aq", "--filter", "label=pgchaos.run"]),
+        docker(&["network", "ls", "-q", "--filter", "label=pgchaos.run"]),
+    )
+}
+
+fn verdicts(results: &serde_json::Value) -> BTreeMap<String, String> {
+    results["invariants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap().to_string(),
+                i["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn chaos_results(name: &str, seed: &str, launcher: &str, out: &Path) -> serde_json::Value {
+    let o = pgchaos(&[
+        "chaos",
+        name,
+        "--seed",
+        seed,
+        "--cases",
+        "64",
+        "--launcher",
+        launcher,
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{name} {launcher}:\n{}", text(&o));
+    let dir = out.join(name).join("latest").canonicalize().unwrap();
+    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
+}
+
+/// The same topology and seed, native and in containers: each meets its `expect` (exit 0),
+/// neither has a `pg.*` violation, and every invariant has the same verdict. The fault
+/// topology runs PgBouncer's and PostgreSQL's faults on containers.
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn docker_runs_give_the_native_verdicts() {
+    let _s = serial();
+    let out = tmp("docker-verdicts");
+    for name in [
+        "transaction-mode",
+        "session-mode",
+        "transaction-mode-faults",
+    ] {
+        let native = chaos_results(name, "1", "native", &out.join("native"));
+        let docker = chaos_results(name, "1", "docker", &out.join("docker"));
+        assert_eq!(
+            docker["launcher"], "docker",
+            "{name}: {}",
+            docker["launcher"]
+        );
+        for (inv, v) in verdicts(&docker) {
+            if inv.starts_with("pg.") {
+                assert_ne!(v, "violated", "{name} docker: {inv}");
+            }
+        }
+        assert_eq!(
+            verdicts(&native),
+            verdicts(&docker),
+            "{name}: native vs docker"
+        );
+        assert_eq!(
+            run_leftovers(),
+            (String::new(), String::new()),
+            "{name}: left behind"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// SIGKILL (and SIGTERM) of a pgchaos whose servers are containers: the reaper removes
+/// every container and the network of the run.
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn nothing_of_a_docker_run_outlives_a_killed_harness() {
+    let _s = serial();
+    for sig in ["KILL", "TERM"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pgchaos"))
+            .args(["up", "transaction-mode", "--launcher", "docker"])
+            .current_dir(root())
+            .env("PGCHAOS_QUIET", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Up: both containers running.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let n = docker(&["ps", "-q", "--filter", "label=pgchaos.run"])
+                .split_whitespace()
+                .count();
+            if n == 2 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the run's two containers never ran"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        run(Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]));
+        let _ = child.wait();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = run_leftovers();
+            if left == (String::new(), String::new()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "after SIG{sig}: left {left:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}

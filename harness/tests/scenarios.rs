@@ -17,6 +17,10 @@ fn root() -> PathBuf {
 }
 
 async fn replay(name: &str) {
+    replay_with(name, None).await
+}
+
+async fn replay_with(name: &str, launcher: Option<pgchaos::topology::LauncherKind>) {
     let path = root().join("scenarios").join(format!("{name}.yaml"));
     let case = CaseFile::load(&path).unwrap();
     let topology = Path::new(&case.topology)
@@ -25,7 +29,7 @@ async fn replay(name: &str) {
         .to_str()
         .unwrap()
         .to_string();
-    let cluster = common::launch(&topology).await;
+    let cluster = common::launch_with(&topology, launcher).await;
     let runner = Runner::new(&cluster).await.unwrap();
     let mut sink = Sink::new(std::time::Instant::now(), runner.check_context(), None);
     let meta = CaseMeta {
@@ -151,6 +155,38 @@ scenario! {
     fault_link_cut => "fault-link-cut",
     fault_link_blackhole => "fault-link-blackhole",
     fault_link_delay => "fault-link-delay",
+}
+
+/// The same scenarios with the servers in containers (`launcher: docker`): every kind the
+/// docker launcher runs, PgBouncer's faults as engine operations on its container (kill,
+/// pause by the cgroup freezer, SIGINT and start again), a backend signalled inside the
+/// PostgreSQL container. `just test-docker` runs them.
+macro_rules! docker_scenario {
+    ($($test:ident => $file:literal),* $(,)?) => {$(
+        #[tokio::test(flavor = "current_thread")]
+        #[ignore = "needs the Docker engine: just test-docker"]
+        async fn $test() {
+            replay_with($file, Some(pgchaos::topology::LauncherKind::Docker)).await;
+        }
+    )*};
+}
+
+docker_scenario! {
+    docker_session_lock_survives_rollback => "session-lock-survives-rollback",
+    docker_terminate_releases => "terminate-releases",
+    docker_handoff_transaction_mode => "handoff-transaction-mode",
+    docker_handoff_session_mode => "handoff-session-mode",
+    docker_fault_pooler_reconnect => "fault-pooler-reconnect",
+    docker_fault_pooler_pause => "fault-pooler-pause",
+    docker_fault_pooler_kill => "fault-pooler-kill",
+    docker_fault_pooler_reload => "fault-pooler-reload",
+    docker_fault_pooler_restart => "fault-pooler-restart",
+    docker_fault_pooler_crash => "fault-pooler-crash",
+    docker_fault_pooler_freeze => "fault-pooler-freeze",
+    docker_fault_pg_restart => "fault-pg-restart",
+    docker_fault_pg_crash => "fault-pg-crash",
+    docker_fault_backend_kill => "fault-backend-kill",
+    docker_fault_backend_freeze => "fault-backend-freeze",
 }
 
 #[test]

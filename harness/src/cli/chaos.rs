@@ -33,6 +33,9 @@ pub struct Args {
     out: PathBuf,
     #[arg(long)]
     strict_versions: bool,
+    /// Start the servers with this launcher instead of the topology's (`native`, `docker`).
+    #[arg(long, value_parser = super::parse_launcher)]
+    launcher: Option<crate::topology::LauncherKind>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -85,6 +88,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
         LaunchOptions {
             strict_versions: a.strict_versions,
             cpu,
+            launcher: a.launcher,
         },
     )
     .await?;

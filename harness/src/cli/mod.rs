@@ -255,6 +255,12 @@ async fn run(cli: Cli) -> Result<Exit> {
     }
 }
 
+/// `--launcher NAME`.
+fn parse_launcher(s: &str) -> std::result::Result<crate::topology::LauncherKind, String> {
+    crate::topology::LauncherKind::from_name(s)
+        .ok_or_else(|| format!("unknown launcher `{s}` (launchers: native, docker)"))
+}
+
 fn all_topologies() -> Result<Vec<String>> {
     let dir = topology::resolve("direct")
         .parent()

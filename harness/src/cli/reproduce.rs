@@ -29,6 +29,9 @@ pub struct Args {
     times: u32,
     #[arg(long)]
     strict_versions: bool,
+    /// Start the servers with this launcher instead of the topology's (`native`, `docker`).
+    #[arg(long, value_parser = super::parse_launcher)]
+    launcher: Option<crate::topology::LauncherKind>,
     /// Pin the harness and its servers to one CPU: `auto` (the one it runs on), `off`,
     /// or a CPU number. Default: PGCHAOS_CPU, else auto.
     #[arg(long)]
@@ -111,6 +114,7 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
         LaunchOptions {
             strict_versions: a.strict_versions,
             cpu,
+            launcher: a.launcher,
         },
     )
     .await?;

@@ -19,6 +19,9 @@ pub struct Args {
     json: bool,
     #[arg(long)]
     strict_versions: bool,
+    /// Start the servers with this launcher instead of the topology's (`native`, `docker`).
+    #[arg(long, value_parser = super::parse_launcher)]
+    launcher: Option<crate::topology::LauncherKind>,
 }
 
 pub async fn up(a: Args) -> Result<Exit> {
@@ -28,6 +31,7 @@ pub async fn up(a: Args) -> Result<Exit> {
         &topo,
         LaunchOptions {
             strict_versions: a.strict_versions,
+            launcher: a.launcher,
             ..Default::default()
         },
     )

@@ -96,8 +96,7 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
     y.push_str(&format!(
         "  postgres:\n    image: {img}\n    command: {command}\n    environment:\n      \
          POSTGRES_PASSWORD: {pw}\n      CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
-         - ./init-postgres.sql:/etc/pgchaos/init-postgres.sql:ro\n      \
-         - ./init-chaos.sql:/etc/pgchaos/init-chaos.sql:ro\n    ports:\n      \
+         - ./init.sql:/docker-entrypoint-initdb.d/init.sql:ro\n    ports:\n      \
          - \"127.0.0.1::{PG_PORT}\"\n{labels}{health}",
         img = need("PGCHAOS_POSTGRES_IMAGE"),
         pw = need("POSTGRES_PASSWORD"),
@@ -165,22 +164,27 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             secret: false,
         },
     );
-    let [role, db] = sql::create_role_and_database(CLIENT_ROLE, DB);
-    // Single-user mode: one statement (or a batch without CREATE DATABASE) per line.
     files.push(File {
-        name: "init-postgres.sql",
-        text: format!("{role}\n{db}\n{}\n", client_role_sql(t).replace('\n', " ")),
-        secret: false,
-    });
-    files.push(File {
-        name: "init-chaos.sql",
-        text: format!(
-            "SET ROLE {CLIENT_ROLE}; {}; RESET ROLE\n",
-            sql::migrations_setup()
-        ),
+        name: "init.sql",
+        text: init_sql(t),
         secret: false,
     });
     Ok(files)
+}
+
+/// The SQL a new cluster runs once (psql, as the superuser, in database `postgres`): the
+/// harness's role and database, the client role's settings from the topology, the
+/// migration record `migrate` writes. Passwords are set apart (the entrypoint's
+/// `CHAOS_PASSWORD`).
+pub fn init_sql(t: &Topology) -> String {
+    let [role, db] = sql::create_role_and_database(CLIENT_ROLE, DB);
+    format!(
+        "-- written by pgchaos for topology {name}\n{role};\n{db};\n{settings};\n\\connect {DB}\n\
+         SET ROLE {CLIENT_ROLE};\n{migrations};\nRESET ROLE;\n",
+        name = t.name,
+        settings = client_role_sql(t),
+        migrations = sql::migrations_setup(),
+    )
 }
 
 /// `.env`: the image references and fresh passwords (letters and digits only: the

@@ -1,15 +1,19 @@
 #!/bin/sh
-# pgchaos/postgres entrypoint (docs/containers.md). Runs as the image's postgres user.
-# PGCHAOS_ROLE=primary (default): a new data directory is made with initdb, the superuser's
-# password from POSTGRES_PASSWORD, TCP behind SCRAM; /etc/pgchaos/init-postgres.sql and
-# /etc/pgchaos/init-chaos.sql, when mounted, run in single-user mode (any error stops the
-# container), then CHAOS_PASSWORD becomes the chaos role's password.
-# PGCHAOS_ROLE=standby: the data directory is a pg_basebackup of PRIMARY_HOST.
-# Arguments are passed to postgres (-c name=value ...).
+# pgchaos/postgres entrypoint (docs/containers.md). Runs as the image's postgres user and
+# keeps the official image's contract, so testcontainers' postgres module drives it as is:
+# POSTGRES_PASSWORD (required), POSTGRES_USER (only postgres), POSTGRES_DB, the files
+# /docker-entrypoint-initdb.d/*.sql run once by psql on a temporary server (its log on
+# stdout, the final server's on stderr: "database system is ready to accept connections"
+# appears on both), and arguments passed to postgres (-c name=value ...).
+# PGCHAOS_ROLE=standby: the data directory is a pg_basebackup of PRIMARY_HOST instead.
 set -eu
 PG=/usr/local/pgsql/bin
 : "${PGDATA:=/var/lib/postgresql/data}"
-: "${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD (pgchaos compose writes it to .env)}"
+: "${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD}"
+if [ "${POSTGRES_USER:-postgres}" != postgres ]; then
+    echo "POSTGRES_USER must be postgres in pgchaos images, not $POSTGRES_USER" >&2
+    exit 2
+fi
 umask 077
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
     case "${PGCHAOS_ROLE:-primary}" in
@@ -23,18 +27,21 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
             "host all all 0.0.0.0/0 scram-sha-256" \
             "host all all ::/0 scram-sha-256" \
             "host replication all 0.0.0.0/0 scram-sha-256" > "$PGDATA/pg_hba.conf"
-        single() {
-            "$PG/postgres" --single -D "$PGDATA" -c exit_on_error=on "$1" >/dev/null
-        }
-        if [ -f /etc/pgchaos/init-postgres.sql ]; then
-            single postgres < /etc/pgchaos/init-postgres.sql
+        "$PG/pg_ctl" -D "$PGDATA" -w -t 60 \
+            -o "-c listen_addresses='' -c unix_socket_directories=/tmp" start 2>&1
+        if [ -n "${POSTGRES_DB:-}" ] && [ "$POSTGRES_DB" != postgres ]; then
+            "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h /tmp -U postgres -d postgres \
+                -c "CREATE DATABASE \"$POSTGRES_DB\""
         fi
+        for f in /docker-entrypoint-initdb.d/*.sql; do
+            [ -f "$f" ] || continue
+            "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h /tmp -U postgres -d postgres -f "$f"
+        done
         if [ -n "${CHAOS_PASSWORD:-}" ]; then
-            printf "ALTER ROLE chaos PASSWORD '%s'\n" "$CHAOS_PASSWORD" | single postgres
+            "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h /tmp -U postgres -d postgres \
+                -c "ALTER ROLE chaos PASSWORD '$CHAOS_PASSWORD'"
         fi
-        if [ -f /etc/pgchaos/init-chaos.sql ]; then
-            single chaos < /etc/pgchaos/init-chaos.sql
-        fi
+        "$PG/pg_ctl" -D "$PGDATA" -w -m fast stop >/dev/null
         ;;
     standby)
         PGPASSWORD=$POSTGRES_PASSWORD "$PG/pg_basebackup" -h "${PRIMARY_HOST:?set PRIMARY_HOST}" \

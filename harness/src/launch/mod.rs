@@ -11,6 +11,7 @@
 //! May import `vocab`, `topology`, `provision`, `pooler`, `sql`.
 
 pub mod cpu;
+pub mod docker;
 pub mod native;
 pub mod proxy;
 pub mod reaper;
@@ -93,6 +94,12 @@ pub trait Servers: Send {
     fn promote(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async { bail!("no standby in this topology") })
     }
+    /// Send `sig` to one PostgreSQL backend by the pid PostgreSQL reports for it; false
+    /// when it is not there. Native: a signal to the local process.
+    fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool> {
+        // SAFETY: a plain syscall on a pid of the run's postmaster.
+        Ok(unsafe { libc::kill(pid, sig) == 0 })
+    }
     /// The link proxy between the pooler and PostgreSQL, when the topology faults that link.
     fn link(&self) -> Option<&proxy::Proxy> {
         None
@@ -137,6 +144,9 @@ pub struct Cluster {
     pub servers: tokio::sync::Mutex<Box<dyn Servers>>,
     /// Whether the servers run on this host (their pids can be watched in /proc).
     pub local: bool,
+    /// The harness reaches the servers over Unix sockets in the run directory (native);
+    /// otherwise over loopback TCP with the run's passwords (containers).
+    pub unix_sockets: bool,
 }
 
 impl Cluster {
@@ -168,7 +178,7 @@ impl Cluster {
 
     fn config(&self, unix: bool, port: u16, user: &str, db: &str, app: &str) -> Config {
         let mut c = Config::new();
-        if unix {
+        if unix && self.unix_sockets {
             c.host_path(&self.run_dir);
         } else {
             c.host("127.0.0.1");
@@ -266,6 +276,11 @@ impl Cluster {
         self.servers.lock().await.control(which, what)
     }
 
+    /// Signal one backend (see [`Servers::signal_backend`]).
+    pub async fn signal_backend(&self, pid: i32, sig: i32) -> Result<bool> {
+        self.servers.lock().await.signal_backend(pid, sig)
+    }
+
     pub async fn restart(&self, which: Which) -> Result<()> {
         self.servers.lock().await.restart(which).await
     }
@@ -303,6 +318,8 @@ pub struct LaunchOptions {
     pub strict_versions: bool,
     /// Where a sequential run executes (see [`cpu`]).
     pub cpu: cpu::CpuChoice,
+    /// Overrides the topology's `launcher:` (`--launcher`).
+    pub launcher: Option<crate::topology::LauncherKind>,
 }
 
 impl Default for LaunchOptions {
@@ -310,17 +327,26 @@ impl Default for LaunchOptions {
         LaunchOptions {
             strict_versions: false,
             cpu: cpu::CpuChoice::Off,
+            launcher: None,
         }
     }
 }
 
 /// Obtain the binaries a topology needs (provisioning what is missing), place the harness
 /// thread per `opts.cpu` (after provisioning: a build uses every CPU; before the servers
-/// start, so they inherit it), and launch natively.
+/// start, so they inherit it), and launch with the topology's launcher (or `opts.launcher`).
 pub async fn launch(topology: &Topology, opts: LaunchOptions) -> Result<Cluster> {
     let (pg, bouncer) = provision::binaries(topology, opts.strict_versions)?;
-    let pinned = cpu::pin(opts.cpu)?;
-    let launcher = native::NativeLauncher::new(pg, bouncer);
+    let kind = opts.launcher.unwrap_or(topology.launcher);
+    let launcher: Box<dyn Launcher> = match kind {
+        crate::topology::LauncherKind::Native => Box::new(native::NativeLauncher::new(pg, bouncer)),
+        crate::topology::LauncherKind::Docker => Box::new(docker::DockerLauncher::new(pg, bouncer)),
+    };
+    let pinned = match kind {
+        crate::topology::LauncherKind::Native => cpu::pin(opts.cpu)?,
+        // The servers run in the engine's containers, not as this thread's children.
+        crate::topology::LauncherKind::Docker => None,
+    };
     let mut cluster = launcher.launch(topology).await?;
     cluster.pinned_cpu = pinned;
     Ok(cluster)

@@ -345,6 +345,7 @@ async fn launch(
         pinned_cpu: None,
         passwords: servers.passwords.clone(),
         local: servers.local(),
+        unix_sockets: true,
         servers: tokio::sync::Mutex::new(Box::new(servers)),
     })
 }

@@ -5,7 +5,8 @@
 //! harness stopped and reaped itself); when the pipe closes (the
 //! harness exited, crashed or was killed) it kills those process groups, waits for them to
 //! go, removes the System V segments the postmasters (primary and standby) registered in
-//! their `postmaster.pid`, and deletes the run directory. After a normal teardown there is nothing left for it to do.
+//! their `postmaster.pid`, removes a docker run's labelled containers and network, and
+//! deletes the run directory. After a normal teardown there is nothing left for it to do.
 //! It ignores SIGINT, SIGTERM and SIGHUP and runs in a session of its own, so a signal meant
 //! for the harness (or its process group) does not stop it before it has cleaned up.
 
@@ -19,6 +20,8 @@ const SCRIPT: &str = r#"
 trap '' INT TERM HUP
 dir=$1
 keep=$2
+label=$3
+docker=$4
 pids=
 while read -r pid; do
     case $pid in
@@ -48,6 +51,13 @@ for pidfile in "$dir/data/postmaster.pid" "$dir/standby/postmaster.pid"; do
     shmid=$(sed -n 7p "$pidfile" | awk '{print $2}')
     [ -n "$shmid" ] && ipcrm -m "$shmid" 2>/dev/null
 done
+# A docker run: every container and network labelled with the run.
+if [ -n "$label" ]; then
+    ids=$("$docker" ps -aq --filter "label=pgchaos.run=$label" 2>/dev/null)
+    [ -n "$ids" ] && "$docker" rm -f -v $ids >/dev/null 2>&1
+    nets=$("$docker" network ls -q --filter "label=pgchaos.run=$label" 2>/dev/null)
+    [ -n "$nets" ] && "$docker" network rm $nets >/dev/null 2>&1
+fi
 if [ "$keep" != 1 ]; then
     rm -rf "$dir" 2>/dev/null || { sleep 0.2; rm -rf "$dir" 2>/dev/null; }
 fi
@@ -64,12 +74,29 @@ impl Reaper {
     /// Start the reaper for `run_dir` (`keep`: leave the directory, as `PGCHAOS_KEEP_RUN_DIR`
     /// asks).
     pub fn spawn(run_dir: &Path, keep: bool) -> Result<Reaper> {
+        Self::spawn_inner(run_dir, keep, "", "")
+    }
+
+    /// The same for a docker run: also removes every container and network labelled
+    /// `pgchaos.run=<label>`, with the docker client `docker`.
+    pub fn spawn_with_docker(
+        run_dir: &Path,
+        keep: bool,
+        label: &str,
+        docker: &str,
+    ) -> Result<Reaper> {
+        Self::spawn_inner(run_dir, keep, label, docker)
+    }
+
+    fn spawn_inner(run_dir: &Path, keep: bool, label: &str, docker: &str) -> Result<Reaper> {
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(SCRIPT)
             .arg("pgchaos-reaper")
             .arg(run_dir)
             .arg(if keep { "1" } else { "0" })
+            .arg(label)
+            .arg(docker)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -72,13 +72,18 @@ pub struct Nemesis {
 
 impl Drop for Nemesis {
     fn drop(&mut self) {
+        // Local servers only: a container's frozen backend goes with its container.
+        if !self.local_processes {
+            return;
+        }
         for pid in self.frozen.get_mut().drain(..) {
             signal(pid, libc::SIGCONT);
         }
     }
 }
 
-fn signal(pid: i32, sig: i32) -> bool {
+/// Signal a local process (a backend of the run's postmaster).
+pub fn signal(pid: i32, sig: i32) -> bool {
     // SAFETY: a plain syscall on a pid the run owns (a backend of its postmaster).
     unsafe { libc::kill(pid, sig) == 0 }
 }
@@ -140,11 +145,10 @@ impl Nemesis {
         // The target by identity: a pid alone may be a zombie or, later, another backend.
         let backend_pid = async || -> Result<Option<i32>> {
             let t = target.ok_or_else(|| anyhow::anyhow!("`{op}` needs a target backend"))?;
-            if !self.local_processes {
-                bail!("`{op}` signals a backend process, and these servers are not local");
-            }
             let present = self.rows(&sql::backend_present(t.pid, t.start_us)).await?;
-            Ok((!present.is_empty() && process_running(t.pid)).then_some(t.pid))
+            // With local servers the process is checked too (a zombie is no target).
+            let running = !self.local_processes || process_running(t.pid);
+            Ok((!present.is_empty() && running).then_some(t.pid))
         };
         match op {
             Op::PoolerPause => {
@@ -211,7 +215,7 @@ impl Nemesis {
                 let Some(pid) = backend_pid().await? else {
                     return Ok(Reply::Bool { value: false });
                 };
-                if !signal(pid, libc::SIGKILL) {
+                if !cluster.signal_backend(pid, libc::SIGKILL).await? {
                     return Ok(Reply::Bool { value: false });
                 }
                 // The postmaster ends every other backend and recovers; wait until it has
@@ -234,12 +238,12 @@ impl Nemesis {
                 let Some(pid) = backend_pid().await? else {
                     return Ok(Reply::Bool { value: false });
                 };
-                if !signal(pid, libc::SIGSTOP) {
+                if !cluster.signal_backend(pid, libc::SIGSTOP).await? {
                     return Ok(Reply::Bool { value: false });
                 }
                 self.frozen.borrow_mut().push(pid);
                 tokio::time::sleep(hold).await;
-                signal(pid, libc::SIGCONT);
+                cluster.signal_backend(pid, libc::SIGCONT).await?;
                 self.frozen.borrow_mut().retain(|p| *p != pid);
             }
             _ => bail!("`{op}` is not a fault of the servers"),

@@ -207,6 +207,7 @@ mod tests {
             topology_file: format!("topologies/{name}.yaml"),
             pooler: "pgbouncer".into(),
             pool_mode: Some("transaction".into()),
+            launcher: "native".into(),
             versions: VersionsOut {
                 postgres: "18.6".into(),
                 postgres_declared: "18.6".into(),

@@ -18,6 +18,9 @@ pub struct Results {
     #[serde(default)]
     pub pooler: String,
     pub pool_mode: Option<String>,
+    /// The launcher that started the servers (`native`, `docker`).
+    #[serde(default)]
+    pub launcher: String,
     pub versions: VersionsOut,
     pub version_drift: Vec<String>,
     pub cpu: CpuOut,
@@ -184,6 +187,7 @@ impl Results {
             topology_file: header.topology_file.clone(),
             pooler: header.pooler.clone(),
             pool_mode: header.rules.mode.map(|m| m.as_str().to_string()),
+            launcher: header.launcher.clone(),
             versions: VersionsOut {
                 postgres: v.postgres.clone(),
                 postgres_declared: v.postgres_declared.clone(),

@@ -396,6 +396,32 @@ impl Cx<'_> {
             None
         };
 
+        let launcher = if is_given(&raw.launcher) {
+            let s = self.string(
+                &raw.launcher,
+                "launcher",
+                &["launcher: native", "launcher: docker"],
+            )?;
+            match LauncherKind::from_name(&s) {
+                Some(k) => k,
+                None => {
+                    let mut hints = Vec::new();
+                    let close = close_matches(&s, LauncherKind::ALL.iter().map(|k| k.as_str()));
+                    if !close.is_empty() {
+                        hints.push(did_you_mean(&close));
+                    }
+                    hints.push("launchers: native, docker".into());
+                    return Err(self.err(
+                        &raw.launcher.referenced,
+                        format!("unknown launcher `{s}`"),
+                        hints,
+                    ));
+                }
+            }
+        } else {
+            LauncherKind::Native
+        };
+
         const PG_EXAMPLE: &str = "postgres: { version: \"18.6\" }";
         let (postgres, pg_settings) = match &raw.postgres.value {
             Some(pg) => self.postgres(pg, &raw.postgres.referenced)?,
@@ -544,6 +570,7 @@ impl Cx<'_> {
         Ok(Topology {
             name,
             description,
+            launcher,
             postgres,
             pgbouncer: pgbouncer.map(|(spec, _)| spec),
             app_pool,

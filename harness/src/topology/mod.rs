@@ -52,6 +52,8 @@ pub struct Topology {
     /// `[a-z0-9-]+`; used in reports.
     pub name: String,
     pub description: Option<String>,
+    /// Where the servers run: local processes (default) or containers.
+    pub launcher: LauncherKind,
     pub postgres: PostgresSpec,
     /// `None`: clients connect straight to PostgreSQL.
     pub pgbouncer: Option<PgbouncerSpec>,
@@ -73,6 +75,31 @@ pub struct Topology {
     /// The file's text as read (a run directory keeps a copy, so `analyze` re-checks a run
     /// against the topology it ran, not against a file edited since).
     pub text: String,
+}
+
+/// How a topology's servers are started (`launcher:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LauncherKind {
+    /// Local processes from the provisioned binaries.
+    #[default]
+    Native,
+    /// Containers of the images built from them (`launch/docker.rs`).
+    Docker,
+}
+
+impl LauncherKind {
+    pub const ALL: [LauncherKind; 2] = [LauncherKind::Native, LauncherKind::Docker];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LauncherKind::Native => "native",
+            LauncherKind::Docker => "docker",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<LauncherKind> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
 }
 
 /// The PostgreSQL server the harness starts.

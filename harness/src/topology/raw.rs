@@ -196,6 +196,8 @@ pub(super) struct RawTopology {
     pub(super) name: Leaf,
     #[serde(default = "absent")]
     pub(super) description: Leaf,
+    #[serde(default = "absent")]
+    pub(super) launcher: Leaf,
     #[serde(default = "absent_section")]
     pub(super) postgres: Section<RawPostgres>,
     #[serde(default = "absent_section")]

@@ -36,8 +36,16 @@ pub fn topology(name: &str) -> pgchaos::topology::Topology {
 /// Launch a topology by name through the harness's launcher (provisioned from the cache,
 /// not pinned).
 pub async fn launch(name: &str) -> Cluster {
+    launch_with(name, None).await
+}
+
+/// The same with another launcher than the topology's.
+pub async fn launch_with(name: &str, launcher: Option<pgchaos::topology::LauncherKind>) -> Cluster {
     let t = topology(name);
-    let opts = pgchaos::launch::LaunchOptions::default();
+    let opts = pgchaos::launch::LaunchOptions {
+        launcher,
+        ..Default::default()
+    };
     match tokio::time::timeout(LAUNCH, pgchaos::launch::launch(&t, opts)).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => panic!("launching topology {name}: {e:#}"),

@@ -1,3 +1,0 @@
-CREATE ROLE chaos LOGIN
-CREATE DATABASE chaos OWNER chaos
-ALTER ROLE chaos SET lock_timeout = '1ms'; ALTER ROLE chaos SET statement_timeout = '10001ms'; ALTER ROLE chaos SET idle_in_transaction_session_timeout = '0'; ALTER ROLE chaos SET DateStyle = 'ISO, MDY'; ALTER ROLE chaos SET application_name = 'pgchaos'

@@ -1,0 +1,8 @@
+-- written by pgchaos for topology transaction-mode
+CREATE ROLE chaos LOGIN;
+CREATE DATABASE chaos OWNER chaos;
+ALTER ROLE chaos SET lock_timeout = '1ms'; ALTER ROLE chaos SET statement_timeout = '10001ms'; ALTER ROLE chaos SET idle_in_transaction_session_timeout = '0'; ALTER ROLE chaos SET DateStyle = 'ISO, MDY'; ALTER ROLE chaos SET application_name = 'pgchaos';
+\connect chaos
+SET ROLE chaos;
+CREATE TABLE IF NOT EXISTS pgchaos_schema_migrations (version int NOT NULL, replica text NOT NULL, backend_pid int NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+RESET ROLE;

@@ -1,0 +1,606 @@
+//! `launcher: docker`: the topology's servers as containers of the images built here
+//! (`container::images`), started with testcontainers-modules (its postgres module with the
+//! local image name and tag; a generic image for PgBouncer) on one private network per run.
+//! PgBouncer reaches PostgreSQL by container name; the harness reaches both over TCP on
+//! ports published on 127.0.0.1 only, with the run's passwords (the same SCRAM rules as
+//! native). Process control is the engine's: stop, kill, pause (the cgroup freezer: every
+//! process of the container at once), unpause, SIGINT, start again on the same port.
+//!
+//! Every container and the network carry the label `pgchaos.run=<run id>`; the reaper
+//! removes whatever has it when the harness ends, SIGKILL included (testcontainers' own
+//! drop does not run then). A backend is signalled inside its container (`docker exec`,
+//! dash's `kill`). Not supported here, refused at launch: a standby (failover between
+//! containers is not built) and the link faults (the link proxy is a loopback process
+//! PgBouncer in a container cannot reach).
+
+use super::reaper::Reaper;
+use super::runtime::{self, write_private};
+use super::{
+    BoxFuture, CLIENT_ROLE, Cluster, Control, DB, Launcher, SUPERUSER, Servers, Which, connect,
+    simple_first,
+};
+use crate::container::{self, images};
+use crate::pooler::{self, ConfigContext, Pooler};
+use crate::provision::{BouncerBinary, PgBinaries};
+use crate::sql;
+use crate::topology::Topology;
+use crate::vocab::Versions;
+use anyhow::{Context, Result, anyhow, bail};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use testcontainers_modules::postgres::Postgres;
+use testcontainers_modules::testcontainers::core::{IntoContainerPort, Mount, WaitFor};
+use testcontainers_modules::testcontainers::runners::AsyncRunner;
+use testcontainers_modules::testcontainers::{GenericImage, ImageExt};
+use tokio_postgres::Config;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The label every container and network of a run carries.
+pub const RUN_LABEL: &str = "pgchaos.run";
+
+/// Launches servers as containers.
+pub struct DockerLauncher {
+    pg: PgBinaries,
+    bouncer: Option<BouncerBinary>,
+}
+
+impl DockerLauncher {
+    pub fn new(pg: PgBinaries, bouncer: Option<BouncerBinary>) -> DockerLauncher {
+        DockerLauncher { pg, bouncer }
+    }
+}
+
+impl Launcher for DockerLauncher {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn launch<'a>(&'a self, topology: &'a Topology) -> BoxFuture<'a, Result<Cluster>> {
+        Box::pin(launch(topology, &self.pg, self.bouncer.as_ref()))
+    }
+}
+
+/// Why a topology cannot run in containers, if it cannot.
+pub fn unsupported(t: &Topology) -> Option<String> {
+    if t.postgres.standby {
+        return Some("postgres.standby (failover between containers is not built yet)".into());
+    }
+    if t.app_pool.is_some() {
+        return None;
+    }
+    let link: Vec<String> = t
+        .faults
+        .kinds
+        .keys()
+        .filter(|op| crate::vocab::fault::needs_link(**op))
+        .map(|op| op.to_string())
+        .collect();
+    if !link.is_empty() {
+        return Some(format!(
+            "the link faults {} (the link proxy is a loopback process of the harness)",
+            link.join(", ")
+        ));
+    }
+    None
+}
+
+struct Node {
+    /// testcontainers' handle; taken and forgotten at shutdown, after the engine removed
+    /// the container (its drop needs a runtime that may be gone by then).
+    handle: Option<Box<dyn std::any::Any + Send>>,
+    id: String,
+    name: String,
+}
+
+struct DockerServers {
+    run_dir: PathBuf,
+    run_id: String,
+    network: String,
+    pg: Option<Node>,
+    pooler: Option<Node>,
+    pg_port: u16,
+    pooler_port: Option<u16>,
+    passwords: Vec<(String, String)>,
+    pooler_kind: Box<dyn Pooler>,
+    reaper: Option<Reaper>,
+    down: bool,
+}
+
+fn tcp(port: u16, user: &str, password: &str, db: &str) -> Config {
+    let mut c = Config::new();
+    c.host("127.0.0.1")
+        .port(port)
+        .user(user)
+        .password(password)
+        .dbname(db)
+        .connect_timeout(super::IO_TIMEOUT)
+        .application_name("pgchaos");
+    c
+}
+
+async fn launch(
+    topology: &Topology,
+    pg: &PgBinaries,
+    bouncer: Option<&BouncerBinary>,
+) -> Result<Cluster> {
+    let t0 = Instant::now();
+    if let Some(why) = unsupported(topology) {
+        bail!(
+            "{}: launcher docker cannot run {why}; use launcher native",
+            topology.source.display()
+        );
+    }
+    let imgs = images::ensure(pg, bouncer)?;
+    let run_dir = runtime::make_run_dir(None)?;
+    let run_id = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .ok_or_else(|| anyhow!("{}: no name", run_dir.display()))?;
+    let keep = std::env::var_os("PGCHAOS_KEEP_RUN_DIR").is_some();
+    let network = format!("pgchaos-{run_id}");
+    let mut servers = DockerServers {
+        run_dir: run_dir.clone(),
+        run_id: run_id.clone(),
+        network: network.clone(),
+        pg: None,
+        pooler: None,
+        pg_port: 0,
+        pooler_port: None,
+        passwords: vec![
+            (SUPERUSER.to_string(), super::native::random_password()),
+            (CLIENT_ROLE.to_string(), super::native::random_password()),
+        ],
+        pooler_kind: pooler::for_topology(topology),
+        reaper: None,
+        down: false,
+    };
+    // From here on the reaper removes the run's containers and network however we end.
+    servers.reaper = Some(Reaper::spawn_with_docker(
+        &run_dir,
+        keep,
+        &run_id,
+        &container::docker_program(),
+    )?);
+    container::docker(&[
+        "network",
+        "create",
+        "--label",
+        &format!("{RUN_LABEL}={run_id}"),
+        &network,
+    ])
+    .context("creating the run's network")?;
+    servers
+        .start_postgres(topology, &imgs.postgres.reference)
+        .await?;
+    if let Some(b) = &imgs.pgbouncer {
+        servers.start_pooler(topology, &b.reference).await?;
+        let admin = servers.admin_config().expect("a pooler with a console");
+        super::verify_pooler_config(
+            servers.pooler_kind.as_ref(),
+            &admin,
+            &topology.name,
+            "at launch",
+            None,
+        )
+        .await?;
+    }
+    let mut versions = Versions {
+        postgres_declared: topology.postgres.version.clone(),
+        pgbouncer_declared: topology.pgbouncer.as_ref().map(|b| b.version.clone()),
+        version_drift: bouncer.and_then(|b| b.drift.clone()).into_iter().collect(),
+        ..Default::default()
+    };
+    servers.read_versions(&mut versions).await?;
+    servers.write_credentials()?;
+    Ok(Cluster {
+        topology: topology.clone(),
+        pooler: pooler::for_topology(topology),
+        launcher: "docker",
+        pg_bin_dir: pg.bin_dir.clone(),
+        run_dir,
+        pg_port: servers.pg_port,
+        primary_port: std::sync::atomic::AtomicU16::new(servers.pg_port),
+        pooler_port: servers.pooler_port,
+        versions,
+        ready_ms: t0.elapsed().as_millis(),
+        pinned_cpu: None,
+        passwords: servers.passwords.clone(),
+        local: false,
+        unix_sockets: false,
+        servers: tokio::sync::Mutex::new(Box::new(servers)),
+    })
+}
+
+impl DockerServers {
+    fn password(&self, role: &str) -> &str {
+        self.passwords
+            .iter()
+            .find(|(r, _)| r == role)
+            .map(|(_, p)| p.as_str())
+            .unwrap_or_default()
+    }
+
+    fn admin_config(&self) -> Option<Config> {
+        let db = self.pooler_kind.admin_database()?;
+        Some(tcp(
+            self.pooler_port?,
+            SUPERUSER,
+            self.password(SUPERUSER),
+            db,
+        ))
+    }
+
+    fn name(&self, which: &str) -> String {
+        format!("pgchaos-{}-{which}", self.run_id)
+    }
+
+    async fn start_postgres(&mut self, t: &Topology, reference: &str) -> Result<()> {
+        let (repo, tag) = reference
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow!("image reference {reference} has no tag"))?;
+        let port = free_port()?;
+        let name = self.name("postgres");
+        let mut args: Vec<String> = Vec::new();
+        for (k, v) in super::native::SPEED_SETTINGS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain(t.postgres.settings.clone())
+        {
+            args.push("-c".into());
+            args.push(format!("{k}={v}"));
+        }
+        let image = Postgres::default()
+            .with_password(self.password(SUPERUSER))
+            .with_init_sql(crate::container::compose::init_sql(t).into_bytes());
+        let request = image
+            .with_name(repo)
+            .with_tag(tag)
+            .with_cmd(args)
+            .with_env_var("CHAOS_PASSWORD", self.password(CLIENT_ROLE))
+            .with_container_name(&name)
+            .with_network(&self.network)
+            .with_label(RUN_LABEL, &self.run_id)
+            .with_mapped_port(port, 5432.tcp())
+            .with_host_config_modifier(loopback_only)
+            .with_startup_timeout(READY_TIMEOUT);
+        let c = request
+            .start()
+            .await
+            .with_context(|| format!("starting {reference} (container {name})"))?;
+        let id = c.id().to_string();
+        self.pg = Some(Node {
+            handle: Some(Box::new(c)),
+            id,
+            name,
+        });
+        self.pg_port = port;
+        self.wait_ready(Which::Postgres).await
+    }
+
+    async fn start_pooler(&mut self, t: &Topology, reference: &str) -> Result<()> {
+        let (repo, tag) = reference
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow!("image reference {reference} has no tag"))?;
+        let port = free_port()?;
+        let name = self.name("pgbouncer");
+        let pg_name = self.pg.as_ref().map(|n| n.name.clone()).unwrap_or_default();
+        let no_passwords: Vec<(String, String)> = Vec::new();
+        let cx = ConfigContext {
+            topology_name: &t.name,
+            run_dir: Path::new("/tmp"),
+            pg_port: 5432,
+            pg_host: Some(&pg_name),
+            listen_addr: "0.0.0.0",
+            listen_port: 6432,
+            database: DB,
+            superuser: SUPERUSER,
+            passwords: &no_passwords,
+        };
+        let ini = self
+            .pooler_kind
+            .config_files(&cx)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|f| f.is_main)
+            .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
+        // Mounted into the container: readable by its server user, nothing secret in it.
+        let conf = self.run_dir.join("pgbouncer-conf");
+        fs::create_dir_all(&conf).with_context(|| format!("{}: creating", conf.display()))?;
+        fs::set_permissions(&conf, fs::Permissions::from_mode(0o755))?;
+        let ini_path = conf.join("pgbouncer.ini");
+        fs::write(&ini_path, &ini.text)
+            .with_context(|| format!("{}: writing", ini_path.display()))?;
+        fs::set_permissions(&ini_path, fs::Permissions::from_mode(0o644))?;
+        let request = GenericImage::new(repo, tag)
+            .with_wait_for(WaitFor::Nothing)
+            .with_env_var("POSTGRES_PASSWORD", self.password(SUPERUSER))
+            .with_env_var("CHAOS_PASSWORD", self.password(CLIENT_ROLE))
+            .with_mount(Mount::bind_mount(
+                conf.to_string_lossy().to_string(),
+                "/etc/pgbouncer",
+            ))
+            .with_container_name(&name)
+            .with_network(&self.network)
+            .with_label(RUN_LABEL, &self.run_id)
+            .with_mapped_port(port, 6432.tcp())
+            .with_host_config_modifier(loopback_only)
+            .with_startup_timeout(READY_TIMEOUT);
+        let c = request
+            .start()
+            .await
+            .with_context(|| format!("starting {reference} (container {name})"))?;
+        let id = c.id().to_string();
+        self.pooler = Some(Node {
+            handle: Some(Box::new(c)),
+            id,
+            name,
+        });
+        self.pooler_port = Some(port);
+        self.wait_ready(Which::Pooler).await
+    }
+
+    fn config_for(&self, which: Which) -> Result<Config> {
+        match which {
+            Which::Postgres => Ok(tcp(self.pg_port, SUPERUSER, self.password(SUPERUSER), DB)),
+            Which::Pooler => self
+                .admin_config()
+                .ok_or_else(|| anyhow!("this topology has no pooler")),
+        }
+    }
+
+    async fn wait_ready(&self, which: Which) -> Result<()> {
+        let config = self.config_for(which)?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            match connect(&config).await {
+                Ok(c) => {
+                    let q = if which == Which::Postgres {
+                        "SELECT 1"
+                    } else {
+                        "SHOW VERSION"
+                    };
+                    if simple_first(&c, q).await.is_ok() {
+                        return Ok(());
+                    }
+                }
+                Err(e) if Instant::now() > deadline => {
+                    let node = self.node(which).map(|n| n.id.clone()).unwrap_or_default();
+                    let logs =
+                        container::docker(&["logs", "--tail", "15", &node]).unwrap_or_default();
+                    bail!(
+                        "{which:?} in container {node} did not answer within {} s: {e:#}\n  last lines of its log:\n{logs}",
+                        READY_TIMEOUT.as_secs()
+                    );
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn node(&self, which: Which) -> Option<&Node> {
+        match which {
+            Which::Postgres => self.pg.as_ref(),
+            Which::Pooler => self.pooler.as_ref(),
+        }
+    }
+
+    fn id(&self, which: Which) -> Result<String> {
+        self.node(which)
+            .map(|n| n.id.clone())
+            .ok_or_else(|| anyhow!("no {which:?} container in this run"))
+    }
+
+    async fn read_versions(&self, v: &mut Versions) -> Result<()> {
+        let pg = connect(&self.config_for(Which::Postgres)?).await?;
+        let full = simple_first(&pg, sql::VERSION).await?;
+        let mut pooler = None;
+        if let Some(admin) = self.admin_config() {
+            let admin = connect(&admin).await?;
+            let text = simple_first(&admin, sql::SHOW_VERSION).await?;
+            pooler = Some(text.trim_start_matches("PgBouncer").trim().to_string());
+        }
+        v.ran(&full, pooler.as_deref())
+    }
+
+    fn write_credentials(&self) -> Result<()> {
+        let mut text = String::from(
+            "# pgchaos: this run's logins over loopback TCP (containers; ports published on 127.0.0.1)\n",
+        );
+        for port in std::iter::once(self.pg_port).chain(self.pooler_port) {
+            for (role, pw) in &self.passwords {
+                text.push_str(&format!(
+                    "postgresql://{role}:{pw}@127.0.0.1:{port}/{DB}?sslmode=disable\n"
+                ));
+            }
+        }
+        write_private(&self.run_dir.join("credentials.txt"), &text, None)
+    }
+
+    /// Wait until the container has stopped; false after `within`.
+    fn wait_stopped(&self, id: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            match container::docker(&["inspect", "--format", "{{.State.Running}}", id]) {
+                Ok(s) if s.trim() == "false" => return true,
+                Err(_) => return true,
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+/// Publish every port on 127.0.0.1 only (testcontainers binds all interfaces otherwise).
+fn loopback_only(h: &mut testcontainers_modules::testcontainers::bollard::models::HostConfig) {
+    if let Some(bindings) = h.port_bindings.as_mut() {
+        for list in bindings.values_mut().flatten() {
+            for b in list.iter_mut() {
+                b.host_ip = Some("127.0.0.1".to_string());
+            }
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+impl Servers for DockerServers {
+    fn pids(&self) -> (Option<i32>, Option<i32>) {
+        (None, None)
+    }
+
+    fn local(&self) -> bool {
+        false
+    }
+
+    fn control(&mut self, which: Which, what: Control) -> Result<()> {
+        let id = self.id(which)?;
+        match what {
+            Control::Stop => {
+                container::docker(&["stop", "-t", "5", &id])?;
+            }
+            Control::Kill => {
+                container::docker(&["kill", &id])?;
+                self.wait_stopped(&id, Duration::from_secs(10));
+            }
+            Control::Pause => {
+                container::docker(&["pause", &id])?;
+            }
+            Control::Resume => {
+                container::docker(&["unpause", &id])?;
+            }
+            Control::Interrupt => {
+                container::docker(&["kill", "--signal", "INT", &id])?;
+                if !self.wait_stopped(&id, Duration::from_secs(5)) {
+                    container::docker(&["kill", &id])?;
+                    self.wait_stopped(&id, Duration::from_secs(10));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self, which: Which) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let id = self.id(which)?;
+            let running = container::docker(&["inspect", "--format", "{{.State.Running}}", &id])?;
+            if running.trim() == "true" {
+                // As native: PostgreSQL immediate shutdown (SIGQUIT), PgBouncer SIGINT.
+                let sig = match which {
+                    Which::Postgres => "QUIT",
+                    Which::Pooler => "INT",
+                };
+                container::docker(&["kill", "--signal", sig, &id])?;
+                if !self.wait_stopped(&id, Duration::from_secs(5)) {
+                    container::docker(&["kill", &id])?;
+                    self.wait_stopped(&id, Duration::from_secs(10));
+                }
+            }
+            container::docker(&["start", &id])?;
+            self.wait_ready(which).await
+        })
+    }
+
+    fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool> {
+        // The pid PostgreSQL reports is the container's own; dash's kill builtin, run as
+        // the server user, signals it inside the container.
+        let id = self.id(Which::Postgres)?;
+        let name = match sig {
+            libc::SIGKILL => "KILL",
+            libc::SIGSTOP => "STOP",
+            libc::SIGCONT => "CONT",
+            libc::SIGTERM => "TERM",
+            libc::SIGINT => "INT",
+            other => bail!("signal {other} to a backend in a container is not supported"),
+        };
+        let script = format!("kill -{name} {pid}");
+        Ok(container::docker(&["exec", &id, "/bin/sh", "-c", &script]).is_ok())
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        for which in [Which::Postgres, Which::Pooler] {
+            let Some(n) = self.node(which) else { continue };
+            let state = container::docker(&[
+                "inspect",
+                "--format",
+                "{{.State.Running}} {{.State.ExitCode}}",
+                &n.id,
+            ])?;
+            if !state.trim().starts_with("true") {
+                let logs = container::docker(&["logs", "--tail", "15", &n.id]).unwrap_or_default();
+                bail!(
+                    "{which:?} (container {}) died: {}\n  last lines of its log:\n{logs}",
+                    n.name,
+                    state.trim()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn save_logs(&self, dir: &Path) -> Result<()> {
+        fs::create_dir_all(dir).with_context(|| format!("{}: creating", dir.display()))?;
+        for (which, file) in [
+            (Which::Postgres, "postgres.log"),
+            (Which::Pooler, super::native::POOLER_LOG),
+        ] {
+            let Some(n) = self.node(which) else { continue };
+            let out = std::process::Command::new(container::docker_program())
+                .args(["logs", &n.id])
+                .output()
+                .with_context(|| format!("docker logs {}", n.id))?;
+            let mut text = out.stdout;
+            text.extend_from_slice(&out.stderr);
+            fs::write(dir.join(file), text)
+                .with_context(|| format!("{}: writing", dir.join(file).display()))?;
+        }
+        Ok(())
+    }
+
+    fn shutdown(&mut self) {
+        if self.down {
+            return;
+        }
+        self.down = true;
+        let ids: Vec<String> = [self.pg.as_ref(), self.pooler.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|n| n.id.clone())
+            .collect();
+        if !ids.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(ids.iter().map(String::as_str));
+            let _ = container::docker(&args);
+        }
+        let _ = container::docker(&["network", "rm", &self.network]);
+        for n in [self.pg.as_mut(), self.pooler.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(h) = n.handle.take() {
+                // Removed above; testcontainers' drop would ask the engine again from a
+                // runtime that may no longer exist.
+                std::mem::forget(h);
+            }
+        }
+        if let Some(mut r) = self.reaper.take() {
+            r.finish();
+        }
+        let keep = std::env::var_os("PGCHAOS_KEEP_RUN_DIR").is_some();
+        if !keep {
+            let _ = fs::remove_dir_all(&self.run_dir);
+        }
+    }
+}
+
+impl Drop for DockerServers {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
