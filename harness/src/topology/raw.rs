@@ -114,6 +114,7 @@ impl<'de> Deserialize<'de> for Node {
 pub(super) const TOP_KEYS: &[&str] = &[
     "name",
     "description",
+    "launcher",
     "postgres",
     "pgbouncer",
     "app_pool",

@@ -172,7 +172,7 @@ fn hints_say_what_is_valid() {
     assert!(
         e.hints()
             .iter()
-            .any(|h| h.contains("name, description, postgres, pgbouncer"))
+            .any(|h| h.contains("name, description, launcher, postgres, pgbouncer"))
     );
 
     let e = load_bad("unknown-pgbouncer-setting.yaml");
@@ -1515,4 +1515,19 @@ fn faults_beside_a_script_are_checked_but_not_drawn() {
             .contains("`pooler_reconnect` cannot be scripted yet"),
         "{e}"
     );
+}
+
+#[test]
+fn launcher_is_native_by_default_docker_when_named_and_a_typo_is_placed() {
+    let base = "name: t\npostgres: { version: \"18.6\" }\n";
+    assert_eq!(ok(base).launcher, LauncherKind::Native);
+    assert_eq!(
+        ok(&format!("{base}launcher: docker\n")).launcher,
+        LauncherKind::Docker
+    );
+    let e = err(&format!("{base}launcher: dockr\n"));
+    let text = e.to_string();
+    assert!(text.contains("unknown launcher `dockr`"), "{text}");
+    assert!(text.contains(":3:"), "line of the launcher key: {text}");
+    assert!(e.hints().iter().any(|h| h.contains("`docker`")), "{text}");
 }
