@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{pgchaos, root, text, tmp};
+use common::{latest, pgchaos, root, text, tmp};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,13 +15,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn latest(out: &Path, topology: &str) -> (PathBuf, Value) {
-    let dir = out.join(topology).join("latest").canonicalize().unwrap();
-    let v =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
-    (dir, v)
 }
 
 fn invariant<'a>(results: &'a Value, name: &str) -> &'a Value {

@@ -492,8 +492,7 @@ fn chaos_results(name: &str, seed: &str, launcher: &str, out: &Path) -> serde_js
         "--quiet",
     ]);
     assert_eq!(o.status.code(), Some(0), "{name} {launcher}:\n{}", text(&o));
-    let dir = out.join(name).join("latest").canonicalize().unwrap();
-    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
+    common::latest(out, name).1
 }
 
 /// The same topology and seed, native and in containers: each meets its `expect` (exit 0),

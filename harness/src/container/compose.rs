@@ -117,7 +117,7 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
         ));
     }
     let mut files = Vec::new();
-    if let Some(_b) = &t.pgbouncer {
+    if t.pgbouncer.is_some() {
         y.push_str(&format!(
             "  pgbouncer:\n    image: {img}\n    environment:\n      POSTGRES_PASSWORD: {pw}\n      \
              CHAOS_PASSWORD: {cpw}\n    volumes:\n      \

@@ -22,7 +22,6 @@ use super::{
 use crate::container::{self, images};
 use crate::pooler::{self, ConfigContext, Pooler};
 use crate::provision::{BouncerBinary, PgBinaries};
-use crate::sql;
 use crate::topology::Topology;
 use crate::vocab::Versions;
 use anyhow::{Context, Result, anyhow, bail};
@@ -67,9 +66,6 @@ pub fn unsupported(t: &Topology) -> Option<String> {
     if t.postgres.standby {
         return Some("postgres.standby (failover between containers is not built yet)".into());
     }
-    if t.app_pool.is_some() {
-        return None;
-    }
     let link: Vec<String> = t
         .faults
         .kinds
@@ -92,6 +88,26 @@ struct Node {
     handle: Option<Box<dyn std::any::Any + Send>>,
     id: String,
     name: String,
+}
+
+impl Node {
+    fn of<I: testcontainers_modules::testcontainers::Image + 'static>(
+        c: testcontainers_modules::testcontainers::ContainerAsync<I>,
+        name: String,
+    ) -> Node {
+        Node {
+            id: c.id().to_string(),
+            handle: Some(Box::new(c)),
+            name,
+        }
+    }
+}
+
+/// `repository:tag` -> both parts.
+fn split_reference(reference: &str) -> Result<(&str, &str)> {
+    reference
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("image reference {reference} has no tag"))
 }
 
 struct DockerServers {
@@ -237,10 +253,8 @@ impl DockerServers {
     }
 
     async fn start_postgres(&mut self, t: &Topology, reference: &str) -> Result<()> {
-        let (repo, tag) = reference
-            .rsplit_once(':')
-            .ok_or_else(|| anyhow!("image reference {reference} has no tag"))?;
-        let port = free_port()?;
+        let (repo, tag) = split_reference(reference)?;
+        let port = super::free_port()?;
         let name = self.name("postgres");
         let mut args: Vec<String> = Vec::new();
         for (k, v) in super::native::SPEED_SETTINGS
@@ -269,21 +283,14 @@ impl DockerServers {
             .start()
             .await
             .with_context(|| format!("starting {reference} (container {name})"))?;
-        let id = c.id().to_string();
-        self.pg = Some(Node {
-            handle: Some(Box::new(c)),
-            id,
-            name,
-        });
+        self.pg = Some(Node::of(c, name));
         self.pg_port = port;
         self.wait_ready(Which::Postgres).await
     }
 
     async fn start_pooler(&mut self, t: &Topology, reference: &str) -> Result<()> {
-        let (repo, tag) = reference
-            .rsplit_once(':')
-            .ok_or_else(|| anyhow!("image reference {reference} has no tag"))?;
-        let port = free_port()?;
+        let (repo, tag) = split_reference(reference)?;
+        let port = super::free_port()?;
         let name = self.name("pgbouncer");
         let pg_name = self.pg.as_ref().map(|n| n.name.clone()).unwrap_or_default();
         let no_passwords: Vec<(String, String)> = Vec::new();
@@ -331,12 +338,7 @@ impl DockerServers {
             .start()
             .await
             .with_context(|| format!("starting {reference} (container {name})"))?;
-        let id = c.id().to_string();
-        self.pooler = Some(Node {
-            handle: Some(Box::new(c)),
-            id,
-            name,
-        });
+        self.pooler = Some(Node::of(c, name));
         self.pooler_port = Some(port);
         self.wait_ready(Which::Pooler).await
     }
@@ -394,43 +396,25 @@ impl DockerServers {
     }
 
     async fn read_versions(&self, v: &mut Versions) -> Result<()> {
-        let pg = connect(&self.config_for(Which::Postgres)?).await?;
-        let full = simple_first(&pg, sql::VERSION).await?;
-        let mut pooler = None;
-        if let Some(admin) = self.admin_config() {
-            let admin = connect(&admin).await?;
-            let text = simple_first(&admin, sql::SHOW_VERSION).await?;
-            pooler = Some(text.trim_start_matches("PgBouncer").trim().to_string());
-        }
-        v.ran(&full, pooler.as_deref())
+        let pg = self.config_for(Which::Postgres)?;
+        super::read_versions(&pg, self.admin_config().as_ref(), v).await
     }
 
     fn write_credentials(&self) -> Result<()> {
-        let mut text = String::from(
-            "# pgchaos: this run's logins over loopback TCP (containers; ports published on 127.0.0.1)\n",
+        let ports: Vec<u16> = std::iter::once(self.pg_port)
+            .chain(self.pooler_port)
+            .collect();
+        let text = super::credentials(
+            "this run's logins over loopback TCP (containers; ports published on 127.0.0.1)",
+            &ports,
+            &self.passwords,
         );
-        for port in std::iter::once(self.pg_port).chain(self.pooler_port) {
-            for (role, pw) in &self.passwords {
-                text.push_str(&format!(
-                    "postgresql://{role}:{pw}@127.0.0.1:{port}/{DB}?sslmode=disable\n"
-                ));
-            }
-        }
         write_private(&self.run_dir.join("credentials.txt"), &text, None)
     }
 
-    /// Wait until the container has stopped; false after `within`.
+    /// Wait until the container has stopped (`docker wait`); false after `within`.
     fn wait_stopped(&self, id: &str, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            match container::docker(&["inspect", "--format", "{{.State.Running}}", id]) {
-                Ok(s) if s.trim() == "false" => return true,
-                Err(_) => return true,
-                _ => {}
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+        container::run(&container::docker_program(), &["wait", id], None, within).is_ok()
     }
 }
 
@@ -443,11 +427,6 @@ fn loopback_only(h: &mut testcontainers_modules::testcontainers::bollard::models
             }
         }
     }
-}
-
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
-    Ok(l.local_addr()?.port())
 }
 
 impl Servers for DockerServers {

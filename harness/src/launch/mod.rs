@@ -416,6 +416,40 @@ pub async fn verify_pooler_config(
     Err(anyhow!(msg))
 }
 
+/// The versions that ran: PostgreSQL's `version()` on `pg`, PgBouncer's SHOW VERSION on
+/// its admin console `admin` (when there is one).
+pub async fn read_versions(pg: &Config, admin: Option<&Config>, v: &mut Versions) -> Result<()> {
+    let pg = connect(pg).await?;
+    let full = simple_first(&pg, crate::sql::VERSION).await?;
+    let mut pooler = None;
+    if let Some(admin) = admin {
+        let admin = connect(admin).await?;
+        let text = simple_first(&admin, crate::sql::SHOW_VERSION).await?;
+        pooler = Some(text.trim_start_matches("PgBouncer").trim().to_string());
+    }
+    v.ran(&full, pooler.as_deref())
+}
+
+/// `credentials.txt`: every role's DSN over loopback TCP on each port (PostgreSQL's, then
+/// the pooler's), under a one-line `header`.
+pub fn credentials(header: &str, ports: &[u16], passwords: &[(String, String)]) -> String {
+    let mut text = format!("# pgchaos: {header}\n");
+    for port in ports {
+        for (role, pw) in passwords {
+            text.push_str(&format!(
+                "postgresql://{role}:{pw}@127.0.0.1:{port}/{DB}?sslmode=disable\n"
+            ));
+        }
+    }
+    text
+}
+
+/// A port free on loopback now (the server binds it moments later).
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
 /// Bound any future by [`IO_TIMEOUT`].
 pub async fn timed<T, E: Into<anyhow::Error>>(
     f: impl std::future::Future<Output = std::result::Result<T, E>>,

@@ -25,7 +25,7 @@ use super::reaper::Reaper;
 use super::runtime::{self, chown, write_private};
 use super::{
     BoxFuture, CLIENT_ROLE, Cluster, Control, DB, IO_TIMEOUT, Launcher, SUPERUSER, Servers,
-    Versions, Which, connect, simple_first, timed,
+    Versions, Which, connect, free_port, simple_first, timed,
 };
 use crate::pooler::{self, ConfigContext, Pooler};
 use crate::provision::{BouncerBinary, PgBinaries};
@@ -697,35 +697,24 @@ impl NativeServers {
     }
 
     async fn read_versions(&self, v: &mut Versions) -> Result<()> {
-        let pg = connect(&self.config(true, self.pg_port, SUPERUSER, DB)).await?;
-        let full = simple_first(&pg, sql::VERSION).await?;
-        let mut pooler = None;
-        if let (Some(port), Some(db)) = (self.pooler_port, self.pooler.admin_database()) {
-            let admin = connect(&self.config(true, port, SUPERUSER, db)).await?;
-            let text = simple_first(&admin, sql::SHOW_VERSION).await?;
-            pooler = Some(text.trim_start_matches("PgBouncer").trim().to_string());
-        }
-        v.ran(&full, pooler.as_deref())
+        let pg = self.config(true, self.pg_port, SUPERUSER, DB);
+        let admin = match (self.pooler_port, self.pooler.admin_database()) {
+            (Some(port), Some(db)) => Some(self.config(true, port, SUPERUSER, db)),
+            _ => None,
+        };
+        super::read_versions(&pg, admin.as_ref(), v).await
     }
 
     /// The run's DSNs with their passwords, for people and tools (mode 0600).
     fn write_credentials(&self) -> Result<()> {
-        let mut text = String::from(
-            "# pgchaos: this run's logins over loopback TCP (the Unix sockets here need none)\n",
+        let ports: Vec<u16> = std::iter::once(self.pg_port)
+            .chain(self.pooler_port)
+            .collect();
+        let text = super::credentials(
+            "this run's logins over loopback TCP (the Unix sockets here need none)",
+            &ports,
+            &self.passwords,
         );
-        for (role, pw) in &self.passwords {
-            text.push_str(&format!(
-                "postgresql://{role}:{pw}@127.0.0.1:{}/{DB}?sslmode=disable\n",
-                self.pg_port
-            ));
-        }
-        if let Some(port) = self.pooler_port {
-            for (role, pw) in &self.passwords {
-                text.push_str(&format!(
-                    "postgresql://{role}:{pw}@127.0.0.1:{port}/{DB}?sslmode=disable\n"
-                ));
-            }
-        }
         write_private(&self.run_dir.join("credentials.txt"), &text, None)
     }
 
@@ -1089,11 +1078,6 @@ fn bundled_library_path(pg_bin: &Path) -> Option<std::ffi::OsString> {
         path.push(old);
     }
     Some(path)
-}
-
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// `(uid, gid)` to run servers as, when we are root (postgres refuses to run as root).

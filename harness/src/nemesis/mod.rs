@@ -83,7 +83,7 @@ impl Drop for Nemesis {
 }
 
 /// Signal a local process (a backend of the run's postmaster).
-pub fn signal(pid: i32, sig: i32) -> bool {
+fn signal(pid: i32, sig: i32) -> bool {
     // SAFETY: a plain syscall on a pid the run owns (a backend of its postmaster).
     unsafe { libc::kill(pid, sig) == 0 }
 }

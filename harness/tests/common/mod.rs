@@ -501,3 +501,11 @@ pub fn tmp(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// The latest run of `topology` under `out` (`--out`): its directory and results.json.
+pub fn latest(out: &std::path::Path, topology: &str) -> (std::path::PathBuf, serde_json::Value) {
+    let dir = out.join(topology).join("latest").canonicalize().unwrap();
+    let v =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    (dir, v)
+}
