@@ -83,7 +83,13 @@ pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> 
         | Op::Promote
         | Op::LinkCut
         | Op::LinkBlackhole
-        | Op::LinkDelay => return None,
+        | Op::LinkDelay
+        | Op::HostFreezePooler
+        | Op::HostFreezePostgres
+        | Op::HostKillPooler
+        | Op::HostKillPostgres
+        | Op::HostRestartPooler
+        | Op::HostRestartPostgres => return None,
     })
 }
 

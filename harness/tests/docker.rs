@@ -534,6 +534,74 @@ fn docker_runs_give_the_native_verdicts() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The faults of whole hosts on containers: a sequential run of the topology that names all
+/// six meets its `expect` (exit 0), judges every case, has no `pg.*` violation, and its
+/// history shows the nemesis invoking every kind, each answered `ok`. Launcher native
+/// refuses the same topology at launch, naming the kinds.
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn host_faults_run_on_containers_and_native_refuses_them() {
+    use std::io::Read;
+    let _s = serial();
+    let name = "transaction-mode-host-faults";
+    let out = tmp("host-faults");
+    let r = chaos_results(name, "1", "docker", &out);
+    assert_eq!(r["launcher"], "docker");
+    assert_eq!(r["judged_cases"], r["cases"], "every case judged");
+    assert_eq!(r["cases"], 64);
+    for (inv, v) in verdicts(&r) {
+        if inv.starts_with("pg.") {
+            assert_eq!(v, "holds", "{inv}");
+        }
+    }
+    let (dir, _) = common::latest(&out, name);
+    let mut history = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(dir.join("history.jsonl.gz")).unwrap())
+        .read_to_string(&mut history)
+        .unwrap();
+    let events: Vec<serde_json::Value> = history
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for op in pgchaos::vocab::Op::FAULTS {
+        if pgchaos::vocab::fault::host(op).is_none() {
+            continue;
+        }
+        let invoked = events
+            .iter()
+            .filter(|e| e["type"] == "invoke" && e["p"] == "nemesis" && e["f"] == op.name())
+            .count();
+        assert!(invoked > 0, "{op}: never invoked in {}", dir.display());
+        let answered = events
+            .iter()
+            .filter(|e| e["type"] == "ok" && e["p"] == "nemesis" && e["f"] == op.name())
+            .filter(|e| e["value"]["kind"] == "ok")
+            .count();
+        assert_eq!(answered, invoked, "{op}: every invocation answered ok");
+    }
+    assert_eq!(
+        run_leftovers(),
+        (String::new(), String::new()),
+        "left behind"
+    );
+    let o = pgchaos(&[
+        "chaos",
+        name,
+        "--seed",
+        "1",
+        "--launcher",
+        "native",
+        "--quiet",
+    ]);
+    let err = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("launcher native cannot run the host faults host_freeze_pooler"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// SIGKILL (and SIGTERM) of a pgchaos whose servers are containers: the reaper removes
 /// every container and the network of the run.
 #[test]

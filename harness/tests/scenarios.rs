@@ -187,6 +187,13 @@ docker_scenario! {
     docker_fault_pg_crash => "fault-pg-crash",
     docker_fault_backend_kill => "fault-backend-kill",
     docker_fault_backend_freeze => "fault-backend-freeze",
+    // Faults of whole hosts: only containers have them (launcher native refuses them).
+    docker_host_freeze_pooler => "host-freeze-pooler",
+    docker_host_freeze_postgres => "host-freeze-postgres",
+    docker_host_kill_pooler => "host-kill-pooler",
+    docker_host_kill_postgres => "host-kill-postgres",
+    docker_host_restart_pooler => "host-restart-pooler",
+    docker_host_restart_postgres => "host-restart-postgres",
 }
 
 #[test]

@@ -767,7 +767,10 @@ impl<'e> Case<'e> {
         // It needs a server (a pooled one, a direct connection's backend, a pool connection).
         if let Some((down, fault)) = s.down {
             let blocks = match down {
-                Down::Pooler | Down::Paused | Down::Frozen => self.pooled(),
+                Down::Pooler | Down::Paused => self.pooled(),
+                // A frozen pooler or link stops pooled clients; a frozen PostgreSQL host (a
+                // fault that needs no pooler) stops every client.
+                Down::Frozen => self.pooled() || meaning(fault).is_some_and(|m| !m.needs_pooler),
                 Down::Postgres => true,
             };
             if blocks {

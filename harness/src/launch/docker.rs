@@ -9,7 +9,9 @@
 //! Every container and the network carry the label `pgchaos.run=<run id>`; the reaper
 //! removes whatever has it when the harness ends, SIGKILL included (testcontainers' own
 //! drop does not run then). A backend is signalled inside its container (`docker exec`,
-//! dash's `kill`). Not supported here, refused at launch: a standby (failover between
+//! dash's `kill`). The host faults (`vocab::fault::HOSTS`) are these controls on a whole
+//! container: pause and unpause, kill and start. Not supported here, refused at launch: a
+//! standby (failover between
 //! containers is not built) and the link faults (the link proxy is a loopback process
 //! PgBouncer in a container cannot reach).
 

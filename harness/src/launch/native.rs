@@ -254,12 +254,36 @@ struct NativeServers {
 }
 
 /// Start the topology's servers and wait until they answer.
+/// Why a topology cannot run as processes of this machine, if it cannot: the faults of
+/// whole hosts (a process here has no host of its own to freeze, kill or cut off).
+pub fn unsupported(t: &Topology) -> Option<String> {
+    let hosts: Vec<String> = t
+        .faults
+        .kinds
+        .keys()
+        .filter(|op| crate::vocab::fault::host(**op).is_some())
+        .map(|op| op.to_string())
+        .collect();
+    (!hosts.is_empty()).then(|| {
+        format!(
+            "the host faults {} (each server needs a host of its own)",
+            hosts.join(", ")
+        )
+    })
+}
+
 async fn launch(
     topology: &Topology,
     pg: &PgBinaries,
     bouncer: Option<&BouncerBinary>,
 ) -> Result<Cluster> {
     let t0 = Instant::now();
+    if let Some(why) = unsupported(topology) {
+        bail!(
+            "{}: launcher native cannot run {why}; use launcher docker",
+            topology.source.display()
+        );
+    }
     let os_user = unprivileged_user()?;
     if let Some((uid, _)) = os_user {
         runtime::remove_legacy_dsm(uid);

@@ -19,6 +19,7 @@ use crate::launch::proxy::LinkMode;
 use crate::launch::{Cluster, Control, DB, SUPERUSER, Which, connect, timed};
 use crate::observe::{backoff, process_running, until_accepted};
 use crate::sql;
+use crate::vocab::fault::{self, Down, Host, HostAction};
 use crate::vocab::{BackendId, Op, Reply};
 use anyhow::{Context, Result, bail};
 use std::time::{Duration, Instant};
@@ -246,12 +247,40 @@ impl Nemesis {
                 cluster.signal_backend(pid, libc::SIGCONT).await?;
                 self.frozen.borrow_mut().retain(|p| *p != pid);
             }
-            _ => bail!("`{op}` is not a fault of the servers"),
+            _ => {
+                let Some((host, action)) = fault::host(op) else {
+                    bail!("`{op}` is not a fault of the servers")
+                };
+                if cluster.local {
+                    bail!(
+                        "`{op}` needs each server on its own host (launcher: docker); \
+                         launcher native runs them as processes of this machine"
+                    );
+                }
+                let which = match host {
+                    Host::Pooler => Which::Pooler,
+                    Host::Postgres => Which::Postgres,
+                };
+                match action {
+                    HostAction::Freeze => {
+                        cluster.control(which, Control::Pause).await?;
+                        tokio::time::sleep(hold).await;
+                        cluster.control(which, Control::Resume).await?;
+                    }
+                    HostAction::Kill | HostAction::Restart => {
+                        cluster.control(which, Control::Kill).await?;
+                        if action == HostAction::Kill {
+                            tokio::time::sleep(hold).await;
+                        }
+                        // Started again (the host's filesystem kept), once it accepts.
+                        cluster.restart(which).await?;
+                    }
+                }
+            }
         }
-        if matches!(
-            op,
-            Op::PoolerReload | Op::PoolerRestart | Op::PoolerCrash | Op::Promote
-        ) {
+        // The pooler read its config again (started again, reloaded, repointed).
+        let pooler_started = fault::meaning(op).is_some_and(|m| m.down == Some(Down::Pooler));
+        if pooler_started || matches!(op, Op::PoolerReload | Op::Promote) {
             // The pooler read its config again (a promote repoints it by RELOAD): it must
             // still run what the topology declares, or the model predicts another pooler.
             cluster

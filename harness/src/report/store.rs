@@ -12,12 +12,16 @@ pub struct RunDir {
     tmp: PathBuf,
     final_dir: PathBuf,
     committed: bool,
+    /// `out_root/<topology>/` did not exist before this run: a run that fails before its
+    /// commit removes it too when nothing else is in it (nothing half-written).
+    made_parent: bool,
 }
 
 impl RunDir {
     /// A fresh temporary directory under `out_root/<topology>/`.
     pub fn create(out_root: &Path, topology: &str, seed: u64) -> Result<RunDir> {
         let parent = out_root.join(topology);
+        let made_parent = !parent.exists();
         fs::create_dir_all(&parent)
             .with_context(|| format!("{}: creating the report directory", parent.display()))?;
         remove_dead_tmp(&parent);
@@ -33,6 +37,7 @@ impl RunDir {
             tmp,
             final_dir,
             committed: false,
+            made_parent,
         })
     }
 
@@ -83,6 +88,10 @@ impl Drop for RunDir {
     fn drop(&mut self) {
         if !self.committed {
             let _ = fs::remove_dir_all(&self.tmp);
+            if self.made_parent {
+                // Only when empty: another run may have written beside this one since.
+                let _ = fs::remove_dir(&self.parent);
+            }
         }
     }
 }
@@ -120,6 +129,8 @@ mod tests {
         let tmp = d.path().to_path_buf();
         drop(d);
         assert!(!tmp.exists());
+        // The topology's folder it made is gone too: a refused run leaves no trace.
+        assert!(!root.join("t").exists());
         // A dead run's leftover is removed by the next run.
         let stale = root.join("t").join(".tmp-999999999-1");
         fs::create_dir_all(&stale).unwrap();

@@ -58,8 +58,8 @@ pub enum Down {
     Postgres,
     /// The pooler hands out no server; clients that need one wait (PAUSE, KILL until RESUME).
     Paused,
-    /// Nothing passes through the pooler or the link (a frozen pooler, a blackholed link):
-    /// statements that need it wait.
+    /// Nothing passes through the pooler, the link or PostgreSQL (a frozen pooler, a
+    /// blackholed link, a frozen PostgreSQL host): statements that need it wait.
     Frozen,
 }
 
@@ -99,6 +99,47 @@ pub fn needs_standby(op: Op) -> bool {
 /// starts the proxy when a topology's faults name one).
 pub fn needs_link(op: Op) -> bool {
     matches!(op, Op::LinkCut | Op::LinkBlackhole | Op::LinkDelay)
+}
+
+/// Which host a host fault acts on: the container PgBouncer runs in, or PostgreSQL's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Host {
+    Pooler,
+    Postgres,
+}
+
+/// What the engine does to a host (`launcher: docker`; a process on this machine has no
+/// host of its own, so the native launcher refuses these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostAction {
+    /// `docker pause` for `faults.hold`, then `docker unpause`: the cgroup freezer stops
+    /// every process of the host at once; sockets stay open, nothing is read or answered.
+    Freeze,
+    /// `docker kill` (PID 1 gets SIGKILL; the kernel ends the rest of its namespace), down
+    /// for `faults.hold`, then `docker start`: the host vanished and came back.
+    Kill,
+    /// `docker kill`, then `docker start` at once: a reboot.
+    Restart,
+}
+
+/// The host faults, one row each: the op, its host, what the engine does. What each means
+/// for the model is its row in [`meaning`], beside the process fault it equals where one
+/// does (a killed host is a SIGKILLed server whose every process is gone at once).
+pub const HOSTS: [(Op, Host, HostAction); 6] = [
+    (Op::HostFreezePooler, Host::Pooler, HostAction::Freeze),
+    (Op::HostFreezePostgres, Host::Postgres, HostAction::Freeze),
+    (Op::HostKillPooler, Host::Pooler, HostAction::Kill),
+    (Op::HostKillPostgres, Host::Postgres, HostAction::Kill),
+    (Op::HostRestartPooler, Host::Pooler, HostAction::Restart),
+    (Op::HostRestartPostgres, Host::Postgres, HostAction::Restart),
+];
+
+/// The host and the engine's action of a host fault (`None` for any other op).
+pub fn host(op: Op) -> Option<(Host, HostAction)> {
+    HOSTS
+        .iter()
+        .find(|(o, ..)| *o == op)
+        .map(|(_, h, a)| (*h, *a))
 }
 
 /// The meaning of a fault of the servers (`None` for any other op).
@@ -154,7 +195,9 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             false,
             true,
         ),
-        Op::PoolerCrash => m(
+        // A killed host's PgBouncer is a SIGKILLed one: the kernel closes its sockets, each
+        // backend reads the close and exits; clients are refused until it is started again.
+        Op::PoolerCrash | Op::HostKillPooler | Op::HostRestartPooler => m(
             E::All,
             W::Pooler,
             B::AllClients,
@@ -162,7 +205,7 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             false,
             true,
         ),
-        Op::PoolerFreeze => m(
+        Op::PoolerFreeze | Op::HostFreezePooler => m(
             E::Nothing,
             W::Nobody,
             B::Nothing,
@@ -178,7 +221,10 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             true,
             false,
         ),
-        Op::PgCrash => m(
+        // A killed host's PostgreSQL: every process gone at once (no backend answers, none
+        // writes its exit), crash recovery at start; PgBouncer learns of it when it next
+        // uses each server.
+        Op::PgCrash | Op::HostKillPostgres | Op::HostRestartPostgres => m(
             E::All,
             W::Postgres,
             B::OnEndedBackend,
@@ -195,6 +241,16 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             false,
         ),
         Op::BackendFreeze => m(E::Nothing, W::Nobody, B::Nothing, None, false, false),
+        // Every process of PostgreSQL frozen: nothing ends, and every statement that reaches
+        // it (pooled or direct, a new server's login too) waits for the thaw.
+        Op::HostFreezePostgres => m(
+            E::Nothing,
+            W::Nobody,
+            B::Nothing,
+            Some(D::Frozen),
+            false,
+            false,
+        ),
         // Advisory locks are not WAL-logged: the new primary holds none.
         Op::Promote => m(
             E::All,
@@ -250,6 +306,18 @@ mod tests {
             }
         }
         assert_eq!(meaning(Op::PoolerKill).unwrap().breaks, Breaks::AllClients);
+        // Every host fault has one row, and only they do; a host of PgBouncer's needs it.
+        for op in Op::FAULTS {
+            let rows = HOSTS.iter().filter(|(o, ..)| *o == op).count();
+            assert_eq!(rows, usize::from(op.name().starts_with("host_")), "{op}");
+            if let Some((h, _)) = host(op) {
+                assert_eq!(meaning(op).unwrap().needs_pooler, h == Host::Pooler, "{op}");
+                assert!(op.name().ends_with(match h {
+                    Host::Pooler => "_pooler",
+                    Host::Postgres => "_postgres",
+                }));
+            }
+        }
         assert_eq!(meaning(Op::PoolerReload).unwrap().ends, Ends::Nothing);
         // Who ends what agrees with what ends: a fault that ends nothing has nobody ending it,
         // and one that resets PostgreSQL is PostgreSQL's.

@@ -97,6 +97,21 @@ pub enum Op {
     LinkBlackhole,
     /// That link delayed by `faults.delay` each way for `faults.hold`.
     LinkDelay,
+    // Faults of whole hosts (`launcher: docker`: each server is its own container; what
+    // the engine does to it is `vocab::fault::host`).
+    /// PgBouncer's host frozen (`docker pause`: the cgroup freezer stops every process at
+    /// once) for `faults.hold`, then thawed.
+    HostFreezePooler,
+    /// PostgreSQL's host frozen for `faults.hold`: the postmaster and every backend at once.
+    HostFreezePostgres,
+    /// PgBouncer's host gone (`docker kill`) for `faults.hold`, then started again.
+    HostKillPooler,
+    /// PostgreSQL's host gone for `faults.hold`, then started again (crash recovery).
+    HostKillPostgres,
+    /// PgBouncer's host killed and started again at once (a reboot).
+    HostRestartPooler,
+    /// PostgreSQL's host killed and started again at once.
+    HostRestartPostgres,
 }
 
 impl Op {
@@ -124,7 +139,7 @@ impl Op {
     ];
 
     /// Faults of the servers a topology's `faults` section can weigh.
-    pub const FAULTS: [Op; 15] = [
+    pub const FAULTS: [Op; 21] = [
         Op::PoolerPause,
         Op::PoolerReconnect,
         Op::PoolerKill,
@@ -140,6 +155,12 @@ impl Op {
         Op::LinkCut,
         Op::LinkBlackhole,
         Op::LinkDelay,
+        Op::HostFreezePooler,
+        Op::HostFreezePostgres,
+        Op::HostKillPooler,
+        Op::HostKillPostgres,
+        Op::HostRestartPooler,
+        Op::HostRestartPostgres,
     ];
 
     /// A fault of the servers by its YAML name.
@@ -200,6 +221,12 @@ impl Op {
             Op::LinkCut => "link_cut",
             Op::LinkBlackhole => "link_blackhole",
             Op::LinkDelay => "link_delay",
+            Op::HostFreezePooler => "host_freeze_pooler",
+            Op::HostFreezePostgres => "host_freeze_postgres",
+            Op::HostKillPooler => "host_kill_pooler",
+            Op::HostKillPostgres => "host_kill_postgres",
+            Op::HostRestartPooler => "host_restart_pooler",
+            Op::HostRestartPostgres => "host_restart_postgres",
         }
     }
 
