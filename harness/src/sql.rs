@@ -89,7 +89,9 @@ pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> 
         | Op::HostKillPooler
         | Op::HostKillPostgres
         | Op::HostRestartPooler
-        | Op::HostRestartPostgres => return None,
+        | Op::HostRestartPostgres
+        | Op::PartitionPoolerPostgres
+        | Op::PartitionClientsPooler => return None,
     })
 }
 

@@ -194,6 +194,8 @@ docker_scenario! {
     docker_host_kill_postgres => "host-kill-postgres",
     docker_host_restart_pooler => "host-restart-pooler",
     docker_host_restart_postgres => "host-restart-postgres",
+    docker_partition_pooler_postgres => "partition-pooler-postgres",
+    docker_partition_clients_pooler => "partition-clients-pooler",
 }
 
 #[test]

@@ -1,14 +1,15 @@
 //! `pgchaos/postgres:<version>` and `pgchaos/pgbouncer:<version>`, built here from the
 //! provisioned binaries with no registry and no base image: a root filesystem of the
 //! binaries, every shared library `ldd` says they load (at the path it names), `/bin/sh`
-//! (the machine's dash, for the entrypoint), a passwd entry and the entrypoint, streamed
+//! (the machine's dash, for the entrypoint), a passwd entry and the entrypoint (PgBouncer's
+//! image also the machine's `nft`, for the partition faults), streamed
 //! as a tar archive into `docker import`. Why not debootstrap: it needs a Debian mirror at
 //! build time and takes minutes; the binaries' own libraries are all an image needs, and
 //! they are exactly the ones the native launcher runs with.
 //!
 //! Labels record the versions, the main binary's SHA-256 and one SHA-256 over every file,
 //! mode and owner of the image (`pgchaos.inputs`); an image is rebuilt only when that
-//! differs from the one already tagged.
+//! differs from the one already tagged, and the image it replaces is removed.
 
 use super::docker;
 use crate::provision::{BouncerBinary, PgBinaries};
@@ -302,6 +303,9 @@ fn postgres_plan(pg: &PgBinaries) -> Result<Plan> {
     Ok(plan)
 }
 
+/// The machine's nft, copied into the PgBouncer image.
+const NFT: &str = "/usr/sbin/nft";
+
 fn pgbouncer_plan(pg: &PgBinaries, b: &BouncerBinary) -> Result<Plan> {
     let mut plan = Plan::new(format!("{PGBOUNCER_REPO}:{}", b.version));
     let root = pg_root(pg)?;
@@ -310,7 +314,17 @@ fn pgbouncer_plan(pg: &PgBinaries, b: &BouncerBinary) -> Result<Plan> {
     let isready = pg.bin_dir.join("pg_isready");
     plan.add_file(&format!("{}/bin/pg_isready", &PG_PREFIX[1..]), &isready)?;
     plan.add_tree(&format!("{}/lib", &PG_PREFIX[1..]), &root.join("lib"))?;
-    plan.add_libraries(&[b.path.clone(), isready], &root)?;
+    // nft (the machine's nftables), for the partitions the nemesis makes in this host's
+    // network namespace.
+    let nft = Path::new(NFT);
+    if !nft.is_file() {
+        bail!(
+            "{NFT}: not found (the PgBouncer image carries nft for network partitions; install \
+             Debian's nftables)"
+        );
+    }
+    plan.add_file(&NFT[1..], nft)?;
+    plan.add_libraries(&[b.path.clone(), isready, nft.to_path_buf()], &root)?;
     plan.add_base("pgbouncer", "/var/lib/pgbouncer", PGBOUNCER_ENTRYPOINT)?;
     plan.changes.push("EXPOSE 6432".to_string());
     plan.labels
@@ -329,9 +343,11 @@ fn ensure_one(mut plan: Plan) -> Result<Image> {
     let inputs = plan.inputs_hash()?;
     plan.labels.insert("pgchaos.inputs".into(), inputs.clone());
     plan.labels.insert("pgchaos.format".into(), FORMAT.into());
-    if let Some((id, labels)) = inspect(&plan.reference)?
+    let before = inspect(&plan.reference)?;
+    if let Some((id, labels)) = &before
         && labels.get("pgchaos.inputs") == Some(&inputs)
     {
+        let (id, labels) = (id.clone(), labels.clone());
         return Ok(Image {
             reference: plan.reference,
             id,
@@ -362,6 +378,13 @@ fn ensure_one(mut plan: Plan) -> Result<Image> {
     )
     .with_context(|| format!("building {}", plan.reference))?;
     let id = out.trim().to_string();
+    // The image this one replaces, now untagged: removed unless a container still uses it
+    // (then the engine refuses, and it stays until that container is gone).
+    if let Some((old, _)) = before
+        && old != id
+    {
+        let _ = docker(&["image", "rm", &old]);
+    }
     Ok(Image {
         reference: plan.reference,
         id,

@@ -10,7 +10,8 @@
 //! removes whatever has it when the harness ends, SIGKILL included (testcontainers' own
 //! drop does not run then). A backend is signalled inside its container (`docker exec`,
 //! dash's `kill`). The host faults (`vocab::fault::HOSTS`) are these controls on a whole
-//! container: pause and unpause, kill and start. Not supported here, refused at launch: a
+//! container: pause and unpause, kill and start, and a partition (nft in PgBouncer's
+//! network namespace). Not supported here, refused at launch: a
 //! standby (failover between
 //! containers is not built) and the link faults (the link proxy is a loopback process
 //! PgBouncer in a container cannot reach).
@@ -26,6 +27,7 @@ use crate::pooler::{self, ConfigContext, Pooler};
 use crate::provision::{BouncerBinary, PgBinaries};
 use crate::topology::Topology;
 use crate::vocab::Versions;
+use crate::vocab::fault::Peer;
 use anyhow::{Context, Result, anyhow, bail};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -38,6 +40,9 @@ use testcontainers_modules::testcontainers::{GenericImage, ImageExt};
 use tokio_postgres::Config;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// nft in the PgBouncer image (`container::images`), and the table a partition adds.
+const NFT: &str = "/usr/sbin/nft";
+const CUT_TABLE: &str = "pgchaos_partition";
 /// The label every container and network of a run carries.
 pub const RUN_LABEL: &str = "pgchaos.run";
 
@@ -334,7 +339,7 @@ impl DockerServers {
             .with_network(&self.network)
             .with_label(RUN_LABEL, &self.run_id)
             .with_mapped_port(port, 6432.tcp())
-            .with_host_config_modifier(loopback_only)
+            .with_host_config_modifier(pooler_host_config)
             .with_startup_timeout(READY_TIMEOUT);
         let c = request
             .start()
@@ -431,6 +436,16 @@ fn loopback_only(h: &mut testcontainers_modules::testcontainers::bollard::models
     }
 }
 
+/// PgBouncer's container: loopback ports, and NET_ADMIN in its bounding set so that nft,
+/// exec'd as root, can cut its host off (`partition`; this engine refuses `exec
+/// --privileged`: "unable to apply caps"). PgBouncer itself runs as its own user, without it.
+fn pooler_host_config(h: &mut testcontainers_modules::testcontainers::bollard::models::HostConfig) {
+    loopback_only(h);
+    h.cap_add
+        .get_or_insert_with(Vec::new)
+        .push("NET_ADMIN".to_string());
+}
+
 impl Servers for DockerServers {
     fn pids(&self) -> (Option<i32>, Option<i32>) {
         (None, None)
@@ -486,6 +501,49 @@ impl Servers for DockerServers {
             container::docker(&["start", &id])?;
             self.wait_ready(which).await
         })
+    }
+
+    fn partition(&mut self, peer: Option<Peer>) -> Result<()> {
+        // nftables in PgBouncer's network namespace (the image carries the machine's nft,
+        // run as root with the container's NET_ADMIN): a table of two chains dropping
+        // every packet to and from the peer. Loopback inside the container stays up.
+        let pooler = self.id(Which::Pooler)?;
+        let Some(peer) = peer else {
+            container::docker(&[
+                "exec", "--user", "0", &pooler, NFT, "delete", "table", "inet", CUT_TABLE,
+            ])
+            .context("healing the partition")?;
+            return Ok(());
+        };
+        let pg = self.id(Which::Postgres)?;
+        let ip = container::docker(&[
+            "inspect",
+            "--format",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &pg,
+        ])?;
+        let ip = ip.trim();
+        if ip.parse::<std::net::Ipv4Addr>().is_err() {
+            bail!("PostgreSQL's container has no single IPv4 address on the run's network: {ip:?}");
+        }
+        let (inbound, outbound) = match peer {
+            Peer::Postgres => (format!("ip saddr {ip}"), format!("ip daddr {ip}")),
+            Peer::Clients => (
+                format!("iifname != \"lo\" ip saddr != {ip}"),
+                format!("oifname != \"lo\" ip daddr != {ip}"),
+            ),
+        };
+        let t = CUT_TABLE;
+        let rules = format!(
+            "add table inet {t}; \
+             add chain inet {t} inbound {{ type filter hook input priority 0 ; }} ; \
+             add rule inet {t} inbound {inbound} drop; \
+             add chain inet {t} outbound {{ type filter hook output priority 0 ; }} ; \
+             add rule inet {t} outbound {outbound} drop"
+        );
+        container::docker(&["exec", "--user", "0", &pooler, NFT, &rules])
+            .context("cutting PgBouncer's host off (nft in its network namespace)")?;
+        Ok(())
     }
 
     fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool> {

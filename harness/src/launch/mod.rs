@@ -94,6 +94,12 @@ pub trait Servers: Send {
     fn promote(&mut self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async { bail!("no standby in this topology") })
     }
+    /// Cut PgBouncer's host off from `peer` (every packet dropped both ways), or heal the
+    /// cut (`None`). Only servers on hosts of their own have it.
+    fn partition(&mut self, peer: Option<crate::vocab::fault::Peer>) -> Result<()> {
+        let _ = peer;
+        bail!("a partition needs each server on a host of its own (launcher docker)")
+    }
     /// Send `sig` to one PostgreSQL backend by the pid PostgreSQL reports for it; false
     /// when it is not there. Native: a signal to the local process.
     fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool> {
@@ -274,6 +280,11 @@ impl Cluster {
 
     pub async fn control(&self, which: Which, what: Control) -> Result<()> {
         self.servers.lock().await.control(which, what)
+    }
+
+    /// Cut or heal (see [`Servers::partition`]).
+    pub async fn partition(&self, peer: Option<crate::vocab::fault::Peer>) -> Result<()> {
+        self.servers.lock().await.partition(peer)
     }
 
     /// Signal one backend (see [`Servers::signal_backend`]).

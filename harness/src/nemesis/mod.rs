@@ -275,6 +275,11 @@ impl Nemesis {
                         // Started again (the host's filesystem kept), once it accepts.
                         cluster.restart(which).await?;
                     }
+                    HostAction::Partition(peer) => {
+                        cluster.partition(Some(peer)).await?;
+                        tokio::time::sleep(hold).await;
+                        cluster.partition(None).await?;
+                    }
                 }
             }
         }

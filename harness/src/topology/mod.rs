@@ -376,7 +376,7 @@ pub struct Faults {
     /// The weight of a fault step among the workload's op weights.
     pub weight: u32,
     /// How long `pooler_pause`, `pooler_freeze`, `backend_freeze`, the link faults,
-    /// `host_freeze_*` and `host_kill_*` (the host down) hold before healing.
+    /// `host_freeze_*`, `host_kill_*` (the host down) and the partitions hold before healing.
     pub hold: Duration,
     /// `link_delay`: how late each chunk is delivered, each way.
     pub delay: Duration,

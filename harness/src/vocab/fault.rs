@@ -120,18 +120,41 @@ pub enum HostAction {
     Kill,
     /// `docker kill`, then `docker start` at once: a reboot.
     Restart,
+    /// Every packet between the host and a peer dropped, both ways, for `faults.hold`
+    /// (nftables in the host's network namespace): no FIN, no RST, the sockets stay open on
+    /// both sides; healed, TCP retransmits what was held.
+    Partition(Peer),
+}
+
+/// Whom a partition cuts a host off from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// PostgreSQL's host.
+    Postgres,
+    /// Everyone else: the clients, and the harness's own connections to PgBouncer.
+    Clients,
 }
 
 /// The host faults, one row each: the op, its host, what the engine does. What each means
 /// for the model is its row in [`meaning`], beside the process fault it equals where one
 /// does (a killed host is a SIGKILLed server whose every process is gone at once).
-pub const HOSTS: [(Op, Host, HostAction); 6] = [
+pub const HOSTS: [(Op, Host, HostAction); 8] = [
     (Op::HostFreezePooler, Host::Pooler, HostAction::Freeze),
     (Op::HostFreezePostgres, Host::Postgres, HostAction::Freeze),
     (Op::HostKillPooler, Host::Pooler, HostAction::Kill),
     (Op::HostKillPostgres, Host::Postgres, HostAction::Kill),
     (Op::HostRestartPooler, Host::Pooler, HostAction::Restart),
     (Op::HostRestartPostgres, Host::Postgres, HostAction::Restart),
+    (
+        Op::PartitionPoolerPostgres,
+        Host::Pooler,
+        HostAction::Partition(Peer::Postgres),
+    ),
+    (
+        Op::PartitionClientsPooler,
+        Host::Pooler,
+        HostAction::Partition(Peer::Clients),
+    ),
 ];
 
 /// The host and the engine's action of a host fault (`None` for any other op).
@@ -205,7 +228,9 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             false,
             true,
         ),
-        Op::PoolerFreeze | Op::HostFreezePooler => m(
+        // Clients cut off from PgBouncer: for them it is a frozen pooler (nothing reaches it,
+        // nothing comes back), while it goes on talking to PostgreSQL.
+        Op::PoolerFreeze | Op::HostFreezePooler | Op::PartitionClientsPooler => m(
             E::Nothing,
             W::Nobody,
             B::Nothing,
@@ -270,7 +295,9 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             false,
             true,
         ),
-        Op::LinkBlackhole => m(
+        // A partition between the hosts is the blackholed link without the proxy: nothing
+        // ends while it holds shorter than TCP's retransmission gives up (minutes).
+        Op::LinkBlackhole | Op::PartitionPoolerPostgres => m(
             E::Nothing,
             W::Nobody,
             B::Nothing,
@@ -309,8 +336,10 @@ mod tests {
         // Every host fault has one row, and only they do; a host of PgBouncer's needs it.
         for op in Op::FAULTS {
             let rows = HOSTS.iter().filter(|(o, ..)| *o == op).count();
-            assert_eq!(rows, usize::from(op.name().starts_with("host_")), "{op}");
-            if let Some((h, _)) = host(op) {
+            let hosted = op.name().starts_with("host_") || op.name().starts_with("partition_");
+            assert_eq!(rows, usize::from(hosted), "{op}");
+            if let Some((h, HostAction::Freeze | HostAction::Kill | HostAction::Restart)) = host(op)
+            {
                 assert_eq!(meaning(op).unwrap().needs_pooler, h == Host::Pooler, "{op}");
                 assert!(op.name().ends_with(match h {
                     Host::Pooler => "_pooler",

@@ -112,6 +112,12 @@ pub enum Op {
     HostRestartPooler,
     /// PostgreSQL's host killed and started again at once.
     HostRestartPostgres,
+    /// PgBouncer's host cut off from PostgreSQL's for `faults.hold` (nftables in its
+    /// network namespace drops every packet both ways: half-open connections), then healed.
+    PartitionPoolerPostgres,
+    /// PgBouncer's host cut off from the clients (every peer but PostgreSQL) for
+    /// `faults.hold`, then healed.
+    PartitionClientsPooler,
 }
 
 impl Op {
@@ -139,7 +145,7 @@ impl Op {
     ];
 
     /// Faults of the servers a topology's `faults` section can weigh.
-    pub const FAULTS: [Op; 21] = [
+    pub const FAULTS: [Op; 23] = [
         Op::PoolerPause,
         Op::PoolerReconnect,
         Op::PoolerKill,
@@ -161,6 +167,8 @@ impl Op {
         Op::HostKillPostgres,
         Op::HostRestartPooler,
         Op::HostRestartPostgres,
+        Op::PartitionPoolerPostgres,
+        Op::PartitionClientsPooler,
     ];
 
     /// A fault of the servers by its YAML name.
@@ -227,6 +235,8 @@ impl Op {
             Op::HostKillPostgres => "host_kill_postgres",
             Op::HostRestartPooler => "host_restart_pooler",
             Op::HostRestartPostgres => "host_restart_postgres",
+            Op::PartitionPoolerPostgres => "partition_pooler_postgres",
+            Op::PartitionClientsPooler => "partition_clients_pooler",
         }
     }
 
