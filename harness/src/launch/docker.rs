@@ -11,8 +11,7 @@
 //! drop does not run then). A backend is signalled inside its container (`docker exec`,
 //! dash's `kill`). The host faults (`vocab::fault::HOSTS`) are these controls on a whole
 //! container: pause and unpause, kill and start, and a partition (nft in PgBouncer's
-//! network namespace). Not supported here, refused at launch: a
-//! standby (failover between
+//! network namespace). Not supported here, refused at launch: a standby (failover between
 //! containers is not built) and the link faults (the link proxy is a loopback process
 //! PgBouncer in a container cannot reach).
 
@@ -73,20 +72,10 @@ pub fn unsupported(t: &Topology) -> Option<String> {
     if t.postgres.standby {
         return Some("postgres.standby (failover between containers is not built yet)".into());
     }
-    let link: Vec<String> = t
-        .faults
-        .kinds
-        .keys()
-        .filter(|op| crate::vocab::fault::needs_link(**op))
-        .map(|op| op.to_string())
-        .collect();
-    if !link.is_empty() {
-        return Some(format!(
-            "the link faults {} (the link proxy is a loopback process of the harness)",
-            link.join(", ")
-        ));
-    }
-    None
+    let link = super::faults_named(t, crate::vocab::fault::needs_link)?;
+    Some(format!(
+        "the link faults {link} (the link proxy is a loopback process of the harness)"
+    ))
 }
 
 struct Node {

@@ -322,6 +322,19 @@ impl Drop for Cluster {
     }
 }
 
+/// The topology's fault kinds that `pred` picks, comma-separated (`None` when none is):
+/// what a launcher names when it refuses a topology.
+pub fn faults_named(t: &Topology, pred: impl Fn(crate::vocab::Op) -> bool) -> Option<String> {
+    let named: Vec<String> = t
+        .faults
+        .kinds
+        .keys()
+        .filter(|op| pred(**op))
+        .map(|op| op.to_string())
+        .collect();
+    (!named.is_empty()).then(|| named.join(", "))
+}
+
 /// How to launch.
 #[derive(Clone, Copy, Debug)]
 pub struct LaunchOptions {

@@ -253,25 +253,16 @@ struct NativeServers {
     keep_run_dir: bool,
 }
 
-/// Start the topology's servers and wait until they answer.
 /// Why a topology cannot run as processes of this machine, if it cannot: the faults of
 /// whole hosts (a process here has no host of its own to freeze, kill or cut off).
 pub fn unsupported(t: &Topology) -> Option<String> {
-    let hosts: Vec<String> = t
-        .faults
-        .kinds
-        .keys()
-        .filter(|op| crate::vocab::fault::host(**op).is_some())
-        .map(|op| op.to_string())
-        .collect();
-    (!hosts.is_empty()).then(|| {
-        format!(
-            "the host faults {} (each server needs a host of its own)",
-            hosts.join(", ")
-        )
-    })
+    let hosts = super::faults_named(t, |op| crate::vocab::fault::host(op).is_some())?;
+    Some(format!(
+        "the host faults {hosts} (each server needs a host of its own)"
+    ))
 }
 
+/// Start the topology's servers and wait until they answer.
 async fn launch(
     topology: &Topology,
     pg: &PgBinaries,

@@ -182,11 +182,7 @@ impl Nemesis {
                 cluster.control(Which::Pooler, Control::Kill).await?;
                 cluster.restart(Which::Pooler).await?;
             }
-            Op::PoolerFreeze => {
-                cluster.control(Which::Pooler, Control::Pause).await?;
-                tokio::time::sleep(hold).await;
-                cluster.control(Which::Pooler, Control::Resume).await?;
-            }
+            Op::PoolerFreeze => freeze(cluster, Which::Pooler, hold).await?,
             Op::PgRestart => {
                 cluster.control(Which::Postgres, Control::Interrupt).await?;
                 cluster.restart(Which::Postgres).await?;
@@ -262,11 +258,7 @@ impl Nemesis {
                     Host::Postgres => Which::Postgres,
                 };
                 match action {
-                    HostAction::Freeze => {
-                        cluster.control(which, Control::Pause).await?;
-                        tokio::time::sleep(hold).await;
-                        cluster.control(which, Control::Resume).await?;
-                    }
+                    HostAction::Freeze => freeze(cluster, which, hold).await?,
                     HostAction::Kill | HostAction::Restart => {
                         cluster.control(which, Control::Kill).await?;
                         if action == HostAction::Kill {
@@ -283,7 +275,6 @@ impl Nemesis {
                 }
             }
         }
-        // The pooler read its config again (started again, reloaded, repointed).
         let pooler_started = fault::meaning(op).is_some_and(|m| m.down == Some(Down::Pooler));
         if pooler_started || matches!(op, Op::PoolerReload | Op::Promote) {
             // The pooler read its config again (a promote repoints it by RELOAD): it must
@@ -368,6 +359,14 @@ impl Nemesis {
         }
         Ok(Reply::Bool { value: signalled })
     }
+}
+
+/// Stop a server (native: SIGSTOP of its process; docker: its whole container by the
+/// cgroup freezer) for `hold`, then continue it.
+async fn freeze(cluster: &Cluster, which: Which, hold: Duration) -> Result<()> {
+    cluster.control(which, Control::Pause).await?;
+    tokio::time::sleep(hold).await;
+    cluster.control(which, Control::Resume).await
 }
 
 #[cfg(test)]
