@@ -757,7 +757,7 @@ fn transaction_pooling_waits_starve_with_session_locks_and_not_with_xact_locks()
     let (_, detail) = evidence_detail(&dir, "app.progress");
     for needle in [
         "C5 ping took",
-        "waits for a server from PgBouncer's pool (cl_waiting ",
+        "waits for a server from the pooler's pool (",
         "(Lock advisory), blocked by pid",
         "holds 42 (active",
     ] {

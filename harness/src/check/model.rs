@@ -1750,12 +1750,9 @@ impl<'e> Case<'e> {
         // The pooler's own list: a server it dropped when it was killed, crashed or restarted
         // cannot be in it (the observer's console connection is the process's since).
         for row in &obs.servers {
-            let Some(pid) = row.get("remote_pid").and_then(|p| p.parse::<i32>().ok()) else {
+            let Some(pid) = row.pid else {
                 continue;
             };
-            if pid == 0 {
-                continue;
-            }
             let mut same = s.backends.iter().filter(|(id, _)| id.pid == pid);
             if let (Some((id, x)), None) = (same.next(), same.next())
                 && let Some(Cause::Fault(op)) = x.life.cause()

@@ -122,11 +122,11 @@ pub fn describe(
                 p.size, p.max_open, p.idle, p.waiting
             ),
             (None, Some(pool)) => format!(
-                "a server from PgBouncer's pool (cl_waiting {}, sv_active {}, sv_idle {}, maxwait {} s)",
-                pool.get("cl_waiting").map(String::as_str).unwrap_or("?"),
-                pool.get("sv_active").map(String::as_str).unwrap_or("?"),
-                pool.get("sv_idle").map(String::as_str).unwrap_or("?"),
-                pool.get("maxwait").map(String::as_str).unwrap_or("?"),
+                "a server from the pooler's pool ({} clients waiting, {} servers linked, {} idle, longest wait {:.3} s)",
+                pool.clients_waiting,
+                pool.servers_linked,
+                pool.servers_idle,
+                pool.longest_wait_us as f64 / 1e6,
             ),
             (None, None) => "a connection".to_string(),
         };

@@ -92,8 +92,8 @@ fn held(o: &Observation) -> String {
         .map(|s| {
             format!(
                 "{} {}",
-                s.get("remote_pid").map(String::as_str).unwrap_or("?"),
-                s.get("state").map(String::as_str).unwrap_or("?")
+                s.pid.map_or("?".to_string(), |p| p.to_string()),
+                s.raw.get("state").map(String::as_str).unwrap_or("?")
             )
         })
         .collect();
@@ -106,8 +106,8 @@ fn held(o: &Observation) -> String {
         s.push_str(&format!(" | servers: {}", servers.join(", ")));
     }
     for p in &o.pools {
-        let waiting = p.get("cl_waiting").map(String::as_str).unwrap_or("0");
-        if waiting != "0" {
+        let waiting = p.clients_waiting;
+        if waiting != 0 {
             s.push_str(&format!(" | {waiting} clients wait for a server"));
         }
     }

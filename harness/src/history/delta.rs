@@ -4,10 +4,10 @@
 //! an observation is always whole.
 //!
 //! A delta names, per table that changed, the order of its rows by key (backends by
-//! `(pid, backend_start)`, pooler connections by `ptr`) and the rows that are new or
+//! `(pid, backend_start)`, pooler connections by the pooler's handle) and the rows that are new or
 //! different; an unchanged table is absent; `SHOW POOLS` is written whole when it changed.
 
-use super::observation::{BackendRow, Observation, PoolerRow};
+use super::observation::{BackendRow, ClientRow, Observation, PoolRow, ServerRow};
 use crate::vocab::BackendId;
 use anyhow::{Result, anyhow};
 use serde::{Deserialize, Serialize};
@@ -25,11 +25,11 @@ pub struct ObsDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backends: Option<TableDelta<BackendId, BackendRow>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub servers: Option<TableDelta<String, PoolerRow>>,
+    pub servers: Option<TableDelta<String, ServerRow>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clients: Option<TableDelta<String, PoolerRow>>,
+    pub clients: Option<TableDelta<String, ClientRow>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pools: Option<Vec<PoolerRow>>,
+    pub pools: Option<Vec<PoolRow>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_pool: Option<Option<super::observation::AppPoolRow>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,8 +38,12 @@ pub struct ObsDelta {
     pub outside: Option<Option<String>>,
 }
 
-fn ptr(r: &PoolerRow) -> String {
-    r.get("ptr").cloned().unwrap_or_default()
+fn server_id(r: &ServerRow) -> String {
+    r.id.clone()
+}
+
+fn client_id(r: &ClientRow) -> String {
+    r.id.clone()
 }
 
 fn table<K: PartialEq + Clone, R: PartialEq + Clone>(
@@ -88,8 +92,8 @@ impl ObsDelta {
     pub fn between(prev: &Observation, next: &Observation) -> Option<ObsDelta> {
         let d = ObsDelta {
             backends: table(&prev.backends, &next.backends, |b| b.id),
-            servers: table(&prev.servers, &next.servers, ptr),
-            clients: table(&prev.clients, &next.clients, ptr),
+            servers: table(&prev.servers, &next.servers, server_id),
+            clients: table(&prev.clients, &next.clients, client_id),
             pools: (prev.pools != next.pools).then(|| next.pools.clone()),
             app_pool: (prev.app_pool != next.app_pool).then_some(next.app_pool),
             migrated: (prev.migrated != next.migrated).then_some(next.migrated),
@@ -106,11 +110,11 @@ impl ObsDelta {
                 None => prev.backends.clone(),
             },
             servers: match &self.servers {
-                Some(d) => apply(&prev.servers, d, ptr)?,
+                Some(d) => apply(&prev.servers, d, server_id)?,
                 None => prev.servers.clone(),
             },
             clients: match &self.clients {
-                Some(d) => apply(&prev.clients, d, ptr)?,
+                Some(d) => apply(&prev.clients, d, client_id)?,
                 None => prev.clients.clone(),
             },
             pools: self.pools.clone().unwrap_or_else(|| prev.pools.clone()),
@@ -151,11 +155,23 @@ mod tests {
                 .collect(),
         }
     }
-    fn conn(p: &str, state: &str) -> PoolerRow {
+    fn raw(p: &str, state: &str) -> BTreeMap<String, String> {
         BTreeMap::from([
             ("ptr".to_string(), p.to_string()),
             ("state".to_string(), state.to_string()),
         ])
+    }
+    fn conn(p: &str, state: &str) -> ServerRow {
+        crate::pooler::pgbouncer::view::server(raw(p, state))
+    }
+    fn client(p: &str, state: &str) -> ClientRow {
+        crate::pooler::pgbouncer::view::client(raw(p, state))
+    }
+    fn pool(waiting: &str) -> PoolRow {
+        crate::pooler::pgbouncer::view::pool(BTreeMap::from([(
+            "cl_waiting".to_string(),
+            waiting.to_string(),
+        )]))
     }
 
     #[test]
@@ -163,8 +179,8 @@ mod tests {
         let a = Observation {
             backends: vec![row(1, "idle", &[7]), row(2, "idle", &[])],
             servers: vec![conn("0x1", "idle"), conn("0x2", "idle")],
-            clients: vec![conn("0xa", "active")],
-            pools: vec![conn("p", "1")],
+            clients: vec![client("0xa", "active")],
+            pools: vec![pool("1")],
             ..Default::default()
         };
         assert_eq!(ObsDelta::between(&a, &a), None);
@@ -173,7 +189,7 @@ mod tests {
             backends: vec![row(2, "active", &[8]), row(1, "idle", &[7])],
             servers: vec![conn("0x3", "active"), conn("0x1", "idle")],
             clients: a.clients.clone(),
-            pools: vec![conn("p", "2")],
+            pools: vec![pool("2")],
             migrated: Some(1),
             ..Default::default()
         };

@@ -19,8 +19,14 @@ use crate::vocab::{BackendId, Key, Op, Reply, When};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// The format written in the `run` event; readers refuse other formats.
-pub const FORMAT: &str = "pgchaos-history/1";
+/// The format written in the `run` event; readers refuse formats other than it and
+/// [`READS`].
+pub const FORMAT: &str = "pgchaos-history/2";
+
+/// The formats this pgchaos reads: format 1 wrote a pooler's connections as PgBouncer's own
+/// rows (PgBouncer was the only pooler then), which are read as PgBouncer's view
+/// (`pooler::view`); format 2 writes them in the pooler's common words.
+pub const READS: [&str; 2] = ["pgchaos-history/1", FORMAT];
 
 /// One thing that happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

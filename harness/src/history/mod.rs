@@ -21,7 +21,10 @@ pub use event::{
     At, Body, Bounds, CaseEnd, CaseStart, Completion, Event, Invoke, ObsEvent, Phase, ProbeEvent,
     ProbeWhy, Process, RunEnd, RunHeader, SearchBudget, Skip,
 };
-pub use observation::{AppPoolRow, BackendRow, LockRow, Observation, PoolerRow};
+pub use observation::{
+    AppPoolRow, BackendRow, ClientRow, LockRow, Observation, PoolRow, PoolerRow, ServerRow,
+    ServerState,
+};
 pub use recorder::Recorder;
 pub use store::{HistoryReader, HistoryWriter, Written};
 pub use view::{CaseView, StepView, symbol};

@@ -1,9 +1,11 @@
 //! What the servers said at one moment, as recorded: `pg_locks JOIN pg_stat_activity` rows
-//! of the client role, and the pooler's `SHOW SERVERS` / `SHOW CLIENTS` / `SHOW POOLS` rows.
+//! of the client role, and the pooler's view of its connections (`crate::pooler::view`: its
+//! server and client connections and pools in common words, each with the pooler's own row).
 
+pub use crate::pooler::view::{ClientRow, PoolRow, PoolerRow, ServerRow, ServerState};
 use crate::vocab::{BackendId, Key};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// One advisory lock row of `pg_locks`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,23 +50,20 @@ impl BackendRow {
     }
 }
 
-/// A row of a pooler admin view, selected columns.
-pub type PoolerRow = BTreeMap<String, String>;
-
 /// A snapshot of the servers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observation {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<BackendRow>,
-    /// `SHOW SERVERS` rows of the harness database.
+    /// The pooler's server connections of the harness database.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub servers: Vec<PoolerRow>,
-    /// `SHOW CLIENTS` rows of the harness database.
+    pub servers: Vec<ServerRow>,
+    /// The pooler's client connections of the harness database.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub clients: Vec<PoolerRow>,
-    /// `SHOW POOLS` rows of the harness database.
+    pub clients: Vec<ClientRow>,
+    /// The pooler's pools of the harness database (when read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pools: Vec<PoolerRow>,
+    pub pools: Vec<PoolRow>,
     /// The application-side pool, when the topology has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_pool: Option<AppPoolRow>,
@@ -132,33 +131,34 @@ impl Observation {
             .map(|b| b.id)
     }
 
-    /// The pooler's server row for a backend pid (`remote_pid`).
-    pub fn server_of(&self, pid: i32) -> Option<&PoolerRow> {
-        let pid = pid.to_string();
-        self.servers
-            .iter()
-            .find(|s| s.get("remote_pid") == Some(&pid))
+    /// The pooler's server connection to a backend pid.
+    pub fn server_of(&self, pid: i32) -> Option<&ServerRow> {
+        self.servers.iter().find(|s| s.pid == Some(pid))
     }
 
-    /// The pooler's state of a server (`active`, `idle`, `used`, `tested`, ...).
-    pub fn server_state(&self, pid: i32) -> Option<&str> {
-        self.server_of(pid)
-            .and_then(|s| s.get("state"))
-            .map(String::as_str)
+    /// Where the pooler's server connection to a backend pid is in the pool.
+    pub fn server_state(&self, pid: i32) -> Option<ServerState> {
+        self.server_of(pid).map(|s| s.state)
     }
 
-    /// Servers linked to a client (`active` in `SHOW SERVERS`).
+    /// Servers linked to a client.
     pub fn linked_servers(&self) -> usize {
         self.servers
             .iter()
-            .filter(|s| s.get("state").map(String::as_str) == Some("active"))
+            .filter(|s| s.state == ServerState::Linked)
             .count()
+    }
+
+    /// A server connection is logging in or resetting.
+    pub fn pooler_busy(&self) -> bool {
+        self.servers.iter().any(|s| s.state == ServerState::Busy)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn row(pid: i32, state: &str, keys: &[i64]) -> BackendRow {
         BackendRow {
@@ -201,11 +201,12 @@ mod tests {
         assert_eq!(o.ran("/*pgchaos s2*/"), Some(o.backends[1].id));
         assert!(o.backends[1].in_open_transaction() && o.backends[1].in_transaction());
         assert!(!o.backends[0].in_transaction());
-        o.servers.push(BTreeMap::from([
-            ("remote_pid".to_string(), "2".to_string()),
-            ("state".to_string(), "active".to_string()),
-        ]));
-        assert_eq!(o.server_state(2), Some("active"));
+        o.servers
+            .push(crate::pooler::pgbouncer::view::server(BTreeMap::from([
+                ("remote_pid".to_string(), "2".to_string()),
+                ("state".to_string(), "active".to_string()),
+            ])));
+        assert_eq!(o.server_state(2), Some(ServerState::Linked));
         assert_eq!(o.server_state(1), None);
         assert_eq!(o.linked_servers(), 1);
     }

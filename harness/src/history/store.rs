@@ -8,7 +8,7 @@
 //! reader restores each whole.
 
 use super::delta::ObsDelta;
-use super::event::{Body, Event, FORMAT};
+use super::event::{Body, Event, FORMAT, READS};
 use super::observation::Observation;
 use anyhow::{Context, Result, anyhow, bail};
 use std::fs::File;
@@ -210,7 +210,7 @@ impl Iterator for HistoryReader {
             }
         };
         match &mut ev.body {
-            Body::Run(h) if h.format != FORMAT => {
+            Body::Run(h) if !READS.contains(&h.format.as_str()) => {
                 return Some(Err(anyhow!(
                     "{}: history format {:?}, this pgchaos reads {FORMAT:?}",
                     self.path.display(),

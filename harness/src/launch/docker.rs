@@ -115,7 +115,7 @@ struct DockerServers {
     pg_port: u16,
     pooler_port: Option<u16>,
     passwords: Vec<(String, String)>,
-    pooler_kind: Box<dyn Pooler>,
+    pooler_kind: std::sync::Arc<dyn Pooler>,
     reaper: Option<Reaper>,
     down: bool,
 }

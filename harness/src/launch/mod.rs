@@ -127,7 +127,7 @@ pub trait Launcher {
 /// A running topology: the handle the runner, the observer and the nemesis use.
 pub struct Cluster {
     pub topology: Topology,
-    pub pooler: Box<dyn Pooler>,
+    pub pooler: std::sync::Arc<dyn Pooler>,
     /// The launcher that started it.
     pub launcher: &'static str,
     /// PostgreSQL's binaries (`pgbench` for `pgchaos bench`).

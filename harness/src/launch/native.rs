@@ -224,7 +224,7 @@ enum Target {
 /// The local processes of one run, and what is needed to restart them.
 struct NativeServers {
     topology: Topology,
-    pooler: Box<dyn Pooler>,
+    pooler: std::sync::Arc<dyn Pooler>,
     run_dir: PathBuf,
     os_user: Option<(u32, u32)>,
     pg_bin: PathBuf,

@@ -8,16 +8,18 @@
 //! (the observation types it fills in).
 
 use crate::client::{Raw, run_raw};
-use crate::history::{BackendRow, LockRow, Observation, PoolerRow};
+use crate::history::{BackendRow, LockRow, Observation, ServerState};
 use crate::launch::{CLIENT_ROLE, Cluster, DB, SUPERUSER, connect, timed};
-use crate::pooler::pgbouncer::{CONNECTION_COLUMNS, POOL_COLUMNS};
+use crate::pooler::Pooler;
+use crate::pooler::view::Look;
 use crate::sql;
 use crate::vocab::backend::parse_timestamptz;
 use crate::vocab::{BackendId, Key};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_postgres::{Client, SimpleQueryMessage, Statement};
+use tokio_postgres::{Client, Statement};
 
 /// What to wait for after a step before the observation counts (chosen by the runner from
 /// the op; see `run::plan`).
@@ -127,7 +129,8 @@ pub struct Observer {
     /// machine, and a sequential step's `SHOW SERVERS`/`SHOW CLIENTS` rows determine every
     /// count it gives (nothing waits in a sequential schedule).
     pools: std::cell::Cell<bool>,
-    reset_commands: Vec<String>,
+    /// The pooler whose admin views a look reads (none: nothing to read).
+    pooler: Arc<dyn Pooler>,
     /// The servers run on this host: their pids can be watched in /proc.
     local_processes: bool,
     /// A connection as a client would open one, straight to PostgreSQL (the "outside
@@ -147,7 +150,7 @@ impl Observer {
         Ok(Observer {
             conns: std::cell::RefCell::new(std::rc::Rc::new(conns)),
             pools: std::cell::Cell::new(false),
-            reset_commands: cluster.pooler.reset_commands(DB),
+            pooler: cluster.pooler.clone(),
             local_processes: cluster.local,
             outside_config: std::cell::RefCell::new(cluster.socket_config(CLIENT_ROLE)),
             migrations: cluster.topology.workload.uses(crate::vocab::Op::Migrate),
@@ -193,26 +196,17 @@ impl Observer {
     /// a new connection as a client would (for an overdue op's evidence).
     pub async fn sample(&self, outside: bool) -> Result<Observation> {
         let conns = self.c();
-        let pool = async {
-            match &conns.admin {
-                Some(a) => {
-                    let (s, c, p) = tokio::join!(
-                        show(a, sql::SHOW_SERVERS),
-                        show(a, sql::SHOW_CLIENTS),
-                        show(a, sql::SHOW_POOLS)
-                    );
-                    Ok::<_, anyhow::Error>((s?, c?, p?))
-                }
-                None => Ok((vec![], vec![], vec![])),
-            }
-        };
         let pg = async {
             timed(conns.pg.query(&conns.sample_stmt, &[]))
                 .await
                 .context("sampler")
         };
-        let (pool, rows) = tokio::join!(pool, pg);
-        let (servers, clients, pools) = pool?;
+        let (pool, rows) = tokio::join!(self.pooler_look(&conns, true), pg);
+        let Look {
+            servers,
+            clients,
+            pools,
+        } = pool?;
         let mut obs = Observation {
             servers,
             clients,
@@ -277,31 +271,20 @@ impl Observer {
     /// at once.
     async fn look(&self, ordered: bool) -> Result<Observation> {
         let conns = self.c();
-        let pool = async {
-            match &conns.admin {
-                // Pipelined on the console connection: one round trip's wait for all views.
-                Some(a) if self.pools.get() => {
-                    let (s, c, p) = tokio::join!(
-                        show(a, sql::SHOW_SERVERS),
-                        show(a, sql::SHOW_CLIENTS),
-                        show(a, sql::SHOW_POOLS)
-                    );
-                    Ok::<_, anyhow::Error>((s?, c?, p?))
-                }
-                Some(a) => {
-                    let (s, c) =
-                        tokio::join!(show(a, sql::SHOW_SERVERS), show(a, sql::SHOW_CLIENTS));
-                    Ok((s?, c?, vec![]))
-                }
-                None => Ok((vec![], vec![], vec![])),
-            }
-        };
+        let pool = self.pooler_look(&conns, self.pools.get());
         let pg = async {
             timed(conns.pg.query(&conns.snap, &[]))
                 .await
                 .context("observer snapshot")
         };
-        let ((servers, clients, pools), rows) = if ordered {
+        let (
+            Look {
+                servers,
+                clients,
+                pools,
+            },
+            rows,
+        ) = if ordered {
             let pool = pool.await?;
             (pool, pg.await?)
         } else {
@@ -319,6 +302,14 @@ impl Observer {
         };
         fill_backends(&mut obs, rows, false)?;
         Ok(obs)
+    }
+
+    /// The pooler's view of the harness database's connections (empty without a pooler).
+    async fn pooler_look(&self, conns: &Conns, pools: bool) -> Result<Look> {
+        match &conns.admin {
+            Some(a) => self.pooler.look(a, DB, pools).await,
+            None => Ok(Look::default()),
+        }
     }
 
     /// Can a fresh backend (the contender, never a pooled one) take `key` right now?
@@ -374,14 +365,15 @@ impl Observer {
         let c = self.c();
         if let Some(admin) = &c.admin {
             pids.extend(
-                show(admin, sql::SHOW_SERVERS)
+                self.pooler
+                    .look(admin, DB, false)
                     .await?
+                    .servers
                     .iter()
-                    .filter_map(|s| s.get("remote_pid")?.parse::<i32>().ok())
-                    .filter(|p| *p > 0),
+                    .filter_map(|s| s.pid),
             );
-            for cmd in &self.reset_commands {
-                timed(admin.simple_query(cmd))
+            for cmd in self.pooler.reset_commands(DB) {
+                timed(admin.simple_query(&cmd))
                     .await
                     .with_context(|| format!("pooler admin command {cmd}"))?;
             }
@@ -401,10 +393,7 @@ impl Observer {
             let n = |rows: &Vec<Vec<Option<String>>>| {
                 rows.first().and_then(|r| r[0].clone()).unwrap_or_default()
             };
-            let pool_empty = match &c.admin {
-                Some(a) => show(a, sql::SHOW_SERVERS).await?.is_empty(),
-                None => true,
-            };
+            let pool_empty = self.pooler_look(&c, false).await?.servers.is_empty();
             let exiting: Vec<i32> = if self.local_processes {
                 pids.iter()
                     .copied()
@@ -553,56 +542,18 @@ pub fn settled(obs: &Observation, waits: &Waits) -> bool {
         obs.backend(*b).is_none_or(|row| row.in_transaction())
             || obs
                 .server_state(b.pid)
-                .is_none_or(|s| matches!(s, "idle" | "used"))
+                .is_none_or(|s| s == ServerState::Idle)
     });
     let closing_ok = waits.closing.iter().all(|b| {
         obs.backend(*b).is_some_and(|row| row.in_transaction())
             || (!obs.alive(*b) && obs.server_of(b.pid).is_none())
     });
-    let transient = obs.servers.iter().any(|s| {
-        matches!(
-            s.get("state").map(String::as_str),
-            Some("tested" | "login" | "new")
-        )
-    });
+    let transient = obs.pooler_busy();
     let quiet_ok = waits
         .quiet
         .iter()
         .all(|q| obs.backend(*q).is_none_or(|b| b.state != "active"));
     gone_ok && closing_ok && released_ok && quiet_ok && !transient
-}
-
-/// A `SHOW` command on the admin console: rows of the harness database only, selected
-/// columns.
-async fn show(admin: &Client, cmd: &str) -> Result<Vec<PoolerRow>> {
-    let msgs = timed(admin.simple_query(cmd))
-        .await
-        .with_context(|| format!("pooler admin {cmd}"))?;
-    let keep: &[&str] = if cmd == sql::SHOW_POOLS {
-        POOL_COLUMNS
-    } else {
-        CONNECTION_COLUMNS
-    };
-    let mut out = vec![];
-    for m in msgs {
-        if let SimpleQueryMessage::Row(row) = m {
-            let mut map = PoolerRow::new();
-            let mut database = None;
-            for (i, col) in row.columns().iter().enumerate() {
-                let value = row.get(i).unwrap_or("");
-                if col.name() == "database" {
-                    database = Some(value.to_string());
-                }
-                if keep.contains(&col.name()) {
-                    map.insert(col.name().to_string(), value.to_string());
-                }
-            }
-            if database.as_deref() == Some(DB) {
-                out.push(map);
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -631,11 +582,11 @@ mod tests {
         }
     }
 
-    fn server(pid: i32, state: &str) -> PoolerRow {
-        BTreeMap::from([
+    fn server(pid: i32, state: &str) -> crate::history::ServerRow {
+        crate::pooler::pgbouncer::view::server(BTreeMap::from([
             ("remote_pid".to_string(), pid.to_string()),
             ("state".to_string(), state.to_string()),
-        ])
+        ]))
     }
 
     #[test]

@@ -10,9 +10,31 @@
 //! them with what its admin console reports ([`Pooler::config_differences`]).
 
 pub mod pgbouncer;
+pub mod view;
 
 use crate::topology::{PoolMode, Topology};
 use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// A boxed future (the pooler trait is object-safe).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Every admin command is bounded by this (as every connect and query of the harness).
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One admin console command (simple query protocol: consoles refuse the extended one),
+/// bounded by [`ADMIN_TIMEOUT`].
+pub async fn admin_query(
+    admin: &tokio_postgres::Client,
+    sql: &str,
+) -> anyhow::Result<Vec<tokio_postgres::SimpleQueryMessage>> {
+    match tokio::time::timeout(ADMIN_TIMEOUT, admin.simple_query(sql)).await {
+        Ok(r) => Ok(r?),
+        Err(_) => anyhow::bail!("{sql} timed out after {ADMIN_TIMEOUT:?}"),
+    }
+}
 
 /// What one kind of pooler provides to the rest of the harness.
 pub trait Pooler: Send + Sync {
@@ -28,6 +50,17 @@ pub trait Pooler: Send + Sync {
     /// Admin commands that drop every client and server of `db` and accept new ones again
     /// (the reset between cases).
     fn reset_commands(&self, db: &str) -> Vec<String>;
+    /// Read the pooler's view of `db`'s connections on its admin console `admin`, in the
+    /// common words of [`view`] (`pools`: the pools' counts too).
+    fn look<'a>(
+        &'a self,
+        admin: &'a tokio_postgres::Client,
+        db: &'a str,
+        pools: bool,
+    ) -> BoxFuture<'a, anyhow::Result<view::Look>> {
+        let _ = (admin, db, pools);
+        Box::pin(async { Ok(view::Look::default()) })
+    }
     /// The admin command listing the settings the pooler runs with, as rows with `key` and
     /// `value` columns (`None`: nothing to read).
     fn config_command(&self) -> Option<&'static str> {
@@ -126,10 +159,10 @@ pub fn rules_for(t: &Topology) -> PoolRules {
 }
 
 /// The pooler for a topology.
-pub fn for_topology(t: &Topology) -> Box<dyn Pooler> {
+pub fn for_topology(t: &Topology) -> std::sync::Arc<dyn Pooler> {
     match &t.pgbouncer {
-        Some(b) => Box::new(pgbouncer::PgBouncer::new(&t.name, b.clone())),
-        None => Box::new(NoPooler),
+        Some(b) => std::sync::Arc::new(pgbouncer::PgBouncer::new(&t.name, b.clone())),
+        None => std::sync::Arc::new(NoPooler),
     }
 }
 

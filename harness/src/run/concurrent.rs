@@ -207,13 +207,7 @@ impl Runner<'_> {
         loop {
             attempt += 1;
             let obs = self.observer.snapshot().await?;
-            let busy = obs.backends.iter().any(|b| b.state == "active")
-                || obs.servers.iter().any(|s| {
-                    matches!(
-                        s.get("state").map(String::as_str),
-                        Some("tested" | "login" | "new")
-                    )
-                });
+            let busy = obs.backends.iter().any(|b| b.state == "active") || obs.pooler_busy();
             if !busy || Instant::now() > deadline {
                 return Ok(obs);
             }

@@ -43,7 +43,7 @@ pub fn linked(rules: &PoolRules, slot: &Slot, obs: &Observation) -> bool {
         return false;
     };
     if rules.is_pooled() {
-        obs.server_state(b.pid) == Some("active") && obs.alive(b)
+        obs.server_state(b.pid) == Some(crate::history::ServerState::Linked) && obs.alive(b)
     } else {
         obs.alive(b)
     }
@@ -301,7 +301,7 @@ pub fn probe_keys(p: &ProbeInput) -> Vec<Key> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{BackendRow, LockRow, PoolerRow};
+    use crate::history::{BackendRow, LockRow};
     use crate::topology::PoolMode;
     use std::collections::BTreeMap;
 
@@ -331,11 +331,11 @@ mod tests {
                 .collect(),
         }
     }
-    fn server(pid: i32, state: &str) -> PoolerRow {
-        BTreeMap::from([
+    fn server(pid: i32, state: &str) -> crate::history::ServerRow {
+        crate::pooler::pgbouncer::view::server(BTreeMap::from([
             ("remote_pid".to_string(), pid.to_string()),
             ("state".to_string(), state.to_string()),
-        ])
+        ]))
     }
     fn tx_rules(size: usize) -> PoolRules {
         PoolRules {

@@ -5,41 +5,13 @@
 //! that leaves mid-transaction gets its server closed), and the settings it must be running
 //! with: what the topology declares, compared with `SHOW CONFIG` in PgBouncer's own formats.
 
+pub mod view;
+
 use super::{ConfigContext, ConfigDifference, ConfigFile, ExpectedSetting, PoolRules, Pooler};
 use crate::topology::PgbouncerSpec;
 
 /// The admin console's database name.
 pub const ADMIN_DB: &str = "pgbouncer";
-
-/// Columns of `SHOW SERVERS` / `SHOW CLIENTS` kept in an observation (the rest are constant
-/// for the harness's one user and database, or noise).
-pub const CONNECTION_COLUMNS: &[&str] = &[
-    "type",
-    "state",
-    "local_port",
-    "connect_time",
-    "request_time",
-    "wait",
-    "wait_us",
-    "ptr",
-    "link",
-    "remote_pid",
-    "close_needed",
-];
-
-/// Columns of `SHOW POOLS` kept in an observation.
-pub const POOL_COLUMNS: &[&str] = &[
-    "cl_active",
-    "cl_waiting",
-    "sv_active",
-    "sv_idle",
-    "sv_used",
-    "sv_tested",
-    "sv_login",
-    "maxwait",
-    "maxwait_us",
-    "pool_mode",
-];
 
 /// PgBouncer's defaults for the settings the model relies on, which it assumes where a
 /// topology declares none (`src/main.c` of 1.24.1 and 1.25.2 agree; 1.24 has no
@@ -403,6 +375,15 @@ impl Pooler for PgBouncer {
 
     fn reset_commands(&self, db: &str) -> Vec<String> {
         vec![crate::sql::pooler_kill(db), crate::sql::pooler_resume(db)]
+    }
+
+    fn look<'a>(
+        &'a self,
+        admin: &'a tokio_postgres::Client,
+        db: &'a str,
+        pools: bool,
+    ) -> super::BoxFuture<'a, anyhow::Result<super::view::Look>> {
+        Box::pin(view::look(admin, db, pools))
     }
 
     fn config_command(&self) -> Option<&'static str> {

@@ -1,0 +1,213 @@
+//! PgBouncer's admin views in the pooler's common words: `SHOW SERVERS`, `SHOW CLIENTS` and
+//! `SHOW POOLS` (simple query protocol only, on the admin console), the rows of the harness's
+//! database kept with the columns below, each turned into a [`ServerRow`], [`ClientRow`] or
+//! [`PoolRow`] with the original row beside it.
+//!
+//! States (PgBouncer 1.24/1.25 `admin.c`, `state_names`): a server is `active` (linked to a
+//! client), `idle` or `used` (in the pool; `used` waits for its check query), `tested`
+//! (running the reset or check query), `new`/`login` (logging in), `active_cancel` /
+//! `being_canceled` (a cancel in flight); a client is `active`, `waiting` (for a server), or
+//! in a cancel or login state.
+
+use crate::pooler::view::{
+    ClientRow, ClientState, Look, PoolRow, PoolerRow, ServerRow, ServerState,
+};
+use anyhow::{Context, Result};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+pub const SHOW_SERVERS: &str = "SHOW SERVERS";
+pub const SHOW_CLIENTS: &str = "SHOW CLIENTS";
+pub const SHOW_POOLS: &str = "SHOW POOLS";
+
+/// Columns of `SHOW SERVERS` / `SHOW CLIENTS` kept in an observation (the rest are constant
+/// for the harness's one user and database, or noise).
+pub const CONNECTION_COLUMNS: &[&str] = &[
+    "type",
+    "state",
+    "local_port",
+    "connect_time",
+    "request_time",
+    "wait",
+    "wait_us",
+    "ptr",
+    "link",
+    "remote_pid",
+    "close_needed",
+];
+
+/// Columns of `SHOW POOLS` kept in an observation.
+pub const POOL_COLUMNS: &[&str] = &[
+    "cl_active",
+    "cl_waiting",
+    "sv_active",
+    "sv_idle",
+    "sv_used",
+    "sv_tested",
+    "sv_login",
+    "maxwait",
+    "maxwait_us",
+    "pool_mode",
+];
+
+fn get<'a>(r: &'a PoolerRow, col: &str) -> &'a str {
+    r.get(col).map(String::as_str).unwrap_or("")
+}
+
+fn num(r: &PoolerRow, col: &str) -> u64 {
+    get(r, col).parse().unwrap_or(0)
+}
+
+/// A `SHOW SERVERS` row.
+pub fn server(raw: PoolerRow) -> ServerRow {
+    let state = match get(&raw, "state") {
+        "active" => ServerState::Linked,
+        "idle" | "used" => ServerState::Idle,
+        "tested" | "new" | "login" => ServerState::Busy,
+        _ => ServerState::Other,
+    };
+    ServerRow {
+        id: get(&raw, "ptr").to_string(),
+        // 0 while logging in (no BackendKeyData yet).
+        pid: get(&raw, "remote_pid")
+            .parse::<i32>()
+            .ok()
+            .filter(|p| *p > 0),
+        state,
+        client: Some(get(&raw, "link"))
+            .filter(|l| !l.is_empty())
+            .map(str::to_string),
+        closing: get(&raw, "close_needed") == "1",
+        raw,
+    }
+}
+
+/// A `SHOW CLIENTS` row.
+pub fn client(raw: PoolerRow) -> ClientRow {
+    let state = match get(&raw, "state") {
+        "active" => ClientState::Active,
+        "waiting" => ClientState::Waiting,
+        _ => ClientState::Other,
+    };
+    ClientRow {
+        id: get(&raw, "ptr").to_string(),
+        state,
+        server: Some(get(&raw, "link"))
+            .filter(|l| !l.is_empty())
+            .map(str::to_string),
+        waiting_us: (state == ClientState::Waiting)
+            .then(|| num(&raw, "wait") * 1_000_000 + num(&raw, "wait_us")),
+        raw,
+    }
+}
+
+/// A `SHOW POOLS` row.
+pub fn pool(raw: PoolerRow) -> PoolRow {
+    PoolRow {
+        clients_waiting: num(&raw, "cl_waiting") as u32,
+        servers_linked: num(&raw, "sv_active") as u32,
+        servers_idle: (num(&raw, "sv_idle") + num(&raw, "sv_used")) as u32,
+        longest_wait_us: num(&raw, "maxwait") * 1_000_000 + num(&raw, "maxwait_us"),
+        raw,
+    }
+}
+
+/// One `SHOW` command's rows of database `db`, the kept columns only.
+async fn show(admin: &Client, cmd: &str, db: &str) -> Result<Vec<PoolerRow>> {
+    let msgs = crate::pooler::admin_query(admin, cmd)
+        .await
+        .with_context(|| format!("PgBouncer admin {cmd}"))?;
+    let keep: &[&str] = if cmd == SHOW_POOLS {
+        POOL_COLUMNS
+    } else {
+        CONNECTION_COLUMNS
+    };
+    let mut out = vec![];
+    for m in msgs {
+        if let SimpleQueryMessage::Row(row) = m {
+            let mut map = PoolerRow::new();
+            let mut database = None;
+            for (i, col) in row.columns().iter().enumerate() {
+                let value = row.get(i).unwrap_or("");
+                if col.name() == "database" {
+                    database = Some(value.to_string());
+                }
+                if keep.contains(&col.name()) {
+                    map.insert(col.name().to_string(), value.to_string());
+                }
+            }
+            if database.as_deref() == Some(db) {
+                out.push(map);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The views, pipelined on the console connection (one round trip's wait for all).
+pub async fn look(admin: &Client, db: &str, pools: bool) -> Result<Look> {
+    let (s, c, p) = tokio::join!(
+        show(admin, SHOW_SERVERS, db),
+        show(admin, SHOW_CLIENTS, db),
+        async {
+            if pools {
+                show(admin, SHOW_POOLS, db).await
+            } else {
+                Ok(vec![])
+            }
+        }
+    );
+    Ok(Look {
+        servers: s?.into_iter().map(server).collect(),
+        clients: c?.into_iter().map(client).collect(),
+        pools: p?.into_iter().map(pool).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(cols: &[(&str, &str)]) -> PoolerRow {
+        cols.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn states_and_links_in_common_words() {
+        let cases = [
+            ("active", ServerState::Linked),
+            ("idle", ServerState::Idle),
+            ("used", ServerState::Idle),
+            ("tested", ServerState::Busy),
+            ("login", ServerState::Busy),
+            ("new", ServerState::Busy),
+            ("being_canceled", ServerState::Other),
+        ];
+        for (s, want) in cases {
+            assert_eq!(server(row(&[("state", s)])).state, want, "{s}");
+        }
+        let s = server(row(&[
+            ("ptr", "0xa"),
+            ("link", "0xb"),
+            ("remote_pid", "0"),
+            ("close_needed", "1"),
+        ]));
+        assert_eq!(
+            (s.id.as_str(), s.client.as_deref(), s.pid, s.closing),
+            ("0xa", Some("0xb"), None, true),
+            "pid 0: still logging in"
+        );
+        let c = client(row(&[
+            ("state", "waiting"),
+            ("wait", "2"),
+            ("wait_us", "15"),
+            ("link", ""),
+        ]));
+        assert_eq!(
+            (c.state, c.server, c.waiting_us),
+            (ClientState::Waiting, None, Some(2_000_015))
+        );
+        assert_eq!(client(row(&[("state", "active")])).waiting_us, None);
+    }
+}
