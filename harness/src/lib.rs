@@ -27,3 +27,12 @@ pub mod sql;
 pub mod topology;
 pub mod vocab;
 pub mod workload;
+
+/// What a topology may name: the checker's invariants (in `expect:`) and the poolers pgchaos
+/// knows (their sections).
+pub fn catalog() -> topology::Catalog<'static> {
+    topology::Catalog {
+        invariants: check::catalog(),
+        poolers: &pooler::SECTIONS,
+    }
+}

@@ -79,7 +79,7 @@ fn transaction_mode_mutual_exclusion_is_found_shrunk_and_reproduced() {
         assert_eq!(results["versions"]["postgres"], "18.6");
         assert_eq!(results["versions"]["postgres_declared"], "18.6");
         // Whatever PgBouncer ran, a difference from the declared one is listed.
-        let ran = results["versions"]["pgbouncer"].as_str().unwrap();
+        let ran = results["versions"]["pooler"].as_str().unwrap();
         let drift = results["version_drift"].as_array().unwrap();
         assert_eq!(
             drift
@@ -425,24 +425,24 @@ fn up_once_json_reports_versions_drift_and_endpoints() {
     let v: Value = serde_json::from_str(line.trim()).unwrap();
     assert_eq!(v["topology"], "transaction-mode");
     assert_eq!(v["postgres"]["version"], "18.6");
-    assert_eq!(v["pgbouncer"]["declared_version"], "1.25.2");
-    assert_eq!(v["pgbouncer"]["pool_mode"], "transaction");
-    let ran = v["pgbouncer"]["version"].as_str().unwrap();
+    assert_eq!(v["pooler"]["declared_version"], "1.25.2");
+    assert_eq!(v["pooler"]["pool_mode"], "transaction");
+    let ran = v["pooler"]["version"].as_str().unwrap();
     assert_eq!(
         v["version_drift"].as_array().unwrap().is_empty(),
         ran == "1.25.2"
     );
     for dsn in [
         &v["postgres"]["dsn"],
-        &v["pgbouncer"]["dsn"],
-        &v["pgbouncer"]["admin_dsn"],
+        &v["pooler"]["dsn"],
+        &v["pooler"]["admin_dsn"],
     ] {
         assert!(
             dsn.as_str().unwrap().contains("@127.0.0.1:"),
             "loopback only: {dsn}"
         );
     }
-    for pid in [&v["postgres"]["pid"], &v["pgbouncer"]["pid"]] {
+    for pid in [&v["postgres"]["pid"], &v["pooler"]["pid"]] {
         let pid = pid.as_i64().unwrap();
         assert!(
             !Path::new(&format!("/proc/{pid}")).exists(),
@@ -451,7 +451,7 @@ fn up_once_json_reports_versions_drift_and_endpoints() {
     }
     let o = pgchaos(&["up", "direct", "--once", "--json"]);
     let v: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
-    assert!(v["pgbouncer"].is_null());
+    assert!(v["pooler"].is_null());
 }
 
 /// A stored run directory can be re-checked and printed; bad ones are errors naming the path.
@@ -490,10 +490,10 @@ fn postgres_drift_keeps_the_declared_version_and_is_listed() {
     std::fs::write(&topo, src).unwrap();
     let t = pgchaos::topology::Topology::load(
         &root().join("topologies/direct.yaml"),
-        pgchaos::check::catalog(),
+        &pgchaos::catalog(),
     )
     .unwrap();
-    let (pg, _) = pgchaos::provision::binaries(&t, false).unwrap();
+    let (pg, _) = pgchaos::launch::binaries(&t, false).unwrap();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_pgchaos"))
             .args(args)

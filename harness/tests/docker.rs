@@ -566,7 +566,7 @@ fn host_faults_run_on_containers_and_native_refuses_them() {
     // Every kind the topology names, each of them a host fault.
     let t = pgchaos::topology::Topology::load(
         &root().join("topologies").join(format!("{name}.yaml")),
-        pgchaos::check::catalog(),
+        &pgchaos::catalog(),
     )
     .unwrap();
     assert_eq!(t.faults.kinds.len(), 6, "{:?}", t.faults.kinds);

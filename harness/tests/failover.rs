@@ -45,7 +45,7 @@ postgres:
 "#;
 
 async fn launch_yaml(src: &str) -> Cluster {
-    let t = Topology::parse(src, Path::new("failover.yaml"), pgchaos::check::catalog())
+    let t = Topology::parse(src, Path::new("failover.yaml"), &pgchaos::catalog())
         .unwrap_or_else(|e| panic!("{e}"));
     let opts = pgchaos::launch::LaunchOptions::default();
     match tokio::time::timeout(LAUNCH, pgchaos::launch::launch(&t, opts)).await {

@@ -48,7 +48,7 @@ fn pid(v: &Value, path: &str) -> i32 {
 /// Every process of the servers (postmaster and its children, pgbouncer), alive now.
 fn server_procs(v: &Value) -> Vec<Proc> {
     let mut procs = tree(pid(v, "/postgres/pid"));
-    if v["pgbouncer"].is_object() {
+    if v["pooler"].is_object() {
         procs.extend(tree(pid(v, "/pgbouncer/pid")));
     }
     procs.retain(Proc::alive);
@@ -230,7 +230,7 @@ async fn sigkilled_harness_leaves_nothing() {
     let c = {
         let mut cfg = tokio_postgres::Config::new();
         cfg.host_path(&run_dir)
-            .port(v["pgbouncer"]["port"].as_u64().unwrap() as u16)
+            .port(v["pooler"]["port"].as_u64().unwrap() as u16)
             .user("chaos")
             .dbname("chaos");
         pgchaos::launch::connect(&cfg).await.unwrap()
@@ -643,10 +643,10 @@ fn a_normal_user_can_run_after_root() {
     // Root (this test, when root) has a runtime directory already.
     let t = pgchaos::topology::Topology::load(
         &root().join("topologies/transaction-mode.yaml"),
-        pgchaos::check::catalog(),
+        &pgchaos::catalog(),
     )
     .unwrap();
-    let (pg, bouncer) = pgchaos::provision::binaries(&t, false).unwrap();
+    let (pg, bouncer) = pgchaos::launch::binaries(&t, false).unwrap();
     let bouncer = bouncer.unwrap();
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;

@@ -1279,7 +1279,7 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/../topologies/transaction-mode.yaml"
         );
-        Topology::load(std::path::Path::new(path), catalog()).unwrap()
+        Topology::load(std::path::Path::new(path), &crate::catalog()).unwrap()
     }
 
     fn events_of(name: &str) -> Vec<Event> {

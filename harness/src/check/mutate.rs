@@ -609,7 +609,7 @@ pub fn affected(
     to: &crate::pooler::PoolRules,
     events: &[Event],
 ) -> Option<bool> {
-    use crate::topology::PoolMode as M;
+    use crate::pooler::PoolMode as M;
     let pooled = from.mode.is_some() && to.mode.is_some();
     if !pooled {
         return None;
@@ -873,7 +873,7 @@ mod tests {
         let rules = |name: &str| {
             let t = crate::topology::Topology::load(
                 &std::path::Path::new(topologies).join(format!("{name}.yaml")),
-                super::super::catalog(),
+                &crate::catalog(),
             )
             .unwrap();
             crate::pooler::rules_for(&t)

@@ -45,7 +45,7 @@ pub fn analyze(a: Args) -> Result<Exit> {
     let text = std::fs::read_to_string(&topo_path)
         .with_context(|| format!("{}: cannot read the run's topology", topo_path.display()))?;
     let recorded =
-        Topology::parse(&text, &topo_path, check::catalog()).map_err(|e| anyhow!("{e}"))?;
+        Topology::parse(&text, &topo_path, &crate::catalog()).map_err(|e| anyhow!("{e}"))?;
     let topo = match &a.as_topology {
         Some(t) => super::load(t)?,
         None => recorded,

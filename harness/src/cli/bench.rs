@@ -158,7 +158,7 @@ async fn measure(cluster: &Cluster, a: &Args, clients: u32, key: Key) -> Result<
     Ok(BenchReport {
         topology: cluster.topology.name.clone(),
         postgres: v.postgres.clone(),
-        pgbouncer: v.pgbouncer.clone(),
+        pgbouncer: v.pooler.clone(),
         pool_mode: cluster.pool_mode().map(|m| m.as_str()),
         clients,
         seconds: a.seconds,

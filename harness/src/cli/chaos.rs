@@ -94,7 +94,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     .await?;
     let label = report::topo_label(&topo);
     eprintln!(
-        "pgchaos: {} ready in {} ms; seed {seed}; {cases} cases; {}; versions PG {} PgBouncer {}{}",
+        "pgchaos: {} ready in {} ms; seed {seed}; {cases} cases; {}; versions PG {} {} {}{}",
         topo.name,
         cluster.ready_ms,
         match cluster.pinned_cpu {
@@ -102,9 +102,10 @@ pub async fn chaos(a: Args) -> Result<Exit> {
             None => "not pinned".into(),
         },
         cluster.versions.postgres,
+        cluster.pooler.name(),
         cluster
             .versions
-            .pgbouncer
+            .pooler
             .clone()
             .unwrap_or_else(|| "none".into()),
         if cluster.versions.version_drift.is_empty() {

@@ -2,7 +2,6 @@
 
 use super::{Exit, all_topologies, load};
 use crate::container::{compose, images};
-use crate::provision;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 
@@ -43,7 +42,7 @@ pub fn images(a: ImagesArgs) -> Result<Exit> {
     let mut seen = std::collections::BTreeSet::new();
     for t in &list {
         let topo = load(t)?;
-        let (pg, b) = provision::binaries(&topo, false)?;
+        let (pg, b) = crate::launch::binaries(&topo, false)?;
         if !seen.insert((pg.bin_dir.clone(), b.as_ref().map(|b| b.path.clone()))) {
             continue;
         }
@@ -65,7 +64,7 @@ pub fn compose(a: ComposeArgs) -> Result<Exit> {
     if out.exists() && !out.is_dir() {
         bail!("{}: exists and is not a directory", out.display());
     }
-    let (pg, b) = provision::binaries(&topo, false)?;
+    let (pg, b) = crate::launch::binaries(&topo, false)?;
     let imgs = images::ensure(&pg, b.as_ref())?;
     print_image(&imgs.postgres);
     if let Some(i) = &imgs.pgbouncer {

@@ -131,7 +131,7 @@ pub fn describe(ev: &Event) -> String {
             h.seed,
             h.versions.postgres,
             h.pooler,
-            h.versions.pgbouncer.as_deref().unwrap_or(""),
+            h.versions.pooler.as_deref().unwrap_or(""),
             h.contender.pid,
             h.contender_start,
             h.keys

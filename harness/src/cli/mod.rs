@@ -17,8 +17,6 @@ mod mutate;
 mod reproduce;
 mod up;
 
-use crate::check;
-use crate::provision;
 use crate::topology::{self, Topology};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
@@ -144,7 +142,7 @@ fn stop_signal() -> Result<impl std::future::Future<Output = (&'static str, i32)
 /// A topology by name or path, validated against the checker's invariants.
 pub fn load(arg: &str) -> Result<Topology> {
     let path = topology::resolve(arg);
-    Topology::load(&path, check::catalog()).map_err(|e| anyhow!("{e}"))
+    Topology::load(&path, &crate::catalog()).map_err(|e| anyhow!("{e}"))
 }
 
 /// `--schedule`: run the topology's cases `sequential` or `concurrent` instead of its
@@ -220,7 +218,7 @@ async fn run(cli: Cli) -> Result<Exit> {
             for t in &list {
                 let topo = load(t)?;
                 let t0 = Instant::now();
-                let (pg, b) = provision::binaries(&topo, strict_versions)?;
+                let (pg, b) = crate::launch::binaries(&topo, strict_versions)?;
                 println!(
                     "{}: postgres {} from {} ({}){}  [{:.1}s]",
                     topo.name,

@@ -46,8 +46,9 @@ pub async fn up(a: Args) -> Result<Exit> {
         "topology": cluster.topology.name,
         "launcher": cluster.launcher,
         "postgres": {"version": v.postgres, "declared_version": v.postgres_declared, "full_version": v.postgres_full, "dsn": cluster.direct_dsn(), "port": cluster.pg_port, "pid": pg_pid},
-        "pgbouncer": cluster.topology.pgbouncer.as_ref().map(|_| json!({
-            "version": v.pgbouncer, "declared_version": v.pgbouncer_declared,
+        "pooler": cluster.topology.pooler.as_ref().map(|p| json!({
+            "kind": p.kind,
+            "version": v.pooler, "declared_version": v.pooler_declared,
             "pool_mode": cluster.pool_mode().map(|m| m.as_str()),
             "dsn": cluster.client_dsn(), "admin_dsn": cluster.admin_dsn(), "port": cluster.pooler_port, "pid": pooler_pid,
         })),
@@ -67,11 +68,12 @@ pub async fn up(a: Args) -> Result<Exit> {
             v.postgres_declared,
             cluster.direct_dsn()
         );
-        if let Some(b) = &v.pgbouncer {
+        if let Some(b) = &v.pooler {
             println!(
-                "pgbouncer  {} (declared {})  pool_mode={}  {}",
+                "{:<10} {} (declared {})  pool_mode={}  {}",
+                cluster.pooler.name(),
                 b,
-                v.pgbouncer_declared.clone().unwrap_or_default(),
+                v.pooler_declared.clone().unwrap_or_default(),
                 cluster.pool_mode().map(|m| m.as_str()).unwrap_or(""),
                 cluster.client_dsn()
             );

@@ -117,7 +117,7 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
         ));
     }
     let mut files = Vec::new();
-    if t.pgbouncer.is_some() {
+    if t.pooler.is_some() {
         y.push_str(&format!(
             "  pgbouncer:\n    image: {img}\n    environment:\n      POSTGRES_PASSWORD: {pw}\n      \
              CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
@@ -288,7 +288,7 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../topologies")
             .join(format!("{name}.yaml"));
-        Topology::load(&path, crate::check::catalog()).unwrap()
+        Topology::load(&path, &crate::catalog()).unwrap()
     }
 
     #[test]
@@ -313,7 +313,7 @@ mod tests {
             .find(|f| f.name == "pgbouncer.ini")
             .unwrap()
             .text;
-        let mode = t.pgbouncer.as_ref().unwrap().pool_mode.as_str();
+        let mode = crate::pooler::rules_for(&t).mode.unwrap().as_str();
         assert!(ini.contains(&format!("pool_mode = {mode}")), "{ini}");
         assert!(
             ini.contains("chaos = host=postgres port=5432 dbname=chaos"),

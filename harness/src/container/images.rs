@@ -12,7 +12,7 @@
 //! differs from the one already tagged, and the image it replaces is removed.
 
 use super::docker;
-use crate::provision::{BouncerBinary, PgBinaries};
+use crate::provision::{PgBinaries, PoolerBinary};
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,7 +60,7 @@ pub struct Images {
 }
 
 /// Build (or find up to date) the images for these binaries.
-pub fn ensure(pg: &PgBinaries, bouncer: Option<&BouncerBinary>) -> Result<Images> {
+pub fn ensure(pg: &PgBinaries, bouncer: Option<&PoolerBinary>) -> Result<Images> {
     let postgres = ensure_one(postgres_plan(pg)?)?;
     let pgbouncer = match bouncer {
         Some(b) => Some(ensure_one(pgbouncer_plan(pg, b)?)?),
@@ -306,7 +306,7 @@ fn postgres_plan(pg: &PgBinaries) -> Result<Plan> {
 /// The machine's nft, copied into the PgBouncer image.
 const NFT: &str = "/usr/sbin/nft";
 
-fn pgbouncer_plan(pg: &PgBinaries, b: &BouncerBinary) -> Result<Plan> {
+fn pgbouncer_plan(pg: &PgBinaries, b: &PoolerBinary) -> Result<Plan> {
     let mut plan = Plan::new(format!("{PGBOUNCER_REPO}:{}", b.version));
     let root = pg_root(pg)?;
     plan.add_file("usr/local/bin/pgbouncer", &b.path)?;

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::container::{self, images};
 use crate::pooler::{self, ConfigContext, Pooler};
-use crate::provision::{BouncerBinary, PgBinaries};
+use crate::provision::{PgBinaries, PoolerBinary};
 use crate::topology::Topology;
 use crate::vocab::Versions;
 use crate::vocab::fault::Peer;
@@ -48,11 +48,11 @@ pub const RUN_LABEL: &str = "pgchaos.run";
 /// Launches servers as containers.
 pub struct DockerLauncher {
     pg: PgBinaries,
-    bouncer: Option<BouncerBinary>,
+    bouncer: Option<PoolerBinary>,
 }
 
 impl DockerLauncher {
-    pub fn new(pg: PgBinaries, bouncer: Option<BouncerBinary>) -> DockerLauncher {
+    pub fn new(pg: PgBinaries, bouncer: Option<PoolerBinary>) -> DockerLauncher {
         DockerLauncher { pg, bouncer }
     }
 }
@@ -135,7 +135,7 @@ fn tcp(port: u16, user: &str, password: &str, db: &str) -> Config {
 async fn launch(
     topology: &Topology,
     pg: &PgBinaries,
-    bouncer: Option<&BouncerBinary>,
+    bouncer: Option<&PoolerBinary>,
 ) -> Result<Cluster> {
     let t0 = Instant::now();
     if let Some(why) = unsupported(topology) {
@@ -200,7 +200,8 @@ async fn launch(
     }
     let mut versions = Versions {
         postgres_declared: topology.postgres.version.clone(),
-        pgbouncer_declared: topology.pgbouncer.as_ref().map(|b| b.version.clone()),
+        pooler_name: topology.pooler.as_ref().map(|p| p.kind.to_string()),
+        pooler_declared: topology.pooler.as_ref().map(|p| p.version.clone()),
         version_drift: bouncer.and_then(|b| b.drift.clone()).into_iter().collect(),
         ..Default::default()
     };

@@ -17,9 +17,10 @@ pub mod proxy;
 pub mod reaper;
 pub mod runtime;
 
+use crate::pooler::PoolMode;
 use crate::pooler::Pooler;
 use crate::provision;
-use crate::topology::{PoolMode, Topology};
+use crate::topology::Topology;
 pub use crate::vocab::Versions;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
@@ -267,7 +268,7 @@ impl Cluster {
     }
 
     pub fn pool_mode(&self) -> Option<PoolMode> {
-        self.topology.pgbouncer.as_ref().map(|b| b.pool_mode)
+        self.pooler.rules().mode
     }
 
     /// OS process ids (postmaster, pooler); `(None, None)` while a fault holds the servers.
@@ -356,11 +357,26 @@ impl Default for LaunchOptions {
     }
 }
 
+/// The binaries a topology needs, provisioning what is missing: PostgreSQL's, and its
+/// pooler's (obtained by the pooler).
+pub fn binaries(
+    t: &Topology,
+    strict: bool,
+) -> Result<(provision::PgBinaries, Option<provision::PoolerBinary>)> {
+    let opts = provision::Options::from_env(strict);
+    let pg = provision::postgres(&t.postgres.version, t.postgres.bin_dir.as_deref(), &opts)?;
+    let pooler = match &t.pooler {
+        Some(spec) => Some(crate::pooler::for_topology(t).provision(spec, &opts)?),
+        None => None,
+    };
+    Ok((pg, pooler))
+}
+
 /// Obtain the binaries a topology needs (provisioning what is missing), place the harness
 /// thread per `opts.cpu` (after provisioning: a build uses every CPU; before the servers
 /// start, so they inherit it), and launch with the topology's launcher (or `opts.launcher`).
 pub async fn launch(topology: &Topology, opts: LaunchOptions) -> Result<Cluster> {
-    let (pg, bouncer) = provision::binaries(topology, opts.strict_versions)?;
+    let (pg, bouncer) = binaries(topology, opts.strict_versions)?;
     let kind = opts.launcher.unwrap_or(topology.launcher);
     let launcher: Box<dyn Launcher> = match kind {
         crate::topology::LauncherKind::Native => Box::new(native::NativeLauncher::new(pg, bouncer)),

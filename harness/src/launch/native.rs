@@ -28,7 +28,7 @@ use super::{
     Versions, Which, connect, free_port, simple_first, timed,
 };
 use crate::pooler::{self, ConfigContext, Pooler};
-use crate::provision::{BouncerBinary, PgBinaries};
+use crate::provision::{PgBinaries, PoolerBinary};
 use crate::sql;
 use crate::topology::Topology;
 use anyhow::{Context, Result, anyhow, bail};
@@ -107,11 +107,11 @@ pub fn pg_hba_replication() -> String {
 /// Launches servers as local processes from provisioned binaries.
 pub struct NativeLauncher {
     pg: PgBinaries,
-    bouncer: Option<BouncerBinary>,
+    bouncer: Option<PoolerBinary>,
 }
 
 impl NativeLauncher {
-    pub fn new(pg: PgBinaries, bouncer: Option<BouncerBinary>) -> NativeLauncher {
+    pub fn new(pg: PgBinaries, bouncer: Option<PoolerBinary>) -> NativeLauncher {
         NativeLauncher { pg, bouncer }
     }
 }
@@ -266,7 +266,7 @@ pub fn unsupported(t: &Topology) -> Option<String> {
 async fn launch(
     topology: &Topology,
     pg: &PgBinaries,
-    bouncer: Option<&BouncerBinary>,
+    bouncer: Option<&PoolerBinary>,
 ) -> Result<Cluster> {
     let t0 = Instant::now();
     if let Some(why) = unsupported(topology) {
@@ -340,7 +340,8 @@ async fn launch(
     }
     let mut versions = Versions {
         postgres_declared: topology.postgres.version.clone(),
-        pgbouncer_declared: topology.pgbouncer.as_ref().map(|b| b.version.clone()),
+        pooler_name: topology.pooler.as_ref().map(|p| p.kind.to_string()),
+        pooler_declared: topology.pooler.as_ref().map(|p| p.version.clone()),
         version_drift: bouncer.and_then(|b| b.drift.clone()).into_iter().collect(),
         ..Default::default()
     };

@@ -12,11 +12,93 @@
 pub mod pgbouncer;
 pub mod view;
 
-use crate::topology::{PoolMode, Topology};
+use crate::topology::{PoolerSection, Topology};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
+
+/// How a pooler hands out servers (PgBouncer's `pool_mode`): for a whole client session,
+/// for a transaction, or for a statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    Session,
+    Transaction,
+    Statement,
+}
+
+impl PoolMode {
+    pub const ALL: [PoolMode; 3] = [
+        PoolMode::Session,
+        PoolMode::Transaction,
+        PoolMode::Statement,
+    ];
+
+    /// The `pgbouncer.ini` / YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolMode::Session => "session",
+            PoolMode::Transaction => "transaction",
+            PoolMode::Statement => "statement",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<PoolMode> {
+        PoolMode::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+}
+
+impl fmt::Display for PoolMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kind of pooler, before any topology names it: its topology section (whose parse builds
+/// the rest, [`Pooler`]) and the import of its own configuration file.
+pub trait Kind: Sync {
+    /// Its topology section.
+    fn section(&self) -> &'static dyn PoolerSection;
+    /// What its configuration file is called (`pgbouncer.ini`), for messages.
+    fn file_kind(&self) -> &'static str;
+    /// Whether `src` is its configuration file.
+    fn recognises(&self, src: &str) -> bool;
+    /// A topology's text from its configuration file `src` (read from `path`).
+    fn import(
+        &self,
+        src: &str,
+        path: &std::path::Path,
+        origin: &Origin,
+    ) -> anyhow::Result<Imported>;
+}
+
+/// Every pooler pgchaos knows. Adding a pooler is its folder and one line here.
+pub const KINDS: &[&dyn Kind] = &[&pgbouncer::PGBOUNCER];
+
+/// Their topology sections (what `Topology::parse` is handed).
+pub static SECTIONS: std::sync::LazyLock<Vec<&'static dyn PoolerSection>> =
+    std::sync::LazyLock::new(|| KINDS.iter().map(|k| k.section()).collect());
+
+/// Where an imported configuration comes from, and what the topology declares.
+pub struct Origin<'a> {
+    /// The file, as shown in the topology's header comment.
+    pub ini: &'a std::path::Path,
+    /// When it was imported (a timestamp for the header comment).
+    pub when: &'a str,
+    /// The topology's name.
+    pub name: &'a str,
+    /// The pooler release to declare (`None`: the pooler's default).
+    pub version: Option<&'a str>,
+}
+
+/// An imported topology.
+pub struct Imported {
+    pub yaml: String,
+    /// One line on what was taken and dropped, for the terminal.
+    pub summary: String,
+}
 
 /// A boxed future (the pooler trait is object-safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
@@ -42,6 +124,16 @@ pub trait Pooler: Send + Sync {
     fn name(&self) -> &'static str;
     /// The rules the model and the runner use.
     fn rules(&self) -> PoolRules;
+    /// Obtain the pooler's executable for `spec` (its declared version, its `binary`),
+    /// provisioning what is missing.
+    fn provision(
+        &self,
+        spec: &crate::topology::PoolerSpec,
+        opts: &crate::provision::Options,
+    ) -> anyhow::Result<crate::provision::PoolerBinary> {
+        let _ = opts;
+        anyhow::bail!("pgchaos cannot provision {} {}", self.name(), spec.version)
+    }
     /// Files the launcher writes into the run directory before starting the pooler
     /// (`None` when there is no pooler process).
     fn config_files(&self, cx: &ConfigContext) -> Option<Vec<ConfigFile>>;
@@ -158,10 +250,14 @@ pub fn rules_for(t: &Topology) -> PoolRules {
     r
 }
 
-/// The pooler for a topology.
+/// The pooler for a topology (built by its section's configuration).
 pub fn for_topology(t: &Topology) -> std::sync::Arc<dyn Pooler> {
-    match &t.pgbouncer {
-        Some(b) => std::sync::Arc::new(pgbouncer::PgBouncer::new(&t.name, b.clone())),
+    match &t.pooler {
+        Some(spec) => *spec
+            .config
+            .build(&t.name)
+            .downcast::<std::sync::Arc<dyn Pooler>>()
+            .expect("a pooler configuration builds an Arc<dyn Pooler>"),
         None => std::sync::Arc::new(NoPooler),
     }
 }

@@ -12,7 +12,6 @@
 //! profile's lines where they are, so an error in its script is reported at the profile's
 //! own line and column.
 
-use crate::check::catalog;
 use crate::topology::Topology;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
@@ -250,7 +249,7 @@ impl Profile {
             c.op_deadline_ms,
             c.max_shrink_runs
         ));
-        let topo = Topology::parse(&out, &self.path, catalog()).map_err(|e| {
+        let topo = Topology::parse(&out, &self.path, &crate::catalog()).map_err(|e| {
             anyhow!(
                 "{e}\n(profile {} composed with topology {base_name})",
                 self.path.display()

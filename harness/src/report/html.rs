@@ -100,8 +100,8 @@ pub fn page(title: &str, body: &str) -> String {
 pub fn versions_line(r: &Results) -> String {
     super::versions_text(
         &r.versions.postgres,
-        r.versions.pgbouncer.as_deref(),
-        r.versions.pgbouncer_declared.as_deref(),
+        r.versions.pooler.as_deref(),
+        r.versions.pooler_declared.as_deref(),
     )
 }
 

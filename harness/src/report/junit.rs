@@ -275,7 +275,7 @@ mod tests {
             "topology": "t", "topology_file": "topologies/t.yaml", "pooler": "pgbouncer",
             "pool_mode": "transaction",
             "versions": {"postgres": "18.6", "postgres_declared": "18.6", "postgres_full": "",
-                         "pgbouncer": null, "pgbouncer_declared": null},
+                         "pooler": null, "pooler_declared": null},
             "version_drift": [], "cpu": {"pinned": null, "online": 2}, "seed": 1, "cases": 20,
             "steps": 100, "skipped_steps": 0, "stopped_by_time_limit": false, "passed": false,
             "invariants": [],

@@ -130,12 +130,12 @@ pub fn report(
     failures: &[FirstFailure],
 ) -> String {
     let r = results;
-    let versions = match &r.versions.pgbouncer {
+    let versions = match &r.versions.pooler {
         Some(b) => format!(
             "PostgreSQL {} + PgBouncer {} (declared {})",
             r.versions.postgres,
             b,
-            r.versions.pgbouncer_declared.clone().unwrap_or_default()
+            r.versions.pooler_declared.clone().unwrap_or_default()
         ),
         None => format!("PostgreSQL {}", r.versions.postgres),
     };

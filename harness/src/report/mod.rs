@@ -105,8 +105,8 @@ pub fn versions_line(header: &RunHeader) -> String {
     let v = &header.versions;
     versions_text(
         &v.postgres,
-        v.pgbouncer.as_deref(),
-        v.pgbouncer_declared.as_deref(),
+        v.pooler.as_deref(),
+        v.pooler_declared.as_deref(),
     )
 }
 

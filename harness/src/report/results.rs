@@ -57,8 +57,10 @@ pub struct VersionsOut {
     pub postgres: String,
     pub postgres_declared: String,
     pub postgres_full: String,
-    pub pgbouncer: Option<String>,
-    pub pgbouncer_declared: Option<String>,
+    #[serde(alias = "pgbouncer")]
+    pub pooler: Option<String>,
+    #[serde(alias = "pgbouncer_declared")]
+    pub pooler_declared: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,8 +194,8 @@ impl Results {
                 postgres: v.postgres.clone(),
                 postgres_declared: v.postgres_declared.clone(),
                 postgres_full: v.postgres_full.clone(),
-                pgbouncer: v.pgbouncer.clone(),
-                pgbouncer_declared: v.pgbouncer_declared.clone(),
+                pooler: v.pooler.clone(),
+                pooler_declared: v.pooler_declared.clone(),
             },
             version_drift: v.version_drift.clone(),
             cpu: CpuOut {

@@ -302,7 +302,7 @@ pub fn probe_keys(p: &ProbeInput) -> Vec<Key> {
 mod tests {
     use super::*;
     use crate::history::{BackendRow, LockRow};
-    use crate::topology::PoolMode;
+    use crate::pooler::PoolMode;
     use std::collections::BTreeMap;
 
     fn id(pid: i32) -> BackendId {

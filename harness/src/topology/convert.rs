@@ -430,52 +430,52 @@ impl Cx<'_> {
             }
             None => return Err(self.missing(&top.referenced, "postgres", "", PG_EXAMPLE)),
         };
-        let pgbouncer = match &raw.pgbouncer.value {
-            Some(b) => Some(self.pgbouncer(b, &raw.pgbouncer.referenced)?),
-            None => None,
-        };
+        // The pooler's section, if any: a top-level key a pooler claims; any other key is
+        // unknown. One pooler per topology.
+        let mut pooler_leaf: Option<(&Spanned<String>, &Leaf, &dyn PoolerSection)> = None;
+        for (key, leaf) in &raw.others {
+            match self.poolers.iter().find(|p| p.key() == key.value) {
+                // A null section is no pooler (clients straight to PostgreSQL).
+                Some(_) if matches!(leaf.value, Node::Null) => {}
+                Some(p) => {
+                    if let Some((first, _, _)) = pooler_leaf {
+                        let first: &Spanned<String> = first;
+                        return Err(self.err(
+                            &key.referenced,
+                            format!(
+                                "a topology has one pooler: `{}` here and `{}` above",
+                                key.value, first.value
+                            ),
+                            vec!["keep one of the two sections".into()],
+                        ));
+                    }
+                    pooler_leaf = Some((key, leaf, *p));
+                }
+                None => {
+                    let valid: Vec<&str> = TOP_KEYS
+                        .iter()
+                        .copied()
+                        .chain(self.poolers.iter().map(|p| p.key()))
+                        .collect();
+                    let mut hints = Vec::new();
+                    let close = close_matches(&key.value, valid.iter().copied());
+                    if !close.is_empty() {
+                        hints.push(did_you_mean(&close));
+                    }
+                    hints.push(format!("valid keys here: {}", valid.join(", ")));
+                    return Err(self.err(
+                        &key.referenced,
+                        format!("unknown key `{}` at the top level", key.value),
+                        hints,
+                    ));
+                }
+            }
+        }
         let default_workload = RawWorkload::default();
         let raw_workload = raw.workload.value.as_ref().unwrap_or(&default_workload);
         let mut workload = self.workload(raw_workload)?;
-        let faults = match &raw.faults.value {
-            Some(f) => self.faults(
-                f,
-                &raw.faults.referenced,
-                pgbouncer.is_some(),
-                postgres.standby,
-            )?,
-            None => Faults::default(),
-        };
-        if workload.script.is_empty() {
-            workload.faults = faults.kinds.clone();
-            workload.fault_weight = faults.weight;
-        }
-        let run = match &raw.run.value {
-            Some(r) => self.run(r)?,
-            None => self.run(&RawRun::default())?,
-        };
-        let app_pool = match &raw.app_pool.value {
-            Some(p) => Some(self.app_pool(p, &raw.app_pool.referenced)?),
-            None => None,
-        };
-        if let (Some(_), Some(_)) = (&app_pool, &raw.pgbouncer.value) {
-            return Err(self.err(
-                &raw.app_pool.referenced,
-                "an `app_pool` in front of PgBouncer is not supported yet",
-                vec!["the runner does not yet plan waits across two layers of pooling; use `app_pool` on a direct topology".into()],
-            ));
-        }
-        if !workload.script.is_empty() && run.schedule != Schedule::Concurrent {
-            return Err(self.err(
-                &raw_workload.script.referenced,
-                "a `workload.script` runs with `run.schedule: concurrent`",
-                vec!["scripted replicas wait for each other's locks for real; set `run: { schedule: concurrent }`".into()],
-            ));
-        }
-        let expect = self.expect(&raw.expect, "expect")?;
-        let expect_concurrent = self.expect(&raw.expect_concurrent, "expect_concurrent")?;
 
-        // Cross-section checks.
+        // What PostgreSQL has room for, beside the harness's own connections.
         let (max_connections, max_conn_loc) = self
             .int_setting(&pg_settings, "max_connections", "postgres")?
             .map_or((PG_DEFAULT_MAX_CONNECTIONS, None), |(n, l)| (n, Some(l)));
@@ -495,75 +495,68 @@ impl Cx<'_> {
                 String::new()
             }
         );
+        let room = Room {
+            clients: workload.clients,
+            available,
+            budget: budget.clone(),
+            max_connections_at: max_conn_loc,
+        };
+        let pooler = match &pooler_leaf {
+            Some((key, leaf, section)) => Some(self.pooler(*section, key, leaf, &room)?),
+            None => None,
+        };
+        let faults = match &raw.faults.value {
+            Some(f) => self.faults(f, &raw.faults.referenced, pooler.as_ref(), postgres.standby)?,
+            None => Faults::default(),
+        };
+        if workload.script.is_empty() {
+            workload.faults = faults.kinds.clone();
+            workload.fault_weight = faults.weight;
+        }
+        let run = match &raw.run.value {
+            Some(r) => self.run(r)?,
+            None => self.run(&RawRun::default())?,
+        };
+        let app_pool = match &raw.app_pool.value {
+            Some(p) => Some(self.app_pool(p, &raw.app_pool.referenced)?),
+            None => None,
+        };
+        if let (Some(_), Some(p)) = (&app_pool, &pooler) {
+            return Err(self.err(
+                &raw.app_pool.referenced,
+                format!("an `app_pool` in front of `{}` is not supported yet", p.kind),
+                vec!["the runner does not yet plan waits across two layers of pooling; use `app_pool` on a direct topology".into()],
+            ));
+        }
+        if !workload.script.is_empty() && run.schedule != Schedule::Concurrent {
+            return Err(self.err(
+                &raw_workload.script.referenced,
+                "a `workload.script` runs with `run.schedule: concurrent`",
+                vec!["scripted replicas wait for each other's locks for real; set `run: { schedule: concurrent }`".into()],
+            ));
+        }
+        let expect = self.expect(&raw.expect, "expect")?;
+        let expect_concurrent = self.expect(&raw.expect_concurrent, "expect_concurrent")?;
 
-        match (&pgbouncer, &raw.pgbouncer.value) {
-            (Some((spec, bouncer_settings)), Some(rb)) => {
-                if spec.max_client_conn < workload.clients {
-                    return Err(self.err(
-                        &rb.max_client_conn.referenced,
-                        format!(
-                            "`pgbouncer.max_client_conn` ({}) is below `workload.clients` ({})",
-                            spec.max_client_conn, workload.clients
-                        ),
-                        vec![format!(
-                            "raise max_client_conn to at least {}, or lower workload.clients",
-                            workload.clients
-                        )],
-                    ));
-                }
-                let reserve =
-                    self.int_setting(bouncer_settings, "reserve_pool_size", "pgbouncer")?;
-                let min_pool = self.int_setting(bouncer_settings, "min_pool_size", "pgbouncer")?;
-                let pool = i64::from(spec.default_pool_size)
-                    + reserve.map_or(0, |(n, _)| n)
-                    + min_pool.map_or(0, |(n, _)| n);
-                if pool > available {
-                    let loc = if is_given(&rb.default_pool_size) {
-                        rb.default_pool_size.referenced
-                    } else if let Some(l) = max_conn_loc {
-                        l
-                    } else if let Some((_, l)) = reserve.or(min_pool) {
-                        l
-                    } else {
-                        raw.pgbouncer.referenced
-                    };
-                    return Err(self.err(
-                        &loc,
-                        format!(
-                            "the pool needs {pool} server connections but PostgreSQL has room for {available}"
-                        ),
-                        vec![
-                            format!(
-                                "pool = default_pool_size {}{}{}",
-                                spec.default_pool_size,
-                                reserve.map_or(String::new(), |(n, _)| format!(" + reserve_pool_size {n}")),
-                                min_pool.map_or(String::new(), |(n, _)| format!(" + min_pool_size {n}")),
-                            ),
-                            format!("room = {budget}"),
-                            "lower the pool, or raise `postgres.settings.max_connections`".into(),
-                        ],
-                    ));
-                }
-            }
-            _ => {
-                // Through an application pool, the pool's connections; else one per client.
-                let needed = i64::from(app_pool.map_or(workload.clients, |p| p.max_open));
-                if needed > available {
-                    let loc = match max_conn_loc {
-                        Some(l) => l,
-                        None => raw_workload.clients.referenced,
-                    };
-                    return Err(self.err(
-                        &loc,
-                        format!(
-                            "{needed} direct client connections do not fit: PostgreSQL has room for {available}"
-                        ),
-                        vec![
-                            format!("room = {budget}"),
-                            "lower `workload.clients`, or raise `postgres.settings.max_connections`".into(),
-                        ],
-                    ));
-                }
+        // Without a pooler, every client (or the application pool's connections) is a
+        // connection of PostgreSQL's; a pooler checked its own servers above.
+        if pooler.is_none() {
+            let needed = i64::from(app_pool.map_or(workload.clients, |p| p.max_open));
+            if needed > available {
+                let loc = match max_conn_loc {
+                    Some(l) => l,
+                    None => raw_workload.clients.referenced,
+                };
+                return Err(self.err(
+                    &loc,
+                    format!(
+                        "{needed} direct client connections do not fit: PostgreSQL has room for {available}"
+                    ),
+                    vec![
+                        format!("room = {budget}"),
+                        "lower `workload.clients`, or raise `postgres.settings.max_connections`".into(),
+                    ],
+                ));
             }
         }
 
@@ -572,7 +565,7 @@ impl Cx<'_> {
             description,
             launcher,
             postgres,
-            pgbouncer: pgbouncer.map(|(spec, _)| spec),
+            pooler,
             app_pool,
             workload,
             faults,
@@ -673,201 +666,11 @@ impl Cx<'_> {
         ))
     }
 
-    pub(super) fn pgbouncer(
-        &self,
-        raw: &RawPgbouncer,
-        at: &Location,
-    ) -> Res<(PgbouncerSpec, Vec<Setting>)> {
-        if !is_given(&raw.version) {
-            return Err(self.missing(at, "version", "pgbouncer", "version: \"1.25.2\""));
-        }
-        if !is_given(&raw.pool_mode) {
-            return Err(self.missing(at, "pool_mode", "pgbouncer", "pool_mode: transaction"));
-        }
-        let version = match &raw.version.value {
-            Node::Str(s) => s.clone(),
-            _ => {
-                return Err(self.err(
-                    &raw.version.referenced,
-                    format!(
-                        "`pgbouncer.version` must be a quoted version such as \"1.25.2\", found {}",
-                        self.found(&raw.version)
-                    ),
-                    Vec::new(),
-                ));
-            }
-        };
-        let Some(parts) = parse_version(&version, 3) else {
-            return Err(self.err(
-                &raw.version.referenced,
-                format!("invalid pgbouncer version `{version}`: expected MAJOR.MINOR.PATCH"),
-                vec!["e.g. \"1.25.2\"".into()],
-            ));
-        };
-        let target = (parts[0], parts[1]);
-        let binary = self.optional_path(&raw.binary, "pgbouncer.binary")?;
-
-        let modes = "valid pool modes: session, transaction, statement";
-        let pool_mode = match &raw.pool_mode.value {
-            Node::Str(s) => match PoolMode::from_name(s) {
-                Some(m) => m,
-                None => {
-                    let mut hints = Vec::new();
-                    let close = close_matches(s, PoolMode::ALL.iter().map(|m| m.as_str()));
-                    if !close.is_empty() {
-                        hints.push(did_you_mean(&close));
-                    }
-                    hints.push(modes.into());
-                    return Err(self.err(
-                        &raw.pool_mode.referenced,
-                        format!("unknown pool_mode `{s}`"),
-                        hints,
-                    ));
-                }
-            },
-            _ => {
-                return Err(self.err(
-                    &raw.pool_mode.referenced,
-                    format!(
-                        "`pgbouncer.pool_mode` must be a pool mode, found {}",
-                        self.found(&raw.pool_mode)
-                    ),
-                    vec![modes.into()],
-                ));
-            }
-        };
-        if pool_mode == PoolMode::Statement {
-            return Err(self.err(
-                &raw.pool_mode.referenced,
-                "`pool_mode: statement` is not modelled yet",
-                vec![
-                    "in statement mode PgBouncer closes the client and its server when a statement leaves a transaction open; the model does not predict that yet, and a run would report pgchaos's ignorance as pg.* violations".into(),
-                    "use session or transaction".into(),
-                ],
-            ));
-        }
-        let default_pool_size = self.u32_or(
-            &raw.default_pool_size,
-            "pgbouncer.default_pool_size",
-            1,
-            10_000,
-            DEFAULT_POOL_SIZE,
-        )?;
-        let max_client_conn = self.u32_or(
-            &raw.max_client_conn,
-            "pgbouncer.max_client_conn",
-            1,
-            100_000,
-            DEFAULT_MAX_CLIENT_CONN,
-        )?;
-        let server_reset_query = match &raw.server_reset_query.value {
-            Node::Absent => DEFAULT_SERVER_RESET_QUERY.to_string(),
-            Node::Str(s) if s.contains(['\n', '\r']) => {
-                return Err(self.err(
-                    &raw.server_reset_query.referenced,
-                    "`pgbouncer.server_reset_query` must be one line",
-                    Vec::new(),
-                ));
-            }
-            Node::Str(s) => s.clone(),
-            _ => {
-                return Err(self.err(
-                    &raw.server_reset_query.referenced,
-                    format!(
-                        "`pgbouncer.server_reset_query` must be a string, found {}",
-                        self.found(&raw.server_reset_query)
-                    ),
-                    vec![
-                        "write `\"\"` for no reset query, or remove the key for `DISCARD ALL`"
-                            .into(),
-                    ],
-                ));
-            }
-        };
-        let server_reset_query_always = self.bool_or(
-            &raw.server_reset_query_always,
-            "pgbouncer.server_reset_query_always",
-            false,
-        )?;
-
-        let settings = self.settings(&raw.settings, "pgbouncer")?;
-        let mut rendered = BTreeMap::new();
-        for s in &settings {
-            let name = s.name.value.as_str();
-            if let Some((_, why)) = PGBOUNCER_HARNESS_SETTINGS.iter().find(|(n, _)| *n == name) {
-                return Err(self.err(
-                    &s.name.referenced,
-                    format!("`{name}` cannot be set in `pgbouncer.settings`"),
-                    vec![why.to_string()],
-                ));
-            }
-            match pgbouncer_setting(name) {
-                None => {
-                    let mut hints = Vec::new();
-                    let close = close_matches(
-                        name,
-                        PGBOUNCER_SETTINGS
-                            .iter()
-                            .map(|(n, _)| *n)
-                            .filter(|n| !PGBOUNCER_HARNESS_SETTINGS.iter().any(|(h, _)| h == n)),
-                    );
-                    if !close.is_empty() {
-                        hints.push(did_you_mean(&close));
-                    }
-                    hints.push(
-                        "valid names are the [pgbouncer] section settings of pgbouncer.ini(5) for PgBouncer 1.25"
-                            .into(),
-                    );
-                    return Err(self.err(
-                        &s.name.referenced,
-                        format!("unknown pgbouncer setting `{name}`"),
-                        hints,
-                    ));
-                }
-                Some(Some(since)) if target < since => {
-                    return Err(self.err(
-                        &s.name.referenced,
-                        format!(
-                            "`{name}` needs pgbouncer {}.{} or newer, but `pgbouncer.version` is {version}",
-                            since.0, since.1
-                        ),
-                        vec!["remove the setting, or target a newer pgbouncer".into()],
-                    ));
-                }
-                Some(_) => {}
-            }
-            let value = self.setting_value(s, "pgbouncer.settings", ("1", "0"))?;
-            if PGBOUNCER_TIMEOUTS.contains(&name) {
-                self.timeout_setting(
-                    s,
-                    "pgbouncer.settings",
-                    &value,
-                    pgbouncer_seconds,
-                    "seconds",
-                )?;
-            }
-            rendered.insert(name.to_string(), value);
-        }
-        Ok((
-            PgbouncerSpec {
-                version,
-                binary,
-                pool_mode,
-                default_pool_size,
-                max_client_conn,
-                server_reset_query,
-                server_reset_query_always,
-                settings: rendered,
-            },
-            settings,
-        ))
-    }
-
     pub(super) fn faults(
         &self,
         raw: &RawFaults,
         at: &Location,
-        pooler: bool,
+        pooler: Option<&PoolerSpec>,
         standby: bool,
     ) -> Res<Faults> {
         if !is_given(&raw.kinds) {
@@ -891,12 +694,30 @@ impl Cx<'_> {
                 MAX_WEIGHT.into(),
             )? as u32;
             let needs_pooler = crate::vocab::fault::meaning(op).is_some_and(|m| m.needs_pooler);
-            if w > 0 && needs_pooler && !pooler {
-                return Err(self.err(
-                    &name.referenced,
-                    format!("`{op}` is a fault of PgBouncer, and this topology has none"),
-                    vec!["add a `pgbouncer` section, or remove the fault".into()],
-                ));
+            if w > 0 && needs_pooler {
+                let Some(p) = pooler else {
+                    return Err(self.err(
+                        &name.referenced,
+                        format!("`{op}` is a fault of the pooler, and this topology has none"),
+                        vec!["add a pooler section (`pgbouncer`), or remove the fault".into()],
+                    ));
+                };
+                if !p.config.faults().contains(&op) {
+                    return Err(self.err(
+                        &name.referenced,
+                        format!("`{op}` is not a fault {} has", p.kind),
+                        vec![format!(
+                            "{}'s faults: {}",
+                            p.kind,
+                            p.config
+                                .faults()
+                                .iter()
+                                .map(|o| o.name())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )],
+                    ));
+                }
             }
             if w > 0 && crate::vocab::fault::needs_standby(op) && !standby {
                 return Err(self.err(

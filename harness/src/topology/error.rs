@@ -146,6 +146,8 @@ pub(super) struct Cx<'a> {
     pub(super) path: &'a Path,
     /// The invariants `expect` may name.
     pub(super) catalog: &'a [InvariantInfo],
+    /// The poolers whose sections the topology may have.
+    pub(super) poolers: &'a [&'a dyn PoolerSection],
 }
 
 pub(super) type Res<T> = Result<T, TopologyError>;
@@ -256,11 +258,6 @@ impl Cx<'_> {
                 let close = close_matches(field, expected.iter().copied());
                 if !close.is_empty() {
                     hints.push(did_you_mean(&close));
-                }
-                if section == Some("pgbouncer") && pgbouncer_setting(field).is_some() {
-                    hints.push(format!(
-                        "`{field}` is a pgbouncer.ini setting: put it under `pgbouncer.settings`"
-                    ));
                 }
                 if section == Some("postgres") && is_setting_name(field) {
                     hints.push(format!(
@@ -392,7 +389,7 @@ pub(super) fn humanize_unexpected(unexpected: &str) -> String {
     }
 }
 
-pub(super) fn did_you_mean(close: &[&str]) -> String {
+pub fn did_you_mean(close: &[&str]) -> String {
     format!("did you mean {}?", or_list(close))
 }
 
@@ -422,7 +419,7 @@ pub(super) fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Up to three candidates close to `word`: small edit distance, or one containing the other.
-pub(super) fn close_matches<'a>(
+pub fn close_matches<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Vec<&'a str> {

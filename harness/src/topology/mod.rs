@@ -21,6 +21,7 @@
 
 mod convert;
 mod error;
+mod pooler;
 mod raw;
 mod settings;
 #[cfg(test)]
@@ -30,12 +31,13 @@ use crate::vocab::{InvariantInfo, Key, Op, Verdict};
 
 pub use convert::parse_duration;
 use error::*;
-pub use error::{TopologyError, write_snippet};
+pub use error::{TopologyError, close_matches, did_you_mean, write_snippet};
+pub use pooler::{Catalog, PoolerConfig, PoolerSection, PoolerSpec, Room, Section, SettingEntry};
 use raw::*;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_saphyr::{Location, Spanned};
-pub use settings::PGBOUNCER_TIMEOUTS;
+pub use serde_saphyr::Location;
+use serde_saphyr::Spanned;
 use settings::*;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -55,8 +57,9 @@ pub struct Topology {
     /// Where the servers run: local processes (default) or containers.
     pub launcher: LauncherKind,
     pub postgres: PostgresSpec,
+    /// The pooler in front of PostgreSQL (its section, read by the pooler: `pgbouncer:`);
     /// `None`: clients connect straight to PostgreSQL.
-    pub pgbouncer: Option<PgbouncerSpec>,
+    pub pooler: Option<PoolerSpec>,
     /// An application-side pool every logical client's ops go through (like Go's
     /// `database/sql`); `None`: each client has its own connection.
     pub app_pool: Option<AppPool>,
@@ -114,59 +117,6 @@ pub struct PostgresSpec {
     /// Run a streaming standby beside the primary (made with `pg_basebackup`), which the
     /// launcher's promote control turns into the new primary.
     pub standby: bool,
-}
-
-/// The PgBouncer in front of PostgreSQL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PgbouncerSpec {
-    /// `MAJOR.MINOR.PATCH`, e.g. `1.25.2`.
-    pub version: String,
-    /// The `pgbouncer` executable; `None` lets the launcher find it.
-    pub binary: Option<PathBuf>,
-    pub pool_mode: PoolMode,
-    pub default_pool_size: u32,
-    pub max_client_conn: u32,
-    /// `""` means no reset query.
-    pub server_reset_query: String,
-    pub server_reset_query_always: bool,
-    /// Further `pgbouncer.ini` settings, values rendered to strings (booleans as `1`/`0`).
-    pub settings: BTreeMap<String, String>,
-}
-
-/// PgBouncer's `pool_mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PoolMode {
-    Session,
-    Transaction,
-    Statement,
-}
-
-impl PoolMode {
-    pub const ALL: [PoolMode; 3] = [
-        PoolMode::Session,
-        PoolMode::Transaction,
-        PoolMode::Statement,
-    ];
-
-    /// The `pgbouncer.ini` / YAML spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PoolMode::Session => "session",
-            PoolMode::Transaction => "transaction",
-            PoolMode::Statement => "statement",
-        }
-    }
-
-    fn from_name(s: &str) -> Option<PoolMode> {
-        PoolMode::ALL.into_iter().find(|m| m.as_str() == s)
-    }
-}
-
-impl fmt::Display for PoolMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// Which advisory lock API the workload uses.
@@ -473,8 +423,9 @@ pub mod limits {
 use limits::*;
 
 impl Topology {
-    /// Reads and validates a topology file. `catalog` lists the invariants `expect` may name.
-    pub fn load(path: &Path, catalog: &[InvariantInfo]) -> Result<Topology, TopologyError> {
+    /// Reads and validates a topology file. `catalog` lists the invariants `expect` may name
+    /// and the poolers whose sections it may have.
+    pub fn load(path: &Path, catalog: &Catalog) -> Result<Topology, TopologyError> {
         let src = std::fs::read_to_string(path).map_err(|e| {
             TopologyError::from(ErrorInner {
                 path: path.to_path_buf(),
@@ -488,12 +439,13 @@ impl Topology {
     }
 
     /// Parses and validates topology text; `path` is used in messages and kept as `source`.
-    pub fn parse(
-        src: &str,
-        path: &Path,
-        catalog: &[InvariantInfo],
-    ) -> Result<Topology, TopologyError> {
-        let cx = Cx { src, path, catalog };
+    pub fn parse(src: &str, path: &Path, catalog: &Catalog) -> Result<Topology, TopologyError> {
+        let cx = Cx {
+            src,
+            path,
+            catalog: catalog.invariants,
+            poolers: catalog.poolers,
+        };
         if is_blank_document(src) {
             return Err(cx.error_at(
                 1,
@@ -536,21 +488,13 @@ impl Topology {
             .all(|g| g.iter().any(|op| self.workload.uses(*op)))
     }
 
-    /// The timeouts the servers run with, by what they do (0: off), in milliseconds: from
-    /// `pgbouncer.settings` (seconds) and `postgres.settings` (milliseconds by default).
+    /// The timeouts the servers run with, by what they do (0: off), in milliseconds: the
+    /// pooler's (its settings) and `postgres.settings` (milliseconds by default).
     pub fn timeouts(&self) -> crate::vocab::timeout::Timeouts {
         use crate::vocab::timeout::{Owner, of};
         let mut out = crate::vocab::timeout::Timeouts::new();
-        if let Some(b) = &self.pgbouncer {
-            for t in of(Owner::Pgbouncer) {
-                if let Some(v) = b
-                    .settings
-                    .get(t.name)
-                    .and_then(|v| settings::pgbouncer_seconds(v))
-                {
-                    out.insert(t.effect, (v * 1000.0).round() as u64);
-                }
-            }
+        if let Some(p) = &self.pooler {
+            out.extend(p.config.timeouts());
         }
         for t in of(Owner::Postgres) {
             if let Some(v) = self
@@ -568,7 +512,7 @@ impl Topology {
 
     /// True when clients connect straight to PostgreSQL.
     pub fn is_direct(&self) -> bool {
-        self.pgbouncer.is_none()
+        self.pooler.is_none()
     }
 }
 

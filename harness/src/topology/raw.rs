@@ -116,7 +116,6 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "description",
     "launcher",
     "postgres",
-    "pgbouncer",
     "app_pool",
     "workload",
     "faults",
@@ -125,16 +124,6 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "expect_concurrent",
 ];
 pub(super) const POSTGRES_KEYS: &[&str] = &["version", "bin_dir", "settings", "standby"];
-pub(super) const PGBOUNCER_KEYS: &[&str] = &[
-    "version",
-    "binary",
-    "pool_mode",
-    "default_pool_size",
-    "max_client_conn",
-    "server_reset_query",
-    "server_reset_query_always",
-    "settings",
-];
 pub(super) const APP_POOL_KEYS: &[&str] = &["max_open", "pin"];
 pub(super) const WORKLOAD_KEYS: &[&str] = &[
     "clients",
@@ -168,7 +157,6 @@ pub(super) fn section_of(expected: &[&str]) -> Option<&'static str> {
     [
         ("", TOP_KEYS),
         ("postgres", POSTGRES_KEYS),
-        ("pgbouncer", PGBOUNCER_KEYS),
         ("app_pool", APP_POOL_KEYS),
         ("workload", WORKLOAD_KEYS),
         ("faults", FAULTS_KEYS),
@@ -190,31 +178,68 @@ pub(super) fn section_given<T>(s: &Section<T>) -> bool {
     s.referenced.line() != 0
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The top level. A key that is none of [`TOP_KEYS`] is kept in `others` with its position:
+/// a pooler's section (`pgbouncer:`), which the pooler reads, or an unknown key, reported
+/// with the pooler sections among the valid keys.
 pub(super) struct RawTopology {
-    #[serde(default = "absent")]
     pub(super) name: Leaf,
-    #[serde(default = "absent")]
     pub(super) description: Leaf,
-    #[serde(default = "absent")]
     pub(super) launcher: Leaf,
-    #[serde(default = "absent_section")]
     pub(super) postgres: Section<RawPostgres>,
-    #[serde(default = "absent_section")]
-    pub(super) pgbouncer: Section<RawPgbouncer>,
-    #[serde(default = "absent_section")]
     pub(super) app_pool: Section<RawAppPool>,
-    #[serde(default = "absent_section")]
     pub(super) workload: Section<RawWorkload>,
-    #[serde(default = "absent_section")]
     pub(super) faults: Section<RawFaults>,
-    #[serde(default = "absent_section")]
     pub(super) run: Section<RawRun>,
-    #[serde(default = "absent")]
     pub(super) expect: Leaf,
-    #[serde(default = "absent")]
     pub(super) expect_concurrent: Leaf,
+    pub(super) others: Vec<(Spanned<String>, Leaf)>,
+}
+
+impl<'de> Deserialize<'de> for RawTopology {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawTopology, D::Error> {
+        struct TopVisitor;
+        impl<'de> Visitor<'de> for TopVisitor {
+            type Value = RawTopology;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawTopology, A::Error> {
+                let mut t = RawTopology {
+                    name: absent(),
+                    description: absent(),
+                    launcher: absent(),
+                    postgres: absent_section(),
+                    app_pool: absent_section(),
+                    workload: absent_section(),
+                    faults: absent_section(),
+                    run: absent_section(),
+                    expect: absent(),
+                    expect_concurrent: absent(),
+                    others: Vec::new(),
+                };
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    match key.value.as_str() {
+                        "name" => t.name = map.next_value()?,
+                        "description" => t.description = map.next_value()?,
+                        "launcher" => t.launcher = map.next_value()?,
+                        "postgres" => t.postgres = map.next_value()?,
+                        "app_pool" => t.app_pool = map.next_value()?,
+                        "workload" => t.workload = map.next_value()?,
+                        "faults" => t.faults = map.next_value()?,
+                        "run" => t.run = map.next_value()?,
+                        "expect" => t.expect = map.next_value()?,
+                        "expect_concurrent" => t.expect_concurrent = map.next_value()?,
+                        _ => {
+                            let value = map.next_value::<Leaf>()?;
+                            t.others.push((key, value));
+                        }
+                    }
+                }
+                Ok(t)
+            }
+        }
+        d.deserialize_map(TopVisitor)
+    }
 }
 
 #[derive(Deserialize)]
@@ -228,27 +253,6 @@ pub(super) struct RawPostgres {
     pub(super) settings: Leaf,
     #[serde(default = "absent")]
     pub(super) standby: Leaf,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawPgbouncer {
-    #[serde(default = "absent")]
-    pub(super) version: Leaf,
-    #[serde(default = "absent")]
-    pub(super) binary: Leaf,
-    #[serde(default = "absent")]
-    pub(super) pool_mode: Leaf,
-    #[serde(default = "absent")]
-    pub(super) default_pool_size: Leaf,
-    #[serde(default = "absent")]
-    pub(super) max_client_conn: Leaf,
-    #[serde(default = "absent")]
-    pub(super) server_reset_query: Leaf,
-    #[serde(default = "absent")]
-    pub(super) server_reset_query_always: Leaf,
-    #[serde(default = "absent")]
-    pub(super) settings: Leaf,
 }
 
 #[derive(Deserialize)]

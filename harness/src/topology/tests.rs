@@ -3,10 +3,20 @@
 
 use super::convert::fmt_duration;
 use super::*;
+use crate::pooler::PoolMode;
+use crate::pooler::pgbouncer::PgbouncerSpec;
+use crate::pooler::pgbouncer::settings::{PGBOUNCER_HARNESS_SETTINGS, PGBOUNCER_SETTINGS};
 use crate::vocab::Tier;
 
-fn catalog() -> &'static [InvariantInfo] {
-    crate::check::catalog()
+/// The topology's PgBouncer configuration, if it has one.
+fn bouncer(t: &Topology) -> Option<&PgbouncerSpec> {
+    t.pooler.as_ref().and_then(|p| p.config::<PgbouncerSpec>())
+}
+
+fn catalog() -> &'static Catalog<'static> {
+    static CATALOG: std::sync::LazyLock<Catalog<'static>> =
+        std::sync::LazyLock::new(crate::catalog);
+    &CATALOG
 }
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bad");
@@ -170,9 +180,11 @@ fn hints_say_what_is_valid() {
         "{e}"
     );
     assert!(
-        e.hints()
-            .iter()
-            .any(|h| h.contains("name, description, launcher, postgres, pgbouncer"))
+        e.hints().iter().any(
+            |h| h.contains("name, description, launcher, postgres, app_pool")
+                && h.ends_with(", pgbouncer")
+        ),
+        "{e}"
     );
 
     let e = load_bad("unknown-pgbouncer-setting.yaml");
@@ -295,7 +307,7 @@ fn shipped_topologies_parse() {
         assert_eq!(t.run.cases, cases, "{stem}");
         assert_eq!(t.run.seed, None, "{stem}");
         assert_eq!(t.run.time_limit, Duration::from_secs(limit), "{stem}");
-        if let Some(b) = &t.pgbouncer {
+        if let Some(b) = bouncer(&t) {
             // Transaction pooling shares 2 servers among 4 clients; session pooling pins
             // a server per client, so it gets one each (no skipped steps).
             let want = if b.pool_mode == PoolMode::Session {
@@ -355,6 +367,7 @@ fn shipped_topologies_expect_what_was_decided() {
         )
         .unwrap();
         catalog()
+            .invariants
             .iter()
             .filter(|i| t.expected(i.name) == Verdict::Violated)
             .map(|i| i.name.to_string())
@@ -507,7 +520,7 @@ fn documented_example_parses() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(t.name, "transaction-mode");
-    assert_eq!(t.pgbouncer.unwrap().settings["server_lifetime"], "3600");
+    assert_eq!(bouncer(&t).unwrap().settings["server_lifetime"], "3600");
 }
 
 #[test]
@@ -519,7 +532,7 @@ fn defaults_apply() {
     assert_eq!(t.postgres.bin_dir, None);
     assert!(t.postgres.settings.is_empty());
     assert!(!t.postgres.standby);
-    assert!(t.pgbouncer.is_none());
+    assert!(t.pooler.is_none());
     let w = &t.workload;
     assert_eq!(w.clients, 4);
     assert_eq!(w.keys, [Key::Big(4242424242), Key::Big(612001)]);
@@ -555,13 +568,13 @@ fn defaults_apply() {
     let t = ok(&format!(
         "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n"
     ));
-    let b = t.pgbouncer.unwrap();
+    assert_eq!(t.pooler.as_ref().unwrap().binary, None);
+    let b = bouncer(&t).unwrap();
     assert_eq!(b.pool_mode, PoolMode::Session);
     assert_eq!(b.default_pool_size, 2);
     assert_eq!(b.max_client_conn, 100);
     assert_eq!(b.server_reset_query, "DISCARD ALL");
     assert!(!b.server_reset_query_always);
-    assert_eq!(b.binary, None);
 
     // Null sections mean "use the defaults"; a null pgbouncer means direct.
     let t = ok(&format!("{MINIMAL}pgbouncer:\nworkload: ~\nrun:\n"));
@@ -620,8 +633,11 @@ expect:
     assert_eq!(s["fsync"], "off");
     assert_eq!(s["random_page_cost"], "1.5");
     assert_eq!(s["shared_buffers"], "128MB");
-    let b = t.pgbouncer.as_ref().unwrap();
-    assert_eq!(b.binary, Some(PathBuf::from("/usr/sbin/pgbouncer")));
+    assert_eq!(
+        t.pooler.as_ref().unwrap().binary,
+        Some(PathBuf::from("/usr/sbin/pgbouncer"))
+    );
+    let b = bouncer(&t).unwrap();
     assert_eq!((b.default_pool_size, b.max_client_conn), (3, 10));
     assert_eq!(b.server_reset_query, "");
     assert!(b.server_reset_query_always);
@@ -909,7 +925,7 @@ fn versions() {
         parse(&format!(
             "{MINIMAL}pgbouncer:\n  version: {v}\n  pool_mode: session\n"
         ))
-        .map(|t| t.pgbouncer.unwrap().version)
+        .map(|t| t.pooler.unwrap().version)
     };
     assert_eq!(bouncer("1.25.2").unwrap(), "1.25.2");
     assert_eq!(bouncer("\"1.25.2\"").unwrap(), "1.25.2");
@@ -1016,7 +1032,7 @@ fn postgres_standby_is_a_boolean_valid_with_or_without_a_pooler() {
     let t = ok(&format!(
         "{MINIMAL}  standby: true\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n"
     ));
-    assert!(t.postgres.standby && t.pgbouncer.is_some());
+    assert!(t.postgres.standby && t.pooler.is_some());
     // Settings a standby can live with are kept as given.
     let t = ok(&format!(
         "{MINIMAL}  standby: true\n  settings: {{ wal_level: logical, max_wal_senders: 2 }}\n"
@@ -1093,7 +1109,10 @@ fn timeouts_are_durations_in_their_servers_units() {
     assert!(pg("59s").is_ok() && pg("250ms").is_ok());
     assert!(pg("10 fortnights").is_err());
     assert_eq!(super::settings::postgres_seconds("1.5h"), Some(5400.0));
-    assert_eq!(super::settings::pgbouncer_seconds("3600"), Some(3600.0));
+    assert_eq!(
+        crate::pooler::pgbouncer::settings::pgbouncer_seconds("3600"),
+        Some(3600.0)
+    );
 }
 
 #[test]
@@ -1141,15 +1160,19 @@ fn resolve_names_and_paths() {
 #[test]
 fn close_matches_are_close() {
     assert_eq!(
-        close_matches("pgbouncr", TOP_KEYS.iter().copied()),
-        ["pgbouncer"]
+        close_matches("postgress", TOP_KEYS.iter().copied()),
+        ["postgres"]
     );
     assert_eq!(
         close_matches("zzzz", TOP_KEYS.iter().copied()),
         Vec::<&str>::new()
     );
     assert!(
-        close_matches("pool_size", PGBOUNCER_KEYS.iter().copied()).contains(&"default_pool_size")
+        close_matches(
+            "pool_size",
+            crate::pooler::pgbouncer::section::KEYS.iter().copied()
+        )
+        .contains(&"default_pool_size")
     );
     assert_eq!(edit_distance("kitten", "sitting"), 3);
     assert_eq!(or_list(&["a", "b", "c"]), "`a`, `b` or `c`");
@@ -1350,9 +1373,12 @@ fn faults_the_topology_cannot_run_are_positioned_at_the_fault() {
         &format!("{MINIMAL}faults:\n  kinds: {{ pg_restart: 1, pooler_kill: 1 }}\n"),
         5,
         27,
-        "`pooler_kill` is a fault of PgBouncer, and this topology has none",
+        "`pooler_kill` is a fault of the pooler, and this topology has none",
     );
-    has_hint(&e, "add a `pgbouncer` section, or remove the fault");
+    has_hint(
+        &e,
+        "add a pooler section (`pgbouncer`), or remove the fault",
+    );
     // Every fault that needs the pooler, alone.
     for op in Op::FAULTS {
         let needs = crate::vocab::fault::meaning(op).unwrap().needs_pooler;
@@ -1362,7 +1388,10 @@ fn faults_the_topology_cannot_run_are_positioned_at_the_fault() {
             Err(e) => {
                 assert!(needs, "{op}: {e}");
                 assert_eq!((e.line(), e.column()), (Some(7), Some(5)), "{op}: {e}");
-                assert!(e.message().contains("is a fault of PgBouncer"), "{op}: {e}");
+                assert!(
+                    e.message().contains("is a fault of the pooler"),
+                    "{op}: {e}"
+                );
             }
         }
     }
@@ -1535,7 +1564,7 @@ fn faults_beside_a_script_are_checked_but_not_drawn() {
         &direct,
         11,
         12,
-        "`pooler_reconnect` is a fault of PgBouncer",
+        "`pooler_reconnect` is a fault of the pooler",
     );
     // And a script cannot name a fault itself.
     let e = err(&format!(

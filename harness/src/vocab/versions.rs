@@ -11,15 +11,27 @@ pub struct Versions {
     /// What the topology file says, never overwritten by what ran.
     pub postgres_declared: String,
     pub postgres_full: String,
-    pub pgbouncer: Option<String>,
-    pub pgbouncer_declared: Option<String>,
+    /// The pooler (`pgbouncer`), when there is one (histories of format 1 have only
+    /// PgBouncer and leave it out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pooler_name: Option<String>,
+    /// The pooler's version that ran.
+    #[serde(alias = "pgbouncer")]
+    pub pooler: Option<String>,
+    #[serde(alias = "pgbouncer_declared")]
+    pub pooler_declared: Option<String>,
     /// One line per server whose version differs from the declared one.
     pub version_drift: Vec<String>,
 }
 
 impl Versions {
+    /// The pooler's name as drift lines and reports give it.
+    pub fn pooler_label(&self) -> &str {
+        self.pooler_name.as_deref().unwrap_or("pgbouncer")
+    }
+
     /// Record what ran; every difference from the declared versions becomes a drift line.
-    pub fn ran(&mut self, postgres_full: &str, pgbouncer: Option<&str>) -> Result<()> {
+    pub fn ran(&mut self, postgres_full: &str, pooler: Option<&str>) -> Result<()> {
         self.postgres = parse_pg_version(postgres_full)
             .ok_or_else(|| anyhow!("cannot read the PostgreSQL version from {postgres_full:?}"))?;
         self.postgres_full = postgres_full.to_string();
@@ -34,20 +46,17 @@ impl Versions {
                 ),
             );
         }
-        self.pgbouncer = pgbouncer.map(str::to_string);
-        match (pgbouncer, &self.pgbouncer_declared) {
+        self.pooler = pooler.map(str::to_string);
+        let label = self.pooler_label().to_string();
+        match (pooler, &self.pooler_declared) {
             (Some(ran), Some(declared)) if ran != declared => {
                 // Provisioning may already have said why (e.g. the nearest version built).
-                if !self
-                    .version_drift
-                    .iter()
-                    .any(|d| d.starts_with("pgbouncer"))
-                {
+                if !self.version_drift.iter().any(|d| d.starts_with(&label)) {
                     self.version_drift
-                        .push(format!("pgbouncer declared {declared}, ran {ran}"));
+                        .push(format!("{label} declared {declared}, ran {ran}"));
                 }
             }
-            _ => self.version_drift.retain(|d| !d.starts_with("pgbouncer")),
+            _ => self.version_drift.retain(|d| !d.starts_with(&label)),
         }
         Ok(())
     }
@@ -83,7 +92,7 @@ mod tests {
     fn drift_names_every_server_that_differs_and_keeps_the_declared_version() {
         let mut v = Versions {
             postgres_declared: "18.6".into(),
-            pgbouncer_declared: Some("1.25.2".into()),
+            pooler_declared: Some("1.25.2".into()),
             ..Default::default()
         };
         v.ran(
@@ -111,7 +120,7 @@ mod tests {
         // Provisioning's own explanation of a PgBouncer drift is kept, not repeated.
         let mut p = Versions {
             postgres_declared: "18.6".into(),
-            pgbouncer_declared: Some("1.25.2".into()),
+            pooler_declared: Some("1.25.2".into()),
             version_drift: vec!["pgbouncer declared 1.25.2, obtained 1.24.1 (nearest)".into()],
             ..Default::default()
         };

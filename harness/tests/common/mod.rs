@@ -29,7 +29,7 @@ pub fn topology_path(name: &str) -> String {
 /// A shipped topology, validated.
 pub fn topology(name: &str) -> pgchaos::topology::Topology {
     let path = topology_path(name);
-    pgchaos::topology::Topology::load(std::path::Path::new(&path), pgchaos::check::catalog())
+    pgchaos::topology::Topology::load(std::path::Path::new(&path), &pgchaos::catalog())
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -5,10 +5,38 @@
 //! that leaves mid-transaction gets its server closed), and the settings it must be running
 //! with: what the topology declares, compared with `SHOW CONFIG` in PgBouncer's own formats.
 
+pub mod import;
+pub mod section;
+pub mod settings;
 pub mod view;
 
 use super::{ConfigContext, ConfigDifference, ConfigFile, ExpectedSetting, PoolRules, Pooler};
-use crate::topology::PgbouncerSpec;
+pub use section::PgbouncerSpec;
+
+/// PgBouncer as a kind of pooler (`pooler::KINDS`).
+pub struct PgBouncerKind;
+
+pub const PGBOUNCER: PgBouncerKind = PgBouncerKind;
+
+impl super::Kind for PgBouncerKind {
+    fn section(&self) -> &'static dyn crate::topology::PoolerSection {
+        &section::PgbouncerSection
+    }
+    fn file_kind(&self) -> &'static str {
+        "pgbouncer.ini"
+    }
+    fn recognises(&self, src: &str) -> bool {
+        import::recognises(src)
+    }
+    fn import(
+        &self,
+        src: &str,
+        path: &std::path::Path,
+        origin: &super::Origin,
+    ) -> anyhow::Result<super::Imported> {
+        import::convert(src, path, origin)
+    }
+}
 
 /// The admin console's database name.
 pub const ADMIN_DB: &str = "pgbouncer";
@@ -338,6 +366,14 @@ impl Pooler for PgBouncer {
         "pgbouncer"
     }
 
+    fn provision(
+        &self,
+        spec: &crate::topology::PoolerSpec,
+        opts: &crate::provision::Options,
+    ) -> anyhow::Result<crate::provision::PoolerBinary> {
+        crate::provision::pgbouncer(&spec.version, spec.binary.as_deref(), opts)
+    }
+
     fn rules(&self) -> PoolRules {
         let q = self.spec.server_reset_query.to_ascii_lowercase();
         PoolRules {
@@ -402,13 +438,12 @@ impl Pooler for PgBouncer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::PoolMode;
+    use crate::pooler::PoolMode;
     use std::collections::BTreeMap;
 
     fn spec(reset: &str) -> PgbouncerSpec {
         PgbouncerSpec {
             version: "1.25.2".into(),
-            binary: None,
             pool_mode: PoolMode::Transaction,
             default_pool_size: 2,
             max_client_conn: 50,

@@ -1,0 +1,951 @@
+//! Import of a team's `pgbouncer.ini`: a topology with its pooling settings, so pgchaos runs
+//! against the configuration they deploy (`pgchaos import`, which writes the file).
+//!
+//! The ini is parsed here (sections, `key = value`, `;`/`#` comments; `%include` is refused).
+//! The `[pgbouncer]` keys map onto the topology's `pgbouncer` keys and `pgbouncer.settings`;
+//! what the harness controls itself (listen address, authentication, admin console, log,
+//! pid file, TLS, the `[databases]`/`[users]`/`[peers]` sections) and the timeouts pgchaos
+//! refuses are dropped, one YAML comment each. Bad input is an error at `path:line:column`;
+//! the output is checked by loading it (`Topology::parse`) before anything is written.
+
+use crate::pooler::{Imported, Origin, PoolMode};
+use crate::topology::Topology;
+use anyhow::{Result, bail};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The PgBouncer release an imported topology declares unless told otherwise.
+pub const DEFAULT_PGBOUNCER_VERSION: &str = "1.25.2";
+const POSTGRES_VERSION: &str = "18.6";
+/// `workload.clients` of the written topology (transaction-mode.yaml's).
+const CLIENTS: u32 = 4;
+/// PostgreSQL's default `max_connections`, and what the room for the pool is computed from.
+const PG_DEFAULT_MAX_CONNECTIONS: u64 = 100;
+/// `superuser_reserved_connections` (default) + the harness's direct connections.
+const PG_RESERVED: u64 = 3 + 3;
+/// The topology's bound on `pgbouncer.max_client_conn`.
+const MAX_CLIENT_CONN_LIMIT: u64 = 100_000;
+
+/// Whether a file is a `pgbouncer.ini`: it has a `[pgbouncer]` section.
+pub fn recognises(src: &str) -> bool {
+    src.lines()
+        .any(|l| l.trim().eq_ignore_ascii_case("[pgbouncer]"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/// An ini error: `path:line:column: message`, the line with a caret, hints (the style of
+/// the topology's errors).
+#[derive(Debug)]
+pub struct IniError {
+    path: PathBuf,
+    line: usize,
+    column: usize,
+    width: usize,
+    source_line: String,
+    message: String,
+    hints: Vec<String>,
+}
+
+impl fmt::Display for IniError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.path.display(),
+            self.line,
+            self.column,
+            self.message
+        )?;
+        crate::topology::write_snippet(f, self.line, &self.source_line, self.column, self.width)?;
+        for h in &self.hints {
+            write!(f, "\nhint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for IniError {}
+
+struct Cx<'a> {
+    src: &'a str,
+    path: &'a Path,
+}
+
+impl Cx<'_> {
+    fn error(
+        &self,
+        line: usize,
+        column: usize,
+        width: usize,
+        message: impl Into<String>,
+        hints: Vec<String>,
+    ) -> IniError {
+        let source_line = self
+            .src
+            .lines()
+            .nth(line - 1)
+            .unwrap_or("")
+            .trim_end_matches('\r')
+            .to_string();
+        let rest = source_line
+            .chars()
+            .count()
+            .saturating_sub(column.saturating_sub(1));
+        IniError {
+            path: self.path.to_path_buf(),
+            line,
+            column,
+            width: width.clamp(1, rest.max(1)),
+            source_line,
+            message: message.into(),
+            hints,
+        }
+    }
+
+    fn at_key(&self, e: &Entry, message: impl Into<String>, hints: Vec<String>) -> IniError {
+        self.error(e.line, e.key_col, e.key.chars().count(), message, hints)
+    }
+
+    fn at_value(&self, e: &Entry, message: impl Into<String>, hints: Vec<String>) -> IniError {
+        self.error(e.line, e.value_col, e.value.chars().count(), message, hints)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ini parser
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    Databases,
+    Users,
+    Peers,
+    Pgbouncer,
+}
+
+/// One `key = value` line. Columns are 1-based, in characters.
+#[derive(Clone, Debug)]
+struct Entry {
+    section: Section,
+    line: usize,
+    /// As written (`[pgbouncer]` keys are compared in lower case).
+    key: String,
+    key_col: usize,
+    value: String,
+    value_col: usize,
+}
+
+fn col_of(line: &str, byte: usize) -> usize {
+    line[..byte].chars().count() + 1
+}
+
+/// Parses the ini: every `key = value` line with its section, in file order.
+fn parse_ini(cx: &Cx) -> Result<Vec<Entry>, IniError> {
+    let mut out: Vec<Entry> = Vec::new();
+    let mut section: Option<Section> = None;
+    for (i, raw) in cx.src.lines().enumerate() {
+        let n = i + 1;
+        let line = raw.trim_end_matches('\r');
+        let start = line.len() - line.trim_start().len();
+        let t = line.trim();
+        if t.is_empty() || t.starts_with(';') || t.starts_with('#') {
+            continue;
+        }
+        let col = col_of(line, start);
+        if t.starts_with('%') {
+            let word = t.split_whitespace().next().unwrap_or(t);
+            if word.eq_ignore_ascii_case("%include") {
+                return Err(cx.error(
+                    n,
+                    col,
+                    t.chars().count(),
+                    "`%include` is not followed by pgchaos import",
+                    vec![
+                        "paste the included file's settings into this file, or import the included file on its own".into(),
+                    ],
+                ));
+            }
+            return Err(cx.error(
+                n,
+                col,
+                word.chars().count(),
+                format!("unknown directive `{word}`"),
+                vec![
+                    "pgbouncer.ini knows only `%include`, which pgchaos import does not follow"
+                        .into(),
+                ],
+            ));
+        }
+        if let Some(rest) = t.strip_prefix('[') {
+            let Some(inner) = rest.strip_suffix(']') else {
+                return Err(cx.error(
+                    n,
+                    col,
+                    t.chars().count(),
+                    format!("a section header must end with `]`: `{t}`"),
+                    vec!["sections are [databases], [users], [peers] and [pgbouncer]".into()],
+                ));
+            };
+            let name = inner.trim().to_ascii_lowercase();
+            section = Some(match name.as_str() {
+                "databases" => Section::Databases,
+                "users" => Section::Users,
+                "peers" => Section::Peers,
+                "pgbouncer" => Section::Pgbouncer,
+                _ => {
+                    return Err(cx.error(
+                        n,
+                        col,
+                        t.chars().count(),
+                        format!("unknown section `{t}`"),
+                        vec!["sections are [databases], [users], [peers] and [pgbouncer]".into()],
+                    ));
+                }
+            });
+            continue;
+        }
+        let Some(eq) = line.find('=') else {
+            return Err(cx.error(
+                n,
+                col,
+                t.chars().count(),
+                format!("expected `key = value` or `[section]`, found `{t}`"),
+                vec!["comments start with `;` or `#`".into()],
+            ));
+        };
+        let key = line[..eq].trim();
+        if key.is_empty() {
+            return Err(cx.error(
+                n,
+                col_of(line, eq),
+                1,
+                format!("missing key before `=`: `{t}`"),
+                vec!["write `key = value`".into()],
+            ));
+        }
+        let Some(section) = section else {
+            return Err(cx.error(
+                n,
+                col,
+                key.chars().count(),
+                format!("`{key}` is set before any section"),
+                vec!["put it under [pgbouncer] (or [databases] / [users])".into()],
+            ));
+        };
+        let after = &line[eq + 1..];
+        let value = after.trim();
+        let value_byte = eq + 1 + (after.len() - after.trim_start().len());
+        let entry = Entry {
+            section,
+            line: n,
+            key: key.to_string(),
+            key_col: col,
+            value: value.to_string(),
+            value_col: col_of(line, value_byte),
+        };
+        if section == Section::Pgbouncer {
+            let lower = key.to_ascii_lowercase();
+            if let Some(first) = out
+                .iter()
+                .find(|e| e.section == Section::Pgbouncer && e.key.eq_ignore_ascii_case(&lower))
+            {
+                return Err(cx.at_key(
+                    &entry,
+                    format!("`{key}` is set twice in [pgbouncer]"),
+                    vec![format!(
+                        "first set at line {}: `{} = {}`; keep one",
+                        first.line, first.key, first.value
+                    )],
+                ));
+            }
+        }
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mapping
+
+/// Why the harness drops a `[pgbouncer]` key it controls itself.
+fn harness_reason(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "listen_addr" => "pgchaos listens on loopback only",
+        "listen_port" => "pgchaos picks a free loopback port",
+        "unix_socket_dir" | "unix_socket_mode" | "unix_socket_group" => {
+            "pgchaos picks pgbouncer's socket directory"
+        }
+        "admin_users" | "stats_users" => "pgchaos uses the admin console itself",
+        "logfile" | "syslog" | "syslog_ident" | "syslog_facility" => {
+            "pgchaos captures pgbouncer's log itself"
+        }
+        "pidfile" => "pgchaos manages the pgbouncer process",
+        "user" => "pgchaos runs pgbouncer as the invoking user",
+        "conffile" => "pgchaos writes pgbouncer.ini itself",
+        "peer_id" => "pgchaos runs a single pgbouncer, without peers",
+        n if n.starts_with("auth_") => "pgchaos configures authentication itself",
+        n if n.starts_with("client_tls") || n.starts_with("server_tls") => {
+            "pgchaos connects without TLS over loopback"
+        }
+        _ => return None,
+    })
+}
+
+/// Values not echoed in comments (they may hold credentials).
+fn is_secret(name: &str) -> bool {
+    name == "auth_ldap_options" || name.contains("password") || name.contains("secret")
+}
+
+/// PgBouncer's timeouts (the topology's list): kept as they are, and checked to be seconds.
+use super::settings::PGBOUNCER_TIMEOUTS as TIMEOUTS;
+
+/// A YAML scalar for an ini value: a plain integer, else a double-quoted string.
+fn yaml_value(v: &str) -> String {
+    if !v.is_empty()
+        && v.len() <= 18
+        && v.trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        && !v.trim_start_matches('-').is_empty()
+        && v.parse::<i64>().is_ok()
+    {
+        return v.to_string();
+    }
+    yaml_quote(v)
+}
+
+fn yaml_quote(v: &str) -> String {
+    let mut s = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => s.push_str(&format!("\\x{:02x}", c as u32)),
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+fn int_value(cx: &Cx, e: &Entry, lo: u64, what: &str) -> Result<u64, IniError> {
+    match e.value.parse::<u64>() {
+        Ok(v) if v >= lo => Ok(v),
+        _ => Err(cx.at_value(
+            e,
+            format!(
+                "`{}` must be an integer >= {lo}, found `{}`",
+                e.key, e.value
+            ),
+            vec![format!("{what} is a count of connections")],
+        )),
+    }
+}
+
+fn bool_value(cx: &Cx, e: &Entry) -> Result<bool, IniError> {
+    match e.value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(cx.at_value(
+            e,
+            format!("`{}` must be a boolean, found `{}`", e.key, e.value),
+            vec!["write 1 or 0".into()],
+        )),
+    }
+}
+
+/// A minimal topology holding one `pgbouncer.settings` entry, to ask the topology's own
+/// validation whether pgchaos accepts it (its name, its release, its value).
+fn probe(version: &str, setting: Option<(&str, &str)>) -> String {
+    let mut y = format!(
+        "name: probe\npostgres:\n  version: \"{POSTGRES_VERSION}\"\n  settings:\n    max_connections: 100000\npgbouncer:\n  version: {}\n  pool_mode: session\n",
+        yaml_quote(version)
+    );
+    if let Some((k, v)) = setting {
+        y.push_str(&format!("  settings:\n    {k}: {v}\n"));
+    }
+    y
+}
+
+/// Line of the setting's key in [`probe`]'s text (1-based), and its key column.
+const PROBE_SETTING_LINE: usize = 10;
+const PROBE_KEY_COL: usize = 5;
+
+/// The ini text as a topology YAML, or the first error in it.
+pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
+    let cx = Cx { src, path };
+    let entries = parse_ini(&cx)?;
+    let version = origin.version.unwrap_or(DEFAULT_PGBOUNCER_VERSION);
+    if let Err(e) = Topology::parse(&probe(version, None), Path::new("probe"), &crate::catalog()) {
+        bail!("--pgbouncer-version {version:?}: {}", e.message());
+    }
+
+    let mut pool_mode: Option<PoolMode> = None;
+    let mut default_pool_size: Option<u64> = None;
+    let mut max_client_conn: Option<u64> = None;
+    let mut reset_query: Option<String> = None;
+    let mut reset_always: Option<bool> = None;
+    let mut settings: Vec<(String, String)> = Vec::new();
+    let mut dropped: Vec<String> = Vec::new();
+    let mut pool_extra = 0u64;
+
+    for e in &entries {
+        match e.section {
+            Section::Databases => dropped.push(format!(
+                "# dropped [databases] {}: pgchaos points pgbouncer at the PostgreSQL it starts{}",
+                e.key,
+                overrides_note(&e.value)
+            )),
+            Section::Users => dropped.push(format!(
+                "# dropped [users] {}: pgchaos connects as its own role{}",
+                e.key,
+                overrides_note(&e.value)
+            )),
+            Section::Peers => dropped.push(format!(
+                "# dropped [peers] {}: pgchaos runs a single pgbouncer, without peers",
+                e.key
+            )),
+            Section::Pgbouncer => {
+                let name = e.key.to_ascii_lowercase();
+                match name.as_str() {
+                    "pool_mode" => {
+                        pool_mode = Some(match e.value.to_ascii_lowercase().as_str() {
+                            "session" => PoolMode::Session,
+                            "transaction" => PoolMode::Transaction,
+                            "statement" => {
+                                return Err(cx
+                                    .at_value(
+                                        e,
+                                        "`pool_mode = statement` is not modelled by pgchaos yet",
+                                        vec![
+                                            "in statement mode PgBouncer closes the client and its server when a statement leaves a transaction open; the model does not predict that yet".into(),
+                                            "import a copy with session or transaction".into(),
+                                        ],
+                                    )
+                                    .into());
+                            }
+                            _ => {
+                                return Err(cx
+                                    .at_value(
+                                        e,
+                                        format!("unknown pool_mode `{}`", e.value),
+                                        vec![
+                                            "valid pool modes: session, transaction, statement"
+                                                .into(),
+                                        ],
+                                    )
+                                    .into());
+                            }
+                        });
+                    }
+                    "default_pool_size" => {
+                        let v = int_value(&cx, e, 1, "default_pool_size")?;
+                        if v > 10_000 {
+                            return Err(cx
+                                .at_value(
+                                    e,
+                                    format!("`default_pool_size = {v}` is more than pgchaos accepts (10000)"),
+                                    vec!["pgchaos starts a PostgreSQL with room for the whole pool".into()],
+                                )
+                                .into());
+                        }
+                        default_pool_size = Some(v);
+                    }
+                    "max_client_conn" => {
+                        max_client_conn = Some(int_value(&cx, e, 1, "max_client_conn")?);
+                    }
+                    "server_reset_query" => reset_query = Some(e.value.clone()),
+                    "server_reset_query_always" => reset_always = Some(bool_value(&cx, e)?),
+                    _ => {
+                        if let Some(why) = harness_reason(&name) {
+                            if is_secret(&name) {
+                                dropped.push(format!("# dropped {name} (value not shown): {why}"));
+                            } else {
+                                dropped.push(format!("# dropped {name} = {}: {why}", e.value));
+                            }
+                            continue;
+                        }
+                        if TIMEOUTS.contains(&name.as_str()) {
+                            match e.value.parse::<f64>() {
+                                Ok(v) if v >= 0.0 => {}
+                                _ => {
+                                    return Err(cx
+                                        .at_value(
+                                            e,
+                                            format!("`{name}` is not a number of seconds: `{}`", e.value),
+                                            vec!["a PgBouncer timeout is seconds, e.g. 600 (0 = off)".into()],
+                                        )
+                                        .into());
+                                }
+                            }
+                        }
+                        let value = yaml_value(&e.value);
+                        if let Err(te) = Topology::parse(
+                            &probe(version, Some((&name, &value))),
+                            Path::new("probe"),
+                            &crate::catalog(),
+                        ) {
+                            let on_key = te.line() == Some(PROBE_SETTING_LINE)
+                                && te.column() == Some(PROBE_KEY_COL);
+                            let msg = te.message().replace("pgbouncer.settings.", "");
+                            let hints = te.hints().to_vec();
+                            return Err(if on_key {
+                                cx.at_key(e, msg, hints)
+                            } else {
+                                cx.at_value(e, msg, hints)
+                            }
+                            .into());
+                        }
+                        if name == "reserve_pool_size" || name == "min_pool_size" {
+                            pool_extra += e.value.parse::<u64>().unwrap_or(0);
+                        }
+                        settings.push((name, value));
+                    }
+                }
+            }
+        }
+    }
+
+    // PgBouncer's defaults for what the ini leaves out (the topology's differ for the pool).
+    let mut notes: Vec<String> = Vec::new();
+    let pool_mode = pool_mode.unwrap_or_else(|| {
+        notes.push("# pool_mode is not set in the ini: PgBouncer's default, session".into());
+        PoolMode::Session
+    });
+    let default_pool_size = default_pool_size.unwrap_or_else(|| {
+        notes.push("# default_pool_size is not set in the ini: PgBouncer's default, 20".into());
+        20
+    });
+    let mut max_client_conn = max_client_conn.unwrap_or(100);
+    if max_client_conn < u64::from(CLIENTS) {
+        notes.push(format!(
+            "# max_client_conn raised from {max_client_conn} to {CLIENTS}: it must be at least workload.clients"
+        ));
+        max_client_conn = CLIENTS.into();
+    } else if max_client_conn > MAX_CLIENT_CONN_LIMIT {
+        notes.push(format!(
+            "# max_client_conn lowered from {max_client_conn} to {MAX_CLIENT_CONN_LIMIT}, the most pgchaos accepts (its {CLIENTS} clients never reach it)"
+        ));
+        max_client_conn = MAX_CLIENT_CONN_LIMIT;
+    }
+    let reset_query = reset_query.unwrap_or_else(|| "DISCARD ALL".into());
+    let reset_always = reset_always.unwrap_or(false);
+    let pool = default_pool_size + pool_extra;
+    let max_connections =
+        (pool + PG_RESERVED > PG_DEFAULT_MAX_CONNECTIONS).then_some(pool + PG_RESERVED);
+
+    let mut y = String::new();
+    y.push_str(&format!(
+        "# Imported by `pgchaos import` from {} at {}.\n",
+        origin.ini.display(),
+        origin.when
+    ));
+    y.push_str(
+        "# The ini's pooling settings; what the harness controls itself is dropped with a comment.\n\
+         # Reference for every key: docs/topology.md.\n\n",
+    );
+    y.push_str(&format!("name: {}\n", origin.name));
+    y.push_str(&format!(
+        "description: {}\n\n",
+        yaml_quote(&format!(
+            "PgBouncer settings imported from {}.",
+            origin
+                .ini
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ))
+    ));
+    y.push_str(&format!("postgres:\n  version: \"{POSTGRES_VERSION}\"\n"));
+    if let Some(mc) = max_connections {
+        y.push_str(&format!(
+            "  settings:\n    # raised so the pool ({pool} = default_pool_size + reserve_pool_size + min_pool_size) fits beside the harness's connections\n    max_connections: {mc}\n"
+        ));
+    }
+    y.push_str(&format!(
+        "\npgbouncer:\n  version: {}\n",
+        yaml_quote(version)
+    ));
+    for n in &notes {
+        y.push_str(&format!("  {n}\n"));
+    }
+    y.push_str(&format!("  pool_mode: {}\n", pool_mode.as_str()));
+    y.push_str(&format!("  default_pool_size: {default_pool_size}\n"));
+    y.push_str(&format!("  max_client_conn: {max_client_conn}\n"));
+    y.push_str(&format!(
+        "  server_reset_query: {}\n",
+        yaml_quote(&reset_query)
+    ));
+    y.push_str(&format!("  server_reset_query_always: {reset_always}\n"));
+    if !settings.is_empty() {
+        y.push_str("  settings:\n");
+        for (k, v) in &settings {
+            y.push_str(&format!("    {k}: {v}\n"));
+        }
+    }
+    for d in &dropped {
+        y.push_str(&format!("  {d}\n"));
+    }
+    y.push_str(
+        "\nworkload:\n  clients: 4\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n",
+    );
+    y.push_str("\nrun:\n  cases: 256\n  seed: random\n  time_limit: 60s\n");
+    y.push_str(
+        "\n# Fill this in after a first run (`pgchaos chaos FILE`): list the app.* invariants the\n\
+         # verdict table shows as violated and that you accept, e.g.\n\
+         #   app.mutual_exclusion: violated\n\
+         # Anything not listed is expected to hold.\nexpect:\n",
+    );
+    Ok(Imported {
+        yaml: y,
+        summary: format!(
+            "pool_mode {}, default_pool_size {default_pool_size}, max_client_conn {max_client_conn}, {} further setting(s); {} key(s) dropped (see the comments)",
+            pool_mode.as_str(),
+            settings.len(),
+            dropped.len()
+        ),
+    })
+}
+
+/// For a dropped `[databases]`/`[users]` entry: the per-database pooling overrides it held,
+/// which the import does not apply (values other than these are not echoed: they may hold
+/// passwords).
+fn overrides_note(value: &str) -> String {
+    let found: Vec<String> = value
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| {
+            matches!(
+                k.trim(),
+                "pool_mode"
+                    | "pool_size"
+                    | "min_pool_size"
+                    | "reserve_pool_size"
+                    | "max_db_connections"
+                    | "max_user_connections"
+            )
+        })
+        .map(|(k, v)| format!("{}={}", k.trim(), v.trim()))
+        .collect();
+    if found.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (its overrides {} are NOT applied: set them in [pgbouncer] to test them)",
+            found.join(" ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REALISTIC: &str = "\
+;; pgbouncer.ini of the orders service (production)
+[databases]
+orders = host=10.0.3.17 port=5432 dbname=orders password=hunter2
+reporting = host=10.0.3.18 port=5432 dbname=orders pool_size=5 pool_mode=session
+
+[users]
+batch = pool_mode=session
+
+[pgbouncer]
+listen_addr = *
+listen_port = 6432
+auth_type = scram-sha-256
+auth_file = /etc/pgbouncer/userlist.txt
+admin_users = pgbouncer_admin
+stats_users = datadog, pgbouncer_stats
+logfile = /var/log/postgresql/pgbouncer.log
+pidfile = /var/run/postgresql/pgbouncer.pid
+
+# pooling
+pool_mode = transaction
+default_pool_size = 20
+max_client_conn = 1000
+server_reset_query = DISCARD ALL
+server_lifetime = 3600
+server_idle_timeout = 600
+query_wait_timeout = 120
+max_prepared_statements = 200
+ignore_startup_parameters = extra_float_digits
+";
+
+    fn origin() -> Origin<'static> {
+        Origin {
+            ini: Path::new("/etc/pgbouncer/pgbouncer.ini"),
+            when: "2026-12-01 05:50:00+00",
+            name: "orders",
+            version: None,
+        }
+    }
+
+    fn run(src: &str) -> Result<Imported> {
+        convert(src, Path::new("pgbouncer.ini"), &origin())
+    }
+
+    fn topo(src: &str) -> (Topology, String) {
+        let y = run(src).unwrap().yaml;
+        let t = Topology::parse(&y, Path::new("orders.yaml"), &crate::catalog())
+            .unwrap_or_else(|e| panic!("{e}\n---\n{y}"));
+        (t, y)
+    }
+
+    /// The error's `(line, column, message)`.
+    fn err(src: &str) -> (usize, usize, String, String) {
+        let e = run(src).err().expect("an error");
+        let ie = e.downcast_ref::<IniError>().expect("an IniError");
+        (ie.line, ie.column, ie.message.clone(), e.to_string())
+    }
+
+    #[test]
+    fn realistic_ini_round_trips() {
+        let (t, y) = topo(REALISTIC);
+        assert_eq!(t.name, "orders");
+        assert_eq!(t.postgres.version, "18.6");
+        let pb = t
+            .pooler
+            .as_ref()
+            .unwrap()
+            .config::<crate::pooler::pgbouncer::PgbouncerSpec>()
+            .unwrap();
+        assert_eq!(pb.version, "1.25.2");
+        assert_eq!(pb.pool_mode, PoolMode::Transaction);
+        assert_eq!(pb.default_pool_size, 20);
+        assert_eq!(pb.max_client_conn, 1000);
+        assert_eq!(pb.server_reset_query, "DISCARD ALL");
+        assert!(!pb.server_reset_query_always);
+        let s: Vec<(&str, &str)> = pb
+            .settings
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            s,
+            [
+                ("ignore_startup_parameters", "extra_float_digits"),
+                ("max_prepared_statements", "200"),
+                ("query_wait_timeout", "120"),
+                ("server_idle_timeout", "600"),
+                ("server_lifetime", "3600"),
+            ]
+        );
+        assert_eq!(t.workload.clients, 4);
+        assert_eq!(t.workload.steps_min, 1);
+        assert_eq!(t.workload.steps_max, 39);
+        assert_eq!(t.workload.lock_timeout_ms, 1);
+        assert_eq!(t.workload.keys.len(), 2);
+        assert!(t.expect.is_empty());
+        assert!(
+            t.postgres.settings.is_empty(),
+            "a pool of 20 fits the default"
+        );
+        for line in [
+            "# dropped listen_addr = *: ",
+            "# dropped listen_port = 6432: pgchaos picks a free loopback port",
+            "# dropped auth_type = scram-sha-256: ",
+            "# dropped auth_file = /etc/pgbouncer/userlist.txt: ",
+            "# dropped admin_users = pgbouncer_admin: ",
+            "# dropped stats_users = datadog, pgbouncer_stats: ",
+            "# dropped logfile = /var/log/postgresql/pgbouncer.log: ",
+            "# dropped pidfile = /var/run/postgresql/pgbouncer.pid: ",
+            "# dropped [databases] orders: ",
+            "# dropped [users] batch: ",
+        ] {
+            assert!(y.contains(line), "missing {line:?} in\n{y}");
+        }
+        assert!(y.contains("overrides pool_size=5 pool_mode=session are NOT applied"));
+        assert!(!y.contains("hunter2"), "a password leaked into\n{y}");
+        assert!(
+            !y.contains("10.0.3.17"),
+            "connection strings are not echoed"
+        );
+        assert!(y.starts_with("# Imported by `pgchaos import` from /etc/pgbouncer/pgbouncer.ini at 2026-12-01 05:50:00+00."));
+        let summary = run(REALISTIC).unwrap().summary;
+        assert!(
+            summary.ends_with("; 11 key(s) dropped (see the comments)"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn timeouts_are_kept_as_they_are_for_the_model() {
+        let src =
+            "[pgbouncer]\npool_mode = session\nquery_wait_timeout = 30\nserver_lifetime = 0.5\n";
+        let (t, y) = topo(src);
+        let pb = t
+            .pooler
+            .as_ref()
+            .unwrap()
+            .config::<crate::pooler::pgbouncer::PgbouncerSpec>()
+            .unwrap();
+        assert_eq!(
+            pb.settings.get("query_wait_timeout").map(String::as_str),
+            Some("30")
+        );
+        assert_eq!(
+            pb.settings.get("server_lifetime").map(String::as_str),
+            Some("0.5")
+        );
+        assert!(!y.contains("# dropped query_wait_timeout"), "{y}");
+        use crate::vocab::timeout::Effect;
+        assert_eq!(t.timeouts().get(&Effect::EndLongWait), Some(&30_000));
+        assert_eq!(t.timeouts().get(&Effect::RetireOld), Some(&500));
+        assert!(run("[pgbouncer]\nserver_lifetime = soon\n").is_err());
+    }
+
+    #[test]
+    fn defaults_and_adjustments() {
+        // No pool settings: PgBouncer's defaults (session, 20), said in comments.
+        let (t, y) = topo("[pgbouncer]\nmax_client_conn = 2\n");
+        let pb = t
+            .pooler
+            .as_ref()
+            .unwrap()
+            .config::<crate::pooler::pgbouncer::PgbouncerSpec>()
+            .unwrap()
+            .clone();
+        assert_eq!(pb.pool_mode, PoolMode::Session);
+        assert_eq!(pb.default_pool_size, 20);
+        assert_eq!(pb.max_client_conn, 4);
+        assert!(y.contains("# max_client_conn raised from 2 to 4"));
+        assert!(y.contains("# pool_mode is not set in the ini"));
+        // A pool bigger than PostgreSQL's default room raises max_connections.
+        let (t, _) = topo(
+            "[pgbouncer]\npool_mode = transaction\ndefault_pool_size = 200\nreserve_pool_size = 10\nserver_reset_query =\nserver_reset_query_always = 1\n",
+        );
+        assert_eq!(
+            t.postgres
+                .settings
+                .get("max_connections")
+                .map(String::as_str),
+            Some("216")
+        );
+        let pb = t
+            .pooler
+            .as_ref()
+            .unwrap()
+            .config::<crate::pooler::pgbouncer::PgbouncerSpec>()
+            .unwrap()
+            .clone();
+        assert_eq!(pb.server_reset_query, "");
+        assert!(pb.server_reset_query_always);
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let cases: &[(&str, usize, usize, &str)] = &[
+            (
+                "[pgbouncer]\npool_mode = transction\n",
+                2,
+                13,
+                "unknown pool_mode `transction`",
+            ),
+            (
+                "[pgbouncer]\npool_mode = statement\n",
+                2,
+                13,
+                "not modelled",
+            ),
+            (
+                "[pgbouncer]\n  default_pool_size = twenty\n",
+                2,
+                23,
+                "must be an integer",
+            ),
+            (
+                "[pgbouncer]\ndefault_pool_size = 0\n",
+                2,
+                21,
+                "must be an integer >= 1",
+            ),
+            (
+                "[pgbouncer]\nmax_client_conn = 1k\n",
+                2,
+                19,
+                "must be an integer",
+            ),
+            (
+                "[pgbouncer]\npool_mode = session\n\nPool_Mode = transaction\n",
+                4,
+                1,
+                "set twice",
+            ),
+            (
+                "[pgbouncer]\nthis is not a setting\n",
+                2,
+                1,
+                "expected `key = value` or `[section]`",
+            ),
+            (
+                "; top\n%include /etc/pgbouncer/extra.ini\n",
+                2,
+                1,
+                "`%include` is not followed",
+            ),
+            ("pool_mode = session\n", 1, 1, "before any section"),
+            ("[pgbouncer\n", 1, 1, "must end with `]`"),
+            ("[pgbouncr]\n", 1, 1, "unknown section"),
+            ("[pgbouncer]\n = 3\n", 2, 2, "missing key"),
+            (
+                "[pgbouncer]\nserver_lifetme = 3600\n",
+                2,
+                1,
+                "unknown pgbouncer setting `server_lifetme`",
+            ),
+            (
+                "[pgbouncer]\nserver_lifetime = soon\n",
+                2,
+                19,
+                "not a number of seconds",
+            ),
+            (
+                "[pgbouncer]\nserver_reset_query_always = maybe\n",
+                2,
+                29,
+                "must be a boolean",
+            ),
+            (
+                "[pgbouncer]\nmin_pool_size = lots\n",
+                2,
+                17,
+                "min_pool_size",
+            ),
+        ];
+        for (src, line, col, msg) in cases {
+            let (l, c, m, shown) = err(src);
+            assert_eq!((l, c), (*line, *col), "{src:?}: {shown}");
+            assert!(m.contains(msg), "{src:?}: {m:?} lacks {msg:?}");
+            assert!(
+                shown.starts_with(&format!("pgbouncer.ini:{line}:{col}: ")),
+                "{shown}"
+            );
+            assert!(
+                shown.contains(&format!("\n{line} | ")),
+                "no snippet: {shown}"
+            );
+            assert!(shown.contains('^'), "no caret: {shown}");
+        }
+        // The typo gets a suggestion, from the topology's own validation.
+        let (_, _, _, shown) = err("[pgbouncer]\nserver_lifetme = 3600\n");
+        assert!(shown.contains("server_lifetime"), "{shown}");
+        // A setting newer than the declared release.
+        let e = convert(
+            "[pgbouncer]\ntransaction_timeout = 0\n",
+            Path::new("pgbouncer.ini"),
+            &Origin {
+                version: Some("1.23.1"),
+                ..origin()
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("pgbouncer.ini:2:1: `transaction_timeout` needs pgbouncer 1.25"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! PgBouncer's topology section (`pgbouncer:`, docs/topology.md): its keys and defaults, its
+//! settings checked against the `[pgbouncer]` section by release, and the checks that need
+//! the rest of the topology (the client limit against `workload.clients`, the pool against
+//! what PostgreSQL has room for), each reported at its line and column.
+
+use super::settings::{
+    PGBOUNCER_HARNESS_SETTINGS, PGBOUNCER_SETTINGS, PGBOUNCER_TIMEOUTS, pgbouncer_seconds,
+    pgbouncer_setting,
+};
+use crate::pooler::PoolMode;
+use crate::topology::{PoolerConfig, PoolerSection, PoolerSpec, Room, Section, TopologyError};
+use crate::vocab::Op;
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The section's keys.
+pub const KEYS: &[&str] = &[
+    "version",
+    "binary",
+    "pool_mode",
+    "default_pool_size",
+    "max_client_conn",
+    "server_reset_query",
+    "server_reset_query_always",
+    "settings",
+];
+
+pub const DEFAULT_POOL_SIZE: u32 = 2;
+pub const DEFAULT_MAX_CLIENT_CONN: u32 = 100;
+pub const DEFAULT_SERVER_RESET_QUERY: &str = "DISCARD ALL";
+
+/// The faults of the servers PgBouncer has (every one that needs a pooler): its admin
+/// console's, its process's and host's, and the link behind it.
+pub const FAULTS: &[Op] = &[
+    Op::PoolerPause,
+    Op::PoolerReconnect,
+    Op::PoolerKill,
+    Op::PoolerReload,
+    Op::PoolerRestart,
+    Op::PoolerCrash,
+    Op::PoolerFreeze,
+    Op::LinkCut,
+    Op::LinkBlackhole,
+    Op::LinkDelay,
+    Op::HostFreezePooler,
+    Op::HostKillPooler,
+    Op::HostRestartPooler,
+    Op::PartitionPoolerPostgres,
+    Op::PartitionClientsPooler,
+];
+
+/// PgBouncer's pooling configuration, as the topology declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgbouncerSpec {
+    /// The declared version's numbers (settings are checked against it).
+    pub version: String,
+    pub pool_mode: PoolMode,
+    pub default_pool_size: u32,
+    pub max_client_conn: u32,
+    /// `""` means no reset query.
+    pub server_reset_query: String,
+    pub server_reset_query_always: bool,
+    /// Further `pgbouncer.ini` settings, values rendered to strings (booleans as `1`/`0`).
+    pub settings: BTreeMap<String, String>,
+}
+
+impl PoolerConfig for PgbouncerSpec {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same(&self, other: &dyn PoolerConfig) -> bool {
+        other.as_any().downcast_ref::<PgbouncerSpec>() == Some(self)
+    }
+
+    fn faults(&self) -> &'static [Op] {
+        FAULTS
+    }
+
+    fn timeouts(&self) -> Vec<(crate::vocab::timeout::Effect, u64)> {
+        use crate::vocab::timeout::{Owner, of};
+        of(Owner::Pgbouncer)
+            .filter_map(|t| {
+                let v = self
+                    .settings
+                    .get(t.name)
+                    .and_then(|v| pgbouncer_seconds(v))?;
+                Some((t.effect, (v * 1000.0).round() as u64))
+            })
+            .collect()
+    }
+
+    fn build(&self, topology_name: &str) -> Box<dyn Any> {
+        let p: Arc<dyn crate::pooler::Pooler> =
+            Arc::new(super::PgBouncer::new(topology_name, self.clone()));
+        Box::new(p)
+    }
+}
+
+/// The `pgbouncer:` section.
+pub struct PgbouncerSection;
+
+impl PoolerSection for PgbouncerSection {
+    fn key(&self) -> &'static str {
+        "pgbouncer"
+    }
+
+    fn keys(&self) -> &'static [&'static str] {
+        KEYS
+    }
+
+    fn unknown_key_hint(&self, key: &str) -> Option<String> {
+        pgbouncer_setting(key).map(|_| {
+            format!("`{key}` is a pgbouncer.ini setting: put it under `pgbouncer.settings`")
+        })
+    }
+
+    fn parse(&self, s: &Section<'_>, room: &Room) -> Result<PoolerSpec, TopologyError> {
+        let (version, parts) = s.version("version", 3, "1.25.2")?;
+        s.require("pool_mode", "pool_mode: transaction")?;
+        let target = (parts[0], parts[1]);
+        let binary = s.path("binary")?;
+        let modes: Vec<(&str, PoolMode)> = PoolMode::ALL.iter().map(|m| (m.as_str(), *m)).collect();
+        let pool_mode = s
+            .keyword("pool_mode", &modes, "pool modes")?
+            .expect("required");
+        if pool_mode == PoolMode::Statement {
+            return Err(s.error(
+                s.at("pool_mode"),
+                "`pool_mode: statement` is not modelled yet",
+                vec![
+                    "in statement mode PgBouncer closes the client and its server when a statement leaves a transaction open; the model does not predict that yet, and a run would report pgchaos's ignorance as pg.* violations".into(),
+                    "use session or transaction".into(),
+                ],
+            ));
+        }
+        let default_pool_size = s.u32_or("default_pool_size", 1, 10_000, DEFAULT_POOL_SIZE)?;
+        let max_client_conn = s.u32_or("max_client_conn", 1, 100_000, DEFAULT_MAX_CLIENT_CONN)?;
+        let server_reset_query = s.line_or(
+            "server_reset_query",
+            DEFAULT_SERVER_RESET_QUERY,
+            "write `\"\"` for no reset query, or remove the key for `DISCARD ALL`",
+        )?;
+        let server_reset_query_always = s.bool_or("server_reset_query_always", false)?;
+        let settings = s.settings("settings", ("1", "0"), |name| {
+            if let Some((_, why)) = PGBOUNCER_HARNESS_SETTINGS.iter().find(|(n, _)| *n == name) {
+                return Err((
+                    format!("`{name}` cannot be set in `pgbouncer.settings`"),
+                    vec![why.to_string()],
+                ));
+            }
+            match pgbouncer_setting(name) {
+                None => {
+                    let mut hints = Vec::new();
+                    let close = crate::topology::close_matches(
+                        name,
+                        PGBOUNCER_SETTINGS
+                            .iter()
+                            .map(|(n, _)| *n)
+                            .filter(|n| !PGBOUNCER_HARNESS_SETTINGS.iter().any(|(h, _)| h == n)),
+                    );
+                    if !close.is_empty() {
+                        hints.push(crate::topology::did_you_mean(&close));
+                    }
+                    hints.push(
+                        "valid names are the [pgbouncer] section settings of pgbouncer.ini(5) for PgBouncer 1.25"
+                            .into(),
+                    );
+                    Err((format!("unknown pgbouncer setting `{name}`"), hints))
+                }
+                Some(Some(since)) if target < since => Err((
+                    format!(
+                        "`{name}` needs pgbouncer {}.{} or newer, but `pgbouncer.version` is {version}",
+                        since.0, since.1
+                    ),
+                    vec!["remove the setting, or target a newer pgbouncer".into()],
+                )),
+                Some(_) => Ok(()),
+            }
+        })?;
+        for e in &settings {
+            if PGBOUNCER_TIMEOUTS.contains(&e.name.as_str())
+                && pgbouncer_seconds(&e.value).is_none()
+            {
+                return Err(s.error(
+                    e.value_at,
+                    format!(
+                        "`pgbouncer.settings.{}` is not a duration: `{}`",
+                        e.name, e.value
+                    ),
+                    vec!["a bare number is seconds; 0 is off".into()],
+                ));
+            }
+        }
+
+        // The clients must fit, and so must the pool in PostgreSQL.
+        if max_client_conn < room.clients {
+            return Err(s.error(
+                s.at("max_client_conn"),
+                format!(
+                    "`pgbouncer.max_client_conn` ({max_client_conn}) is below `workload.clients` ({})",
+                    room.clients
+                ),
+                vec![format!(
+                    "raise max_client_conn to at least {}, or lower workload.clients",
+                    room.clients
+                )],
+            ));
+        }
+        let int_setting =
+            |name: &str| -> Result<Option<(i64, crate::topology::Location)>, TopologyError> {
+                let Some(e) = settings.iter().find(|e| e.name == name) else {
+                    return Ok(None);
+                };
+                match e.value.trim().parse::<i64>() {
+                Ok(n) if n >= 0 => Ok(Some((n, e.value_at))),
+                _ => Err(s.error(
+                    e.value_at,
+                    format!(
+                        "`pgbouncer.settings.{name}` must be a non-negative integer, found `{}`",
+                        e.value
+                    ),
+                    vec![format!(
+                        "the harness uses `{name}` to check that the connections fit"
+                    )],
+                )),
+            }
+            };
+        let reserve = int_setting("reserve_pool_size")?;
+        let min_pool = int_setting("min_pool_size")?;
+        let pool = i64::from(default_pool_size)
+            + reserve.map_or(0, |(n, _)| n)
+            + min_pool.map_or(0, |(n, _)| n);
+        if pool > room.available {
+            let loc = if s.given("default_pool_size") {
+                s.at("default_pool_size")
+            } else if let Some(l) = room.max_connections_at {
+                l
+            } else if let Some((_, l)) = reserve.or(min_pool) {
+                l
+            } else {
+                s.start()
+            };
+            return Err(s.error(
+                loc,
+                format!(
+                    "the pool needs {pool} server connections but PostgreSQL has room for {}",
+                    room.available
+                ),
+                vec![
+                    format!(
+                        "pool = default_pool_size {default_pool_size}{}{}",
+                        reserve.map_or(String::new(), |(n, _)| format!(" + reserve_pool_size {n}")),
+                        min_pool.map_or(String::new(), |(n, _)| format!(" + min_pool_size {n}")),
+                    ),
+                    format!("room = {}", room.budget),
+                    "lower the pool, or raise `postgres.settings.max_connections`".into(),
+                ],
+            ));
+        }
+
+        let spec = PgbouncerSpec {
+            version: version.clone(),
+            pool_mode,
+            default_pool_size,
+            max_client_conn,
+            server_reset_query,
+            server_reset_query_always,
+            settings: settings.into_iter().map(|e| (e.name, e.value)).collect(),
+        };
+        Ok(PoolerSpec {
+            kind: "pgbouncer",
+            version,
+            binary,
+            config: Arc::new(spec),
+        })
+    }
+}
