@@ -228,31 +228,6 @@ pub fn terminate_role(role: &str) -> String {
     )
 }
 
-/// PgBouncer admin console: drop every client and server connection of the database, then
-/// accept new ones again.
-pub fn pooler_kill(db: &str) -> String {
-    format!("KILL {db}")
-}
-pub fn pooler_resume(db: &str) -> String {
-    format!("RESUME {db}")
-}
-/// PgBouncer admin console faults: wait until every server of the database is released and
-/// close them all (held until RESUME); close each server when it is next released; reread
-/// the configuration file.
-pub fn pooler_pause(db: &str) -> String {
-    format!("PAUSE {db}")
-}
-pub fn pooler_reconnect(db: &str) -> String {
-    format!("RECONNECT {db}")
-}
-pub const POOLER_RELOAD: &str = "RELOAD";
-pub const SHOW_SERVERS: &str = "SHOW SERVERS";
-pub const SHOW_CLIENTS: &str = "SHOW CLIENTS";
-pub const SHOW_POOLS: &str = "SHOW POOLS";
-pub const SHOW_VERSION: &str = "SHOW VERSION";
-/// Every setting PgBouncer runs with: `key`, `value`, `default`, `changeable`.
-pub const SHOW_CONFIG: &str = "SHOW CONFIG";
-
 /// The server's full version string (`PostgreSQL 18.6 on x86_64-...`).
 pub const VERSION: &str = "SELECT version()";
 

@@ -46,9 +46,9 @@ pub fn images(a: ImagesArgs) -> Result<Exit> {
         if !seen.insert((pg.bin_dir.clone(), b.as_ref().map(|b| b.path.clone()))) {
             continue;
         }
-        let imgs = images::ensure(&pg, b.as_ref())?;
+        let imgs = images::ensure_for(&topo, &pg, b.as_ref())?;
         print_image(&imgs.postgres);
-        if let Some(i) = &imgs.pgbouncer {
+        if let Some(i) = &imgs.pooler {
             print_image(i);
         }
     }
@@ -65,9 +65,9 @@ pub fn compose(a: ComposeArgs) -> Result<Exit> {
         bail!("{}: exists and is not a directory", out.display());
     }
     let (pg, b) = crate::launch::binaries(&topo, false)?;
-    let imgs = images::ensure(&pg, b.as_ref())?;
+    let imgs = images::ensure_for(&topo, &pg, b.as_ref())?;
     print_image(&imgs.postgres);
-    if let Some(i) = &imgs.pgbouncer {
+    if let Some(i) = &imgs.pooler {
         print_image(i);
     }
     let mut all = files;
@@ -90,10 +90,15 @@ pub fn compose(a: ComposeArgs) -> Result<Exit> {
          passwords: {dir}/.env; stop: docker-compose down -v",
         dir = out.display(),
         pg = compose::PG_PORT,
-        pb = if imgs.pgbouncer.is_some() {
-            format!(" (and pgbouncer {})", compose::PGBOUNCER_PORT)
-        } else {
-            String::new()
+        pb = match crate::pooler::for_topology(&topo).container() {
+            Some(r) if imgs.pooler.is_some() => {
+                format!(
+                    " (and {} {})",
+                    crate::pooler::for_topology(&topo).name(),
+                    r.port
+                )
+            }
+            _ => String::new(),
         }
     );
     Ok(Exit::Ok)

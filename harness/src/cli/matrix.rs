@@ -149,9 +149,7 @@ pub async fn matrix(a: Args) -> Result<Exit> {
                         .display()
                         .to_string();
                     // The versions line, from a pooled run when there is one.
-                    if !versions
-                        .as_deref()
-                        .is_some_and(|v: &str| v.contains("PgBouncer"))
+                    if !versions.as_deref().is_some_and(|v: &str| v.contains(" + "))
                         && let Ok(r) = crate::report::Results::load(&run_dir)
                     {
                         versions = Some(crate::report::html::versions_line(&r));

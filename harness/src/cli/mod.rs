@@ -226,7 +226,8 @@ async fn run(cli: Cli) -> Result<Exit> {
                     pg.source,
                     pg.bin_dir.display(),
                     b.map(|b| format!(
-                        "; pgbouncer {} from {} ({}){}",
+                        "; {} {} from {} ({}){}",
+                        topo.pooler.as_ref().map_or("pooler", |p| p.kind),
                         b.version,
                         b.source,
                         b.path.display(),

@@ -7,8 +7,8 @@
 //! What a topology becomes: `postgres` (its settings as `-c` arguments, the harness's
 //! speed settings first; the chaos role and database, with the client role's timeouts, made
 //! at first start), `standby` when `postgres.standby` (a pg_basebackup of `postgres`,
-//! streaming; promote it by hand with pg_ctl), and `pgbouncer` with the topology's pool
-//! settings pointing at `postgres` by name. Every port is published on 127.0.0.1 only, on
+//! streaming; promote it by hand with pg_ctl), and the pooler's service (`pgbouncer`) with
+//! the topology's pool settings pointing at `postgres` by name, as its container recipe says. Every port is published on 127.0.0.1 only, on
 //! a port the engine picks (`docker-compose port SERVICE PORT` tells which).
 
 use super::images::{Images, PG_PREFIX};
@@ -25,7 +25,11 @@ use std::path::{Path, PathBuf};
 pub const COMPOSE_FILE: &str = "docker-compose.yml";
 pub const ENV_FILE: &str = ".env";
 pub const PG_PORT: u16 = 5432;
-pub const PGBOUNCER_PORT: u16 = 6432;
+
+/// The `.env` variable holding a server's image reference (`PGCHAOS_PGBOUNCER_IMAGE`).
+fn image_var(service: &str) -> String {
+    format!("PGCHAOS_{}_IMAGE", service.to_ascii_uppercase())
+}
 
 /// One file of a compose directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,18 +122,14 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
     }
     let mut files = Vec::new();
     if t.pooler.is_some() {
-        y.push_str(&format!(
-            "  pgbouncer:\n    image: {img}\n    environment:\n      POSTGRES_PASSWORD: {pw}\n      \
-             CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
-             - ./pgbouncer.ini:/etc/pgbouncer/pgbouncer.ini:ro\n    depends_on:\n      \
-             postgres:\n        condition: service_healthy\n    ports:\n      \
-             - \"127.0.0.1::{PGBOUNCER_PORT}\"\n{labels}{health}",
-            img = need("PGCHAOS_PGBOUNCER_IMAGE"),
-            pw = need("POSTGRES_PASSWORD"),
-            cpw = need("CHAOS_PASSWORD"),
-            labels = labels("pgbouncer"),
-            health = health(PGBOUNCER_PORT),
-        ));
+        let pooler = pooler::for_topology(t);
+        let r = pooler.container().ok_or_else(|| {
+            anyhow!(
+                "{}: {} does not run in a container yet",
+                t.source.display(),
+                pooler.display_name()
+            )
+        })?;
         let pw: Vec<(String, String)> = Vec::new();
         let cx = ConfigContext {
             topology_name: &t.name,
@@ -139,19 +139,35 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             pg_port: PG_PORT,
             pg_host: Some("postgres"),
             listen_addr: "0.0.0.0",
-            listen_port: PGBOUNCER_PORT,
+            listen_port: r.port,
             database: DB,
             superuser: SUPERUSER,
             passwords: &pw,
         };
-        let main = pooler::for_topology(t)
+        let main = pooler
             .config_files(&cx)
             .unwrap_or_default()
             .into_iter()
             .find(|f| f.is_main)
             .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
+        let service = pooler.name();
+        y.push_str(&format!(
+            "  {service}:\n    image: {img}\n    environment:\n      POSTGRES_PASSWORD: {pw}\n      \
+             CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
+             - ./{file}:{dir}/{file}:ro\n    depends_on:\n      \
+             postgres:\n        condition: service_healthy\n    ports:\n      \
+             - \"127.0.0.1::{port}\"\n{labels}{health}",
+            img = need(&image_var(service)),
+            pw = need("POSTGRES_PASSWORD"),
+            cpw = need("CHAOS_PASSWORD"),
+            file = main.name,
+            dir = r.config_dir,
+            port = r.port,
+            labels = labels(service),
+            health = health(r.port),
+        ));
         files.push(File {
-            name: "pgbouncer.ini",
+            name: main.name,
             text: main.text,
             secret: false,
         });
@@ -196,8 +212,9 @@ pub fn env_file(t: &Topology, images: &Images) -> File {
          PGCHAOS_POSTGRES_IMAGE={}\n",
         t.name, t.name, images.postgres.reference
     );
-    if let Some(b) = &images.pgbouncer {
-        text.push_str(&format!("PGCHAOS_PGBOUNCER_IMAGE={}\n", b.reference));
+    if let Some(b) = &images.pooler {
+        let var = image_var(pooler::for_topology(t).name());
+        text.push_str(&format!("{var}={}\n", b.reference));
     }
     text.push_str(&format!(
         "POSTGRES_PASSWORD={}\nCHAOS_PASSWORD={}\n",

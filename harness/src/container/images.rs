@@ -1,8 +1,9 @@
-//! `pgchaos/postgres:<version>` and `pgchaos/pgbouncer:<version>`, built here from the
-//! provisioned binaries with no registry and no base image: a root filesystem of the
-//! binaries, every shared library `ldd` says they load (at the path it names), `/bin/sh`
-//! (the machine's dash, for the entrypoint), a passwd entry and the entrypoint (PgBouncer's
-//! image also the machine's `nft`, for the partition faults), streamed
+//! `pgchaos/postgres:<version>` and the pooler's image (`pgchaos/pgbouncer:<version>`, as
+//! its [`ContainerRecipe`] says), built here from the provisioned binaries with no registry
+//! and no base image: a root filesystem of the binaries, every shared library `ldd` says
+//! they load (at the path it names), `/bin/sh` (the machine's dash, for the entrypoint), a
+//! passwd entry and the entrypoint (the pooler's image also the machine's `nft`, for the
+//! partition faults, and `pg_isready` for its health check), streamed
 //! as a tar archive into `docker import`. Why not debootstrap: it needs a Debian mirror at
 //! build time and takes minutes; the binaries' own libraries are all an image needs, and
 //! they are exactly the ones the native launcher runs with.
@@ -12,6 +13,7 @@
 //! differs from the one already tagged, and the image it replaces is removed.
 
 use super::docker;
+use crate::pooler::ContainerRecipe;
 use crate::provision::{PgBinaries, PoolerBinary};
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
@@ -29,12 +31,10 @@ pub const PG_PREFIX: &str = "/usr/local/pgsql";
 /// The server user inside both images (as in the Alpine-based images of both projects).
 pub const UID: u32 = 70;
 pub const POSTGRES_REPO: &str = "pgchaos/postgres";
-pub const PGBOUNCER_REPO: &str = "pgchaos/pgbouncer";
 /// PostgreSQL's data directory inside the image (owned by [`UID`], mode 700).
 pub const PGDATA: &str = "/var/lib/postgresql/data";
 
 const POSTGRES_ENTRYPOINT: &str = include_str!("entrypoint-postgres.sh");
-const PGBOUNCER_ENTRYPOINT: &str = include_str!("entrypoint-pgbouncer.sh");
 const ENTRYPOINT_PATH: &str = "usr/local/bin/pgchaos-entrypoint";
 
 /// One image, as `ensure` left it.
@@ -56,20 +56,53 @@ pub struct Image {
 #[derive(Debug, Clone)]
 pub struct Images {
     pub postgres: Image,
-    pub pgbouncer: Option<Image>,
+    /// The pooler's, when the topology has one.
+    pub pooler: Option<Image>,
+}
+
+/// A pooler's image to build: its name (`pgbouncer`), its recipe, its executable.
+pub struct PoolerImage<'a> {
+    pub name: &'a str,
+    pub recipe: &'a ContainerRecipe,
+    pub binary: &'a PoolerBinary,
+}
+
+/// The images a topology needs, from its binaries: PostgreSQL's, and its pooler's as the
+/// pooler's [`ContainerRecipe`] says (an error when it has none yet).
+pub fn ensure_for(
+    t: &crate::topology::Topology,
+    pg: &PgBinaries,
+    pooler_bin: Option<&PoolerBinary>,
+) -> Result<Images> {
+    let pooler = crate::pooler::for_topology(t);
+    let Some(binary) = pooler_bin else {
+        return ensure(pg, None);
+    };
+    let recipe = pooler.container().ok_or_else(|| {
+        anyhow!(
+            "{}: {} does not run in a container yet; use launcher native",
+            t.source.display(),
+            pooler.display_name()
+        )
+    })?;
+    ensure(
+        pg,
+        Some(&PoolerImage {
+            name: pooler.name(),
+            recipe: &recipe,
+            binary,
+        }),
+    )
 }
 
 /// Build (or find up to date) the images for these binaries.
-pub fn ensure(pg: &PgBinaries, bouncer: Option<&PoolerBinary>) -> Result<Images> {
+pub fn ensure(pg: &PgBinaries, pooler: Option<&PoolerImage>) -> Result<Images> {
     let postgres = ensure_one(postgres_plan(pg)?)?;
-    let pgbouncer = match bouncer {
-        Some(b) => Some(ensure_one(pgbouncer_plan(pg, b)?)?),
+    let pooler = match pooler {
+        Some(p) => Some(ensure_one(pooler_plan(pg, p)?)?),
         None => None,
     };
-    Ok(Images {
-        postgres,
-        pgbouncer,
-    })
+    Ok(Images { postgres, pooler })
 }
 
 #[derive(Debug, Clone)]
@@ -303,13 +336,14 @@ fn postgres_plan(pg: &PgBinaries) -> Result<Plan> {
     Ok(plan)
 }
 
-/// The machine's nft, copied into the PgBouncer image.
+/// The machine's nft, copied into the pooler's image.
 const NFT: &str = "/usr/sbin/nft";
 
-fn pgbouncer_plan(pg: &PgBinaries, b: &PoolerBinary) -> Result<Plan> {
-    let mut plan = Plan::new(format!("{PGBOUNCER_REPO}:{}", b.version));
+fn pooler_plan(pg: &PgBinaries, p: &PoolerImage) -> Result<Plan> {
+    let (b, r, name) = (p.binary, p.recipe, p.name);
+    let mut plan = Plan::new(format!("{}:{}", r.repo, b.version));
     let root = pg_root(pg)?;
-    plan.add_file("usr/local/bin/pgbouncer", &b.path)?;
+    plan.add_file(r.executable, &b.path)?;
     // pg_isready for the health check, with the libpq it links.
     let isready = pg.bin_dir.join("pg_isready");
     plan.add_file(&format!("{}/bin/pg_isready", &PG_PREFIX[1..]), &isready)?;
@@ -319,20 +353,20 @@ fn pgbouncer_plan(pg: &PgBinaries, b: &PoolerBinary) -> Result<Plan> {
     let nft = Path::new(NFT);
     if !nft.is_file() {
         bail!(
-            "{NFT}: not found (the PgBouncer image carries nft for network partitions; install \
+            "{NFT}: not found (the pooler's image carries nft for network partitions; install \
              Debian's nftables)"
         );
     }
     plan.add_file(&NFT[1..], nft)?;
     plan.add_libraries(&[b.path.clone(), isready, nft.to_path_buf()], &root)?;
-    plan.add_base("pgbouncer", "/var/lib/pgbouncer", PGBOUNCER_ENTRYPOINT)?;
-    plan.changes.push("EXPOSE 6432".to_string());
+    plan.add_base(r.user, r.home, r.entrypoint)?;
+    plan.changes.push(format!("EXPOSE {}", r.port));
     plan.labels
-        .insert("pgchaos.pgbouncer.version".into(), b.version.clone());
+        .insert(format!("pgchaos.{name}.version"), b.version.clone());
     plan.labels
-        .insert("pgchaos.pgbouncer.declared".into(), b.declared.clone());
+        .insert(format!("pgchaos.{name}.declared"), b.declared.clone());
     plan.labels
-        .insert("pgchaos.pgbouncer.sha256".into(), file_sha256(&b.path)?);
+        .insert(format!("pgchaos.{name}.sha256"), file_sha256(&b.path)?);
     plan.labels
         .insert("pgchaos.postgres.version".into(), pg.version.clone());
     Ok(plan)

@@ -144,7 +144,7 @@ async fn launch(
             topology.source.display()
         );
     }
-    let imgs = images::ensure(pg, bouncer)?;
+    let imgs = images::ensure_for(topology, pg, bouncer)?;
     let run_dir = runtime::make_run_dir(None)?;
     let run_id = run_dir
         .file_name()
@@ -186,7 +186,7 @@ async fn launch(
     servers
         .start_postgres(topology, &imgs.postgres.reference)
         .await?;
-    if let Some(b) = &imgs.pgbouncer {
+    if let Some(b) = &imgs.pooler {
         servers.start_pooler(topology, &b.reference).await?;
         let admin = servers.admin_config().expect("a pooler with a console");
         super::verify_pooler_config(
@@ -288,7 +288,11 @@ impl DockerServers {
     async fn start_pooler(&mut self, t: &Topology, reference: &str) -> Result<()> {
         let (repo, tag) = split_reference(reference)?;
         let port = super::free_port()?;
-        let name = self.name("pgbouncer");
+        let recipe = self
+            .pooler_kind
+            .container()
+            .ok_or_else(|| anyhow!("{} has no container recipe", self.pooler_kind.name()))?;
+        let name = self.name(self.pooler_kind.name());
         let pg_name = self.pg.as_ref().map(|n| n.name.clone()).unwrap_or_default();
         let no_passwords: Vec<(String, String)> = Vec::new();
         let cx = ConfigContext {
@@ -297,38 +301,39 @@ impl DockerServers {
             pg_port: 5432,
             pg_host: Some(&pg_name),
             listen_addr: "0.0.0.0",
-            listen_port: 6432,
+            listen_port: recipe.port,
             database: DB,
             superuser: SUPERUSER,
             passwords: &no_passwords,
         };
-        let ini = self
+        let main = self
             .pooler_kind
             .config_files(&cx)
             .unwrap_or_default()
             .into_iter()
             .find(|f| f.is_main)
             .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
-        // Mounted into the container: readable by its server user, nothing secret in it.
-        let conf = self.run_dir.join("pgbouncer-conf");
+        // Mounted into the container: readable by its server user, nothing secret in it
+        // (the entrypoint writes what holds passwords from the environment).
+        let conf = self.run_dir.join("pooler-conf");
         fs::create_dir_all(&conf).with_context(|| format!("{}: creating", conf.display()))?;
         fs::set_permissions(&conf, fs::Permissions::from_mode(0o755))?;
-        let ini_path = conf.join("pgbouncer.ini");
-        fs::write(&ini_path, &ini.text)
-            .with_context(|| format!("{}: writing", ini_path.display()))?;
-        fs::set_permissions(&ini_path, fs::Permissions::from_mode(0o644))?;
+        let main_path = conf.join(main.name);
+        fs::write(&main_path, &main.text)
+            .with_context(|| format!("{}: writing", main_path.display()))?;
+        fs::set_permissions(&main_path, fs::Permissions::from_mode(0o644))?;
         let request = GenericImage::new(repo, tag)
             .with_wait_for(WaitFor::Nothing)
             .with_env_var("POSTGRES_PASSWORD", self.password(SUPERUSER))
             .with_env_var("CHAOS_PASSWORD", self.password(CLIENT_ROLE))
             .with_mount(Mount::bind_mount(
                 conf.to_string_lossy().to_string(),
-                "/etc/pgbouncer",
+                recipe.config_dir,
             ))
             .with_container_name(&name)
             .with_network(&self.network)
             .with_label(RUN_LABEL, &self.run_id)
-            .with_mapped_port(port, 6432.tcp())
+            .with_mapped_port(port, recipe.port.tcp())
             .with_host_config_modifier(pooler_host_config)
             .with_startup_timeout(READY_TIMEOUT);
         let c = request
@@ -394,7 +399,13 @@ impl DockerServers {
 
     async fn read_versions(&self, v: &mut Versions) -> Result<()> {
         let pg = self.config_for(Which::Postgres)?;
-        super::read_versions(&pg, self.admin_config().as_ref(), v).await
+        super::read_versions(
+            &pg,
+            self.pooler_kind.as_ref(),
+            self.admin_config().as_ref(),
+            v,
+        )
+        .await
     }
 
     fn write_credentials(&self) -> Result<()> {
@@ -577,7 +588,7 @@ impl Servers for DockerServers {
         fs::create_dir_all(dir).with_context(|| format!("{}: creating", dir.display()))?;
         for (which, file) in [
             (Which::Postgres, "postgres.log"),
-            (Which::Pooler, super::native::POOLER_LOG),
+            (Which::Pooler, self.pooler_kind.log_file()),
         ] {
             let Some(n) = self.node(which) else { continue };
             let out = std::process::Command::new(container::docker_program())

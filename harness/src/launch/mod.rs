@@ -256,7 +256,7 @@ impl Cluster {
         let Some(admin) = self.admin_config() else {
             return Ok(());
         };
-        let log = self.run_dir.join(native::POOLER_LOG);
+        let log = self.run_dir.join(self.pooler.log_file());
         verify_pooler_config(
             self.pooler.as_ref(),
             &admin,
@@ -456,18 +456,22 @@ pub async fn verify_pooler_config(
     Err(anyhow!(msg))
 }
 
-/// The versions that ran: PostgreSQL's `version()` on `pg`, PgBouncer's SHOW VERSION on
+/// The versions that ran: PostgreSQL's `version()` on `pg`, the pooler's as it reads it on
 /// its admin console `admin` (when there is one).
-pub async fn read_versions(pg: &Config, admin: Option<&Config>, v: &mut Versions) -> Result<()> {
+pub async fn read_versions(
+    pg: &Config,
+    pooler: &dyn Pooler,
+    admin: Option<&Config>,
+    v: &mut Versions,
+) -> Result<()> {
     let pg = connect(pg).await?;
     let full = simple_first(&pg, crate::sql::VERSION).await?;
-    let mut pooler = None;
+    let mut ran = None;
     if let Some(admin) = admin {
         let admin = connect(admin).await?;
-        let text = simple_first(&admin, crate::sql::SHOW_VERSION).await?;
-        pooler = Some(text.trim_start_matches("PgBouncer").trim().to_string());
+        ran = Some(pooler.read_version(&admin).await?);
     }
-    v.ran(&full, pooler.as_deref())
+    v.ran(&full, ran.as_deref())
 }
 
 /// `credentials.txt`: every role's DSN over loopback TCP on each port (PostgreSQL's, then

@@ -60,7 +60,6 @@ const PROMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const STANDBY_DIR: &str = "standby";
 pub const STANDBY_LOG: &str = "postgres-standby.log";
 /// PgBouncer's log, in the run directory.
-pub const POOLER_LOG: &str = "pgbouncer.log";
 
 /// PostgreSQL's `pg_hba.conf` for a run: the private socket directory is trusted, loopback
 /// TCP needs the run's password, nothing else gets in.
@@ -578,7 +577,10 @@ impl NativeServers {
 
     async fn start_pooler(&mut self, fixed_port: Option<u16>) -> Result<()> {
         let bin = self.pooler_bin.clone().ok_or_else(|| {
-            anyhow!("topology has a pgbouncer section but no binary was provisioned")
+            anyhow!(
+                "topology has a {} section but no binary was provisioned",
+                self.pooler.name()
+            )
         })?;
         let mut last_err = None;
         for _attempt in 0..3 {
@@ -587,9 +589,9 @@ impl NativeServers {
                 None => free_port()?,
             };
             let main = self.write_pooler_config(port)?;
-            let log = self.run_dir.join(POOLER_LOG);
+            let log = self.run_dir.join(self.pooler.log_file());
             let mut cmd = Command::new(&bin);
-            cmd.arg(&main);
+            cmd.args(self.pooler.command_args(&main));
             let child = spawn_server(cmd, &log, self.os_user)
                 .with_context(|| format!("starting {}", bin.display()))?;
             let server = Server {
@@ -613,7 +615,8 @@ impl NativeServers {
                     self.stop(Which::Pooler);
                     let port_taken = log.contains("Address already in use");
                     last_err = Some(anyhow!(
-                        "pgbouncer did not become ready on 127.0.0.1:{port}: {e}\n  last lines of its log:\n{log}"
+                        "{} did not become ready on 127.0.0.1:{port}: {e}\n  last lines of its log:\n{log}",
+                        self.pooler.name()
                     ));
                     if !port_taken || fixed_port.is_some() {
                         break;
@@ -658,7 +661,7 @@ impl NativeServers {
                 true,
                 self.pooler_port.unwrap_or(0),
                 SUPERUSER,
-                self.pooler.admin_database().unwrap_or("pgbouncer"),
+                self.pooler.admin_database().unwrap_or(DB),
             ),
         };
         let mut last: String;
@@ -676,12 +679,15 @@ impl NativeServers {
             match attempt {
                 Ok(Ok((client, conn))) => {
                     tokio::spawn(conn);
-                    let probe = match target {
-                        Target::Primary => "SELECT 1",
-                        Target::Standby => "SELECT pg_is_in_recovery()",
-                        Target::Pooler => sql::SHOW_VERSION,
+                    let (probe, answer) = match target {
+                        Target::Primary => ("SELECT 1", simple_first(&client, "SELECT 1").await),
+                        Target::Standby => (
+                            "SELECT pg_is_in_recovery()",
+                            simple_first(&client, "SELECT pg_is_in_recovery()").await,
+                        ),
+                        Target::Pooler => ("its version", self.pooler.read_version(&client).await),
                     };
-                    match simple_first(&client, probe).await {
+                    match answer {
                         Ok(v) if target != Target::Standby || v == "t" => return Ok(()),
                         Ok(v) => last = format!("it answers, but pg_is_in_recovery() is {v}"),
                         Err(e) => last = format!("{probe}: {e:#}"),
@@ -707,7 +713,7 @@ impl NativeServers {
             &self.config(true, port, SUPERUSER, db),
             &self.topology.name,
             when,
-            Some(&self.run_dir.join(POOLER_LOG)),
+            Some(&self.run_dir.join(self.pooler.log_file())),
         )
         .await
     }
@@ -718,7 +724,7 @@ impl NativeServers {
             (Some(port), Some(db)) => Some(self.config(true, port, SUPERUSER, db)),
             _ => None,
         };
-        super::read_versions(&pg, admin.as_ref(), v).await
+        super::read_versions(&pg, self.pooler.as_ref(), admin.as_ref(), v).await
     }
 
     /// The run's DSNs with their passwords, for people and tools (mode 0600).
@@ -872,16 +878,18 @@ impl NativeServers {
             return Ok(());
         }
         self.write_pooler_config(port)?;
-        let pooler_log = self.run_dir.join(POOLER_LOG);
+        let pooler_log = self.run_dir.join(self.pooler.log_file());
         let admin = connect(&self.config(true, port, SUPERUSER, admin_db))
             .await
             .context("connecting to the pooler's admin console to reload it")?;
-        timed(admin.simple_query("RELOAD")).await.with_context(|| {
-            format!(
-                "RELOAD on the pooler's admin console\n  last lines of its log:\n{}",
-                log_tail(&pooler_log, 15)
-            )
-        })?;
+        for cmd in self.pooler.reload_commands() {
+            timed(admin.simple_query(&cmd)).await.with_context(|| {
+                format!(
+                    "{cmd} on the pooler's admin console\n  last lines of its log:\n{}",
+                    log_tail(&pooler_log, 15)
+                )
+            })?;
+        }
         let want = self.pg_port.to_string();
         let client = self.config(true, port, CLIENT_ROLE, DB);
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -899,7 +907,7 @@ impl NativeServers {
             };
             if Instant::now() > deadline {
                 bail!(
-                    "after RELOAD, a client through the pooler does not reach the new primary on port {want} within {READY_TIMEOUT:?} (last: {last})\n  last lines of its log:\n{}",
+                    "after a reload, a client through the pooler does not reach the new primary on port {want} within {READY_TIMEOUT:?} (last: {last})\n  last lines of its log:\n{}",
                     log_tail(&pooler_log, 15)
                 );
             }
@@ -970,7 +978,7 @@ impl Servers for NativeServers {
         let servers = [
             ("Postgres", self.pg.as_mut()),
             ("Postgres standby", self.standby.as_mut()),
-            ("PgBouncer", self.pooler_proc.as_mut()),
+            (self.pooler.display_name(), self.pooler_proc.as_mut()),
         ];
         for (name, server) in servers {
             let Some(server) = server else { continue };

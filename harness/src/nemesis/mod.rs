@@ -3,8 +3,8 @@
 //! Client-step faults: `terminate` and `cancel` of one backend, by identity, from a direct
 //! superuser connection (the workload names them as steps: `C2 terminate` acts on the
 //! backend that last served C2). Faults of the servers (the topology's `faults` section,
-//! [`Nemesis::server_fault`]): PgBouncer's admin console (PAUSE, RECONNECT, KILL, RELOAD),
-//! its process (restart, crash, freeze), PostgreSQL (fast or immediate restart) and one
+//! [`Nemesis::server_fault`]): the pooler's admin console (as the pooler does each:
+//! PgBouncer's PAUSE, RECONNECT, KILL, RELOAD), its process (restart, crash, freeze), PostgreSQL (fast or immediate restart) and one
 //! backend (SIGKILL, freeze). Each is started, held for `faults.hold` when it holds, and
 //! healed before the call returns; what it means for the model is `vocab::fault`. A frozen
 //! process is continued on drop too, and the reaper kills a postmaster's children first, so
@@ -132,14 +132,17 @@ impl Nemesis {
         let admin = async |cmds: &[String]| -> Result<()> {
             let config = cluster
                 .admin_config()
-                .ok_or_else(|| anyhow::anyhow!("`{op}` needs PgBouncer"))?;
+                .ok_or_else(|| anyhow::anyhow!("`{op}` needs a pooler's admin console"))?;
             let console = connect(&config)
                 .await
-                .context("nemesis: connecting to PgBouncer's admin console")?;
+                .context("nemesis: connecting to the pooler's admin console")?;
             for cmd in cmds {
-                timed(console.simple_query(cmd))
-                    .await
-                    .with_context(|| format!("nemesis: PgBouncer admin command {cmd}"))?;
+                timed(console.simple_query(cmd)).await.with_context(|| {
+                    format!(
+                        "nemesis: {} admin command {cmd}",
+                        cluster.pooler.display_name()
+                    )
+                })?;
             }
             Ok(())
         };
@@ -151,29 +154,31 @@ impl Nemesis {
             let running = !self.local_processes || process_running(t.pid);
             Ok((!present.is_empty() && running).then_some(t.pid))
         };
-        match op {
-            Op::PoolerPause => {
+        if let Some(cf) = cluster.pooler.console_fault(op, DB) {
+            match &cf.heal {
+                // A fault that holds: started, held, healed whatever became of the start (a
                 // PAUSE returns once every server is released and closed; a client holding
-                // one in a long transaction (concurrent schedule) can make it time out.
-                // RESUME regardless, so the pooler is never left pausing.
-                let paused = admin(&[sql::pooler_pause(DB)]).await;
-                tokio::time::sleep(hold).await;
-                // A PAUSE that timed out ended with its console connection: then RESUME
-                // finds nothing paused, which is what it is for.
-                let resumed = admin(&[sql::pooler_resume(DB)]).await;
-                if paused.is_ok() {
-                    resumed?;
+                // one in a long transaction can make it time out: the heal finds nothing
+                // paused then, which is what it is for).
+                Some(heal) => {
+                    let started = admin(&cf.start).await;
+                    tokio::time::sleep(hold).await;
+                    let healed = admin(heal).await;
+                    if started.is_ok() {
+                        healed?;
+                    }
+                    if let Err(e) = started {
+                        return Ok(Reply::Error {
+                            code: crate::vocab::reply::code::TIMEOUT.into(),
+                            message: format!("{e:#}"),
+                        });
+                    }
                 }
-                if let Err(e) = paused {
-                    return Ok(Reply::Error {
-                        code: crate::vocab::reply::code::TIMEOUT.into(),
-                        message: format!("{e:#}"),
-                    });
-                }
+                None => admin(&cf.start).await?,
             }
-            Op::PoolerReconnect => admin(&[sql::pooler_reconnect(DB)]).await?,
-            Op::PoolerKill => admin(&[sql::pooler_kill(DB), sql::pooler_resume(DB)]).await?,
-            Op::PoolerReload => admin(&[sql::POOLER_RELOAD.into()]).await?,
+            return self.after_server_fault(cluster, op).await;
+        }
+        match op {
             Op::PoolerRestart => {
                 cluster.control(Which::Pooler, Control::Interrupt).await?;
                 cluster.restart(Which::Pooler).await?;
@@ -275,9 +280,15 @@ impl Nemesis {
                 }
             }
         }
+        self.after_server_fault(cluster, op).await
+    }
+
+    /// After a fault of the servers: the pooler still runs what the topology declares, and
+    /// the nemesis's own connection is open again.
+    async fn after_server_fault(&self, cluster: &Cluster, op: Op) -> Result<Reply> {
         let pooler_started = fault::meaning(op).is_some_and(|m| m.down == Some(Down::Pooler));
         if pooler_started || matches!(op, Op::PoolerReload | Op::Promote) {
-            // The pooler read its config again (a promote repoints it by RELOAD): it must
+            // The pooler read its config again (a promote repoints it by a reload): it must
             // still run what the topology declares, or the model predicts another pooler.
             cluster
                 .verify_pooler_config(&format!("after the nemesis's {op}"))

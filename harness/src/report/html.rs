@@ -100,6 +100,7 @@ pub fn page(title: &str, body: &str) -> String {
 pub fn versions_line(r: &Results) -> String {
     super::versions_text(
         &r.versions.postgres,
+        &r.pooler,
         r.versions.pooler.as_deref(),
         r.versions.pooler_declared.as_deref(),
     )

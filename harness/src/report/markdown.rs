@@ -130,15 +130,12 @@ pub fn report(
     failures: &[FirstFailure],
 ) -> String {
     let r = results;
-    let versions = match &r.versions.pooler {
-        Some(b) => format!(
-            "PostgreSQL {} + PgBouncer {} (declared {})",
-            r.versions.postgres,
-            b,
-            r.versions.pooler_declared.clone().unwrap_or_default()
-        ),
-        None => format!("PostgreSQL {}", r.versions.postgres),
-    };
+    let versions = crate::report::versions_text(
+        &r.versions.postgres,
+        &r.pooler,
+        r.versions.pooler.as_deref(),
+        r.versions.pooler_declared.as_deref(),
+    );
     let mut md = format!(
         "# pgchaos report: {name}\n\n{desc}\n\n- versions: {versions}\n- version drift: {drift}\n- pool mode: {mode}\n- seed: {seed}\n- cases: {cases}, steps: {steps} ({skipped} skipped)\n- passed (verdicts match `expect`): **{passed}**\n\n```\n{table}\n```\n",
         name = r.topology,

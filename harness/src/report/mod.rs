@@ -105,16 +105,24 @@ pub fn versions_line(header: &RunHeader) -> String {
     let v = &header.versions;
     versions_text(
         &v.postgres,
+        &header.pooler,
         v.pooler.as_deref(),
         v.pooler_declared.as_deref(),
     )
 }
 
-/// The versions line from its parts (a run's header, or its `results.json`).
-pub fn versions_text(postgres: &str, pgbouncer: Option<&str>, declared: Option<&str>) -> String {
-    match pgbouncer {
+/// The versions line from its parts (a run's header, or its `results.json`): `pooler` is
+/// the pooler's name (`pgbouncer`, `none`), `ran` its version.
+pub fn versions_text(
+    postgres: &str,
+    pooler: &str,
+    ran: Option<&str>,
+    declared: Option<&str>,
+) -> String {
+    match ran {
         Some(b) => format!(
-            "PostgreSQL {postgres} + PgBouncer {b} (declared {})",
+            "PostgreSQL {postgres} + {} {b} (declared {})",
+            crate::pooler::display_name(pooler),
             declared.unwrap_or_default()
         ),
         None => format!("PostgreSQL {postgres}"),

@@ -6,6 +6,7 @@
 //! with: what the topology declares, compared with `SHOW CONFIG` in PgBouncer's own formats.
 
 pub mod import;
+pub mod provision;
 pub mod section;
 pub mod settings;
 pub mod view;
@@ -21,6 +22,9 @@ pub const PGBOUNCER: PgBouncerKind = PgBouncerKind;
 impl super::Kind for PgBouncerKind {
     fn section(&self) -> &'static dyn crate::topology::PoolerSection {
         &section::PgbouncerSection
+    }
+    fn display_name(&self) -> &'static str {
+        "PgBouncer"
     }
     fn file_kind(&self) -> &'static str {
         "pgbouncer.ini"
@@ -361,9 +365,79 @@ pub fn userlist(passwords: &[(String, String)]) -> String {
         .collect()
 }
 
+/// Admin console commands (PgBouncer's `admin.c`).
+pub fn kill(db: &str) -> String {
+    format!("KILL {db}")
+}
+pub fn resume(db: &str) -> String {
+    format!("RESUME {db}")
+}
+pub fn pause(db: &str) -> String {
+    format!("PAUSE {db}")
+}
+pub fn reconnect(db: &str) -> String {
+    format!("RECONNECT {db}")
+}
+pub const RELOAD: &str = "RELOAD";
+pub const SHOW_VERSION: &str = "SHOW VERSION";
+pub const SHOW_CONFIG: &str = "SHOW CONFIG";
+
 impl Pooler for PgBouncer {
     fn name(&self) -> &'static str {
         "pgbouncer"
+    }
+
+    fn display_name(&self) -> &'static str {
+        "PgBouncer"
+    }
+
+    fn log_file(&self) -> &'static str {
+        "pgbouncer.log"
+    }
+
+    fn read_version<'a>(
+        &'a self,
+        admin: &'a tokio_postgres::Client,
+    ) -> super::BoxFuture<'a, anyhow::Result<String>> {
+        Box::pin(async move {
+            for m in super::admin_query(admin, SHOW_VERSION).await? {
+                if let tokio_postgres::SimpleQueryMessage::Row(row) = m {
+                    let text = row.get(0).unwrap_or_default();
+                    return Ok(text.trim_start_matches("PgBouncer").trim().to_string());
+                }
+            }
+            anyhow::bail!("{SHOW_VERSION} returned no row")
+        })
+    }
+
+    fn reload_commands(&self) -> Vec<String> {
+        vec![RELOAD.to_string()]
+    }
+
+    fn container(&self) -> Option<super::ContainerRecipe> {
+        Some(super::ContainerRecipe {
+            repo: "pgchaos/pgbouncer",
+            executable: "usr/local/bin/pgbouncer",
+            user: "pgbouncer",
+            home: "/var/lib/pgbouncer",
+            entrypoint: include_str!("entrypoint.sh"),
+            config_dir: "/etc/pgbouncer",
+            port: 6432,
+        })
+    }
+
+    fn console_fault(&self, op: crate::vocab::Op, db: &str) -> Option<super::ConsoleFault> {
+        use crate::vocab::Op;
+        let f = |start: Vec<String>, heal: Option<Vec<String>>| super::ConsoleFault { start, heal };
+        Some(match op {
+            // PAUSE returns once every server is released and closed; RESUME after the hold.
+            Op::PoolerPause => f(vec![pause(db)], Some(vec![resume(db)])),
+            Op::PoolerReconnect => f(vec![reconnect(db)], None),
+            // KILL, then RESUME at once: clients arriving in between wait for it.
+            Op::PoolerKill => f(vec![kill(db), resume(db)], None),
+            Op::PoolerReload => f(vec![RELOAD.to_string()], None),
+            _ => return None,
+        })
     }
 
     fn provision(
@@ -371,7 +445,7 @@ impl Pooler for PgBouncer {
         spec: &crate::topology::PoolerSpec,
         opts: &crate::provision::Options,
     ) -> anyhow::Result<crate::provision::PoolerBinary> {
-        crate::provision::pgbouncer(&spec.version, spec.binary.as_deref(), opts)
+        provision::pgbouncer(&spec.version, spec.binary.as_deref(), opts)
     }
 
     fn rules(&self) -> PoolRules {
@@ -410,7 +484,7 @@ impl Pooler for PgBouncer {
     }
 
     fn reset_commands(&self, db: &str) -> Vec<String> {
-        vec![crate::sql::pooler_kill(db), crate::sql::pooler_resume(db)]
+        vec![kill(db), resume(db)]
     }
 
     fn look<'a>(
@@ -423,7 +497,7 @@ impl Pooler for PgBouncer {
     }
 
     fn config_command(&self) -> Option<&'static str> {
-        Some(crate::sql::SHOW_CONFIG)
+        Some(SHOW_CONFIG)
     }
 
     fn expected_config(&self) -> Vec<ExpectedSetting> {
