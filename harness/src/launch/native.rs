@@ -59,7 +59,6 @@ const PROMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// `postgres.log`).
 pub const STANDBY_DIR: &str = "standby";
 pub const STANDBY_LOG: &str = "postgres-standby.log";
-/// PgBouncer's log, in the run directory.
 
 /// PostgreSQL's `pg_hba.conf` for a run: the private socket directory is trusted, loopback
 /// TCP needs the run's password, nothing else gets in.
