@@ -57,13 +57,16 @@ async fn main() -> anyhow::Result<()> {
         pgchaos::client::run_raw(&direct, &snap).await;
     }
     time("snapshot: pg part", t);
-    if let Some(config) = cluster.admin_config() {
-        let admin = pgchaos::launch::connect(&config).await?;
+    if cluster.console_at().is_some() {
+        let admin = cluster.console().await?;
         let t = Instant::now();
         for _ in 0..n {
-            admin.simple_query("SHOW SERVERS").await?;
+            admin.look("chaos", false).await?;
         }
-        time("SHOW SERVERS", t);
+        time(
+            "the pooler's look (PgBouncer: SHOW SERVERS and SHOW CLIENTS)",
+            t,
+        );
     }
     let t = Instant::now();
     for _ in 0..n {

@@ -90,8 +90,8 @@ async fn the_pooler_runs_what_was_declared() {
         "{declared}"
     );
     let reload = async || {
-        let admin = connect(&cluster.admin_config().unwrap()).await.unwrap();
-        admin.simple_query("RELOAD").await.unwrap();
+        let admin = cluster.console().await.unwrap();
+        admin.command("RELOAD").await.unwrap();
     };
 
     // Another pool_mode, reloaded: the check names it, with both values.

@@ -188,10 +188,10 @@ async fn launch(
         .await?;
     if let Some(b) = &imgs.pooler {
         servers.start_pooler(topology, &b.reference).await?;
-        let admin = servers.admin_config().expect("a pooler with a console");
+        let at = servers.console_at().expect("a pooler with a console");
         super::verify_pooler_config(
             servers.pooler_kind.as_ref(),
-            &admin,
+            &at,
             &topology.name,
             "at launch",
             None,
@@ -216,6 +216,7 @@ async fn launch(
         pg_port: servers.pg_port,
         primary_port: std::sync::atomic::AtomicU16::new(servers.pg_port),
         pooler_port: servers.pooler_port,
+        pooler_admin_port: None,
         versions,
         ready_ms: t0.elapsed().as_millis(),
         pinned_cpu: None,
@@ -235,14 +236,18 @@ impl DockerServers {
             .unwrap_or_default()
     }
 
-    fn admin_config(&self) -> Option<Config> {
-        let db = self.pooler_kind.admin_database()?;
-        Some(tcp(
-            self.pooler_port?,
-            SUPERUSER,
-            self.password(SUPERUSER),
-            db,
-        ))
+    /// The pooler's admin console, over loopback TCP with the superuser's password.
+    fn console_at(&self) -> Option<crate::pooler::ConsoleAt> {
+        if !self.pooler_kind.has_console() {
+            return None;
+        }
+        Some(crate::pooler::ConsoleAt {
+            unix_dir: None,
+            port: self.pooler_port?,
+            admin_port: None,
+            user: SUPERUSER.to_string(),
+            password: Some(self.password(SUPERUSER).to_string()),
+        })
     }
 
     fn name(&self, which: &str) -> String {
@@ -345,30 +350,29 @@ impl DockerServers {
         self.wait_ready(Which::Pooler).await
     }
 
-    fn config_for(&self, which: Which) -> Result<Config> {
-        match which {
-            Which::Postgres => Ok(tcp(self.pg_port, SUPERUSER, self.password(SUPERUSER), DB)),
-            Which::Pooler => self
-                .admin_config()
-                .ok_or_else(|| anyhow!("this topology has no pooler")),
-        }
-    }
-
     async fn wait_ready(&self, which: Which) -> Result<()> {
-        let config = self.config_for(which)?;
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            match connect(&config).await {
-                Ok(c) => {
-                    let q = if which == Which::Postgres {
-                        "SELECT 1"
-                    } else {
-                        "SHOW VERSION"
-                    };
-                    if simple_first(&c, q).await.is_ok() {
-                        return Ok(());
+            let answered = match which {
+                Which::Postgres => {
+                    let c = tcp(self.pg_port, SUPERUSER, self.password(SUPERUSER), DB);
+                    match connect(&c).await {
+                        Ok(c) => simple_first(&c, "SELECT 1").await.map(|_| ()),
+                        Err(e) => Err(e),
                     }
                 }
+                Which::Pooler => {
+                    let at = self
+                        .console_at()
+                        .ok_or_else(|| anyhow!("this topology has no pooler"))?;
+                    match self.pooler_kind.console(&at).await {
+                        Ok(c) => c.version().await.map(|_| ()),
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            match answered {
+                Ok(()) => return Ok(()),
                 Err(e) if Instant::now() > deadline => {
                     let node = self.node(which).map(|n| n.id.clone()).unwrap_or_default();
                     let logs =
@@ -398,11 +402,11 @@ impl DockerServers {
     }
 
     async fn read_versions(&self, v: &mut Versions) -> Result<()> {
-        let pg = self.config_for(Which::Postgres)?;
+        let pg = tcp(self.pg_port, SUPERUSER, self.password(SUPERUSER), DB);
         super::read_versions(
             &pg,
             self.pooler_kind.as_ref(),
-            self.admin_config().as_ref(),
+            self.console_at().as_ref(),
             v,
         )
         .await

@@ -140,6 +140,8 @@ pub struct Cluster {
     /// The current primary's port (changes when the `promote` fault fails over).
     pub primary_port: std::sync::atomic::AtomicU16,
     pub pooler_port: Option<u16>,
+    /// A second port of the pooler's, for its admin console (pgpool-II's PCP).
+    pub pooler_admin_port: Option<u16>,
     pub versions: Versions,
     pub ready_ms: u128,
     /// The CPU the harness and these servers were pinned to (see [`cpu`]), if any.
@@ -177,10 +179,32 @@ impl Cluster {
         self.config(true, self.pg_port_now(), user, DB, "pgchaos-observer")
     }
 
-    /// The pooler's admin console (simple query protocol only), over its Unix socket.
-    pub fn admin_config(&self) -> Option<Config> {
-        let db = self.pooler.admin_database()?;
-        Some(self.config(true, self.pooler_port?, SUPERUSER, db, "pgchaos"))
+    /// Where the pooler's admin console is (its Unix socket natively, loopback TCP with
+    /// the superuser's password in containers).
+    pub fn console_at(&self) -> Option<crate::pooler::ConsoleAt> {
+        if !self.pooler.has_console() {
+            return None;
+        }
+        Some(crate::pooler::ConsoleAt {
+            unix_dir: self.unix_sockets.then(|| self.run_dir.clone()),
+            port: self.pooler_port?,
+            admin_port: self.pooler_admin_port,
+            user: SUPERUSER.to_string(),
+            password: self.password(SUPERUSER).map(str::to_string),
+        })
+    }
+
+    /// Open the pooler's admin console.
+    pub async fn console(&self) -> Result<Box<dyn crate::pooler::Console>> {
+        let at = self
+            .console_at()
+            .ok_or_else(|| anyhow!("this topology has no pooler with an admin console"))?;
+        self.pooler.console(&at).await.with_context(|| {
+            format!(
+                "connecting to {}'s admin console",
+                self.pooler.display_name()
+            )
+        })
     }
 
     fn config(&self, unix: bool, port: u16, user: &str, db: &str, app: &str) -> Config {
@@ -253,13 +277,13 @@ impl Cluster {
     /// the topology declares (see [`verify_pooler_config`]); `when` names the moment ("after
     /// pooler_reload"). Ok without a pooler.
     pub async fn verify_pooler_config(&self, when: &str) -> Result<()> {
-        let Some(admin) = self.admin_config() else {
+        let Some(at) = self.console_at() else {
             return Ok(());
         };
         let log = self.run_dir.join(self.pooler.log_file());
         verify_pooler_config(
             self.pooler.as_ref(),
-            &admin,
+            &at,
             &self.topology.name,
             when,
             Some(&log),
@@ -402,47 +426,40 @@ pub async fn connect(config: &Config) -> Result<Client> {
     Ok(client)
 }
 
-/// The pooler runs what was declared: read its running settings ([`Pooler::config_command`],
-/// PgBouncer's `SHOW CONFIG`, simple query protocol) on the admin console `admin`, and compare
-/// every setting the harness relies on ([`Pooler::expected_config`]) with them. An error names
-/// each setting that differs, the declared value and the one the pooler reports, then the last
-/// lines of `log` (a RELOAD of a file PgBouncer cannot parse answers OK, logs why, and leaves
-/// the settings after the bad line at their defaults). `when`: "at launch", "after ...".
+/// The pooler runs what was declared: read its running settings on its admin console at `at`
+/// ([`crate::pooler::Console::settings`], PgBouncer's `SHOW CONFIG`) and compare every setting
+/// the harness relies on ([`Pooler::expected_config`]) with them. An error names each setting
+/// that differs, the declared value and the one the pooler reports, then the last lines of
+/// `log` (a RELOAD of a file PgBouncer cannot parse answers OK, logs why, and leaves the
+/// settings after the bad line at their defaults). `when`: "at launch", "after ...".
 pub async fn verify_pooler_config(
     pooler: &dyn Pooler,
-    admin: &Config,
+    at: &crate::pooler::ConsoleAt,
     topology: &str,
     when: &str,
     log: Option<&Path>,
 ) -> Result<()> {
-    let Some(command) = pooler.config_command() else {
+    if pooler.expected_config().is_empty() {
         return Ok(());
-    };
-    let console = connect(admin).await.with_context(|| {
-        format!("connecting to the pooler's admin console {when} to read {command}")
-    })?;
-    let mut running = Vec::new();
-    for msg in timed(console.simple_query(command))
-        .await
-        .with_context(|| format!("{command} on the pooler's admin console {when}"))?
-    {
-        if let tokio_postgres::SimpleQueryMessage::Row(row) = msg {
-            let (Some(key), value) = (row.try_get("key")?, row.try_get("value")?) else {
-                continue;
-            };
-            running.push((key.to_string(), value.unwrap_or_default().to_string()));
-        }
     }
+    let console = pooler.console(at).await.with_context(|| {
+        format!("connecting to the pooler's admin console {when} to read its settings")
+    })?;
+    let running = console
+        .settings()
+        .await
+        .with_context(|| format!("reading the pooler's settings {when}"))?;
     if running.is_empty() {
-        bail!("{command} on the pooler's admin console {when} returned no settings");
+        bail!("the pooler's admin console {when} listed no settings");
     }
     let differences = pooler.config_differences(&running);
     if differences.is_empty() {
         return Ok(());
     }
     let mut msg = format!(
-        "{when}, {} does not run what topology {topology} declares ({command}):",
-        differences[0].pooler
+        "{when}, {} does not run what topology {topology} declares ({}):",
+        differences[0].pooler,
+        pooler.settings_source()
     );
     for d in &differences {
         msg.push_str(&format!("\n  {d}"));
@@ -456,20 +473,19 @@ pub async fn verify_pooler_config(
     Err(anyhow!(msg))
 }
 
-/// The versions that ran: PostgreSQL's `version()` on `pg`, the pooler's as it reads it on
-/// its admin console `admin` (when there is one).
+/// The versions that ran: PostgreSQL's `version()` on `pg`, the pooler's as its console
+/// at `at` reads it (when there is one).
 pub async fn read_versions(
     pg: &Config,
     pooler: &dyn Pooler,
-    admin: Option<&Config>,
+    at: Option<&crate::pooler::ConsoleAt>,
     v: &mut Versions,
 ) -> Result<()> {
     let pg = connect(pg).await?;
     let full = simple_first(&pg, crate::sql::VERSION).await?;
     let mut ran = None;
-    if let Some(admin) = admin {
-        let admin = connect(admin).await?;
-        ran = Some(pooler.read_version(&admin).await?);
+    if let Some(at) = at {
+        ran = Some(pooler.console(at).await?.version().await?);
     }
     v.ran(&full, ran.as_deref())
 }

@@ -232,6 +232,8 @@ struct NativeServers {
     pg_data: PathBuf,
     pg_log: PathBuf,
     pooler_port: Option<u16>,
+    /// The pooler's second port (its admin console's, pgpool-II's PCP), when it has one.
+    pooler_admin_port: Option<u16>,
     passwords: Vec<(String, String)>,
     pg: Option<Server>,
     /// The streaming standby and its port, until it is promoted; its data directory and
@@ -291,6 +293,7 @@ async fn launch(
         pg_data: run_dir.join("data"),
         pg_log: run_dir.join("postgres.log"),
         pooler_port: None,
+        pooler_admin_port: None,
         passwords: vec![
             (SUPERUSER.to_string(), random_password()),
             (CLIENT_ROLE.to_string(), random_password()),
@@ -323,7 +326,7 @@ async fn launch(
         // After the roles, passwords and migration table exist: the copy carries them.
         servers.start_standby().await?;
     }
-    if servers.pooler.admin_database().is_some() {
+    if topology.pooler.is_some() {
         if topology
             .faults
             .kinds
@@ -354,6 +357,7 @@ async fn launch(
         pg_port: servers.pg_port,
         primary_port: std::sync::atomic::AtomicU16::new(servers.pg_port),
         pooler_port: servers.pooler_port,
+        pooler_admin_port: servers.pooler_admin_port,
         versions,
         ready_ms: t0.elapsed().as_millis(),
         pinned_cpu: None,
@@ -651,18 +655,32 @@ impl NativeServers {
         main.ok_or_else(|| anyhow!("the pooler has no main config file"))
     }
 
+    /// Where the pooler's admin console is (its Unix socket in the run directory).
+    fn console_at(&self) -> Option<crate::pooler::ConsoleAt> {
+        if !self.pooler.has_console() {
+            return None;
+        }
+        Some(crate::pooler::ConsoleAt {
+            unix_dir: Some(self.run_dir.clone()),
+            port: self.pooler_port?,
+            admin_port: self.pooler_admin_port,
+            user: SUPERUSER.to_string(),
+            password: self
+                .passwords
+                .iter()
+                .find(|(r, _)| r == SUPERUSER)
+                .map(|(_, p)| p.clone()),
+        })
+    }
+
     async fn wait_ready(&mut self, target: Target) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let config = match target {
             Target::Primary => self.config(true, self.pg_port, SUPERUSER, DB),
             Target::Standby => self.config(true, self.standby_port.unwrap_or(0), SUPERUSER, DB),
-            Target::Pooler => self.config(
-                true,
-                self.pooler_port.unwrap_or(0),
-                SUPERUSER,
-                self.pooler.admin_database().unwrap_or(DB),
-            ),
+            Target::Pooler => self.config(true, 0, SUPERUSER, DB),
         };
+        let console = self.console_at();
         let mut last: String;
         loop {
             let server = match target {
@@ -674,26 +692,39 @@ impl NativeServers {
             if let Some(status) = server.exited() {
                 bail!("it exited during startup ({status})");
             }
-            let attempt = tokio::time::timeout(Duration::from_secs(1), config.connect(NoTls)).await;
-            match attempt {
-                Ok(Ok((client, conn))) => {
-                    tokio::spawn(conn);
-                    let (probe, answer) = match target {
-                        Target::Primary => ("SELECT 1", simple_first(&client, "SELECT 1").await),
-                        Target::Standby => (
-                            "SELECT pg_is_in_recovery()",
-                            simple_first(&client, "SELECT pg_is_in_recovery()").await,
-                        ),
-                        Target::Pooler => ("its version", self.pooler.read_version(&client).await),
-                    };
-                    match answer {
-                        Ok(v) if target != Target::Standby || v == "t" => return Ok(()),
-                        Ok(v) => last = format!("it answers, but pg_is_in_recovery() is {v}"),
-                        Err(e) => last = format!("{probe}: {e:#}"),
-                    }
+            if target == Target::Pooler {
+                // Its console answers its version once it accepts clients.
+                let at = console
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("the pooler has no admin console to wait for"))?;
+                let probe = async {
+                    let c = self.pooler.console(at).await?;
+                    c.version().await
+                };
+                match tokio::time::timeout(Duration::from_secs(1), probe).await {
+                    Ok(Ok(_)) => return Ok(()),
+                    Ok(Err(e)) => last = format!("{e:#}"),
+                    Err(_) => last = "its console did not answer within 1 s".into(),
                 }
-                Ok(Err(e)) => last = format!("connect: {e}"),
-                Err(_) => last = "connect timed out".into(),
+            } else {
+                let attempt =
+                    tokio::time::timeout(Duration::from_secs(1), config.connect(NoTls)).await;
+                match attempt {
+                    Ok(Ok((client, conn))) => {
+                        tokio::spawn(conn);
+                        let probe = match target {
+                            Target::Standby => "SELECT pg_is_in_recovery()",
+                            _ => "SELECT 1",
+                        };
+                        match simple_first(&client, probe).await {
+                            Ok(v) if target != Target::Standby || v == "t" => return Ok(()),
+                            Ok(v) => last = format!("it answers, but pg_is_in_recovery() is {v}"),
+                            Err(e) => last = format!("{probe}: {e:#}"),
+                        }
+                    }
+                    Ok(Err(e)) => last = format!("connect: {e}"),
+                    Err(_) => last = "connect timed out".into(),
+                }
             }
             if Instant::now() > deadline {
                 bail!("not ready within {READY_TIMEOUT:?} (last: {last})");
@@ -704,12 +735,12 @@ impl NativeServers {
 
     /// The pooler runs what the topology declares (see [`super::verify_pooler_config`]).
     async fn verify_pooler_config(&self, when: &str) -> Result<()> {
-        let (Some(port), Some(db)) = (self.pooler_port, self.pooler.admin_database()) else {
+        let Some(at) = self.console_at() else {
             return Ok(());
         };
         super::verify_pooler_config(
             self.pooler.as_ref(),
-            &self.config(true, port, SUPERUSER, db),
+            &at,
             &self.topology.name,
             when,
             Some(&self.run_dir.join(self.pooler.log_file())),
@@ -719,11 +750,7 @@ impl NativeServers {
 
     async fn read_versions(&self, v: &mut Versions) -> Result<()> {
         let pg = self.config(true, self.pg_port, SUPERUSER, DB);
-        let admin = match (self.pooler_port, self.pooler.admin_database()) {
-            (Some(port), Some(db)) => Some(self.config(true, port, SUPERUSER, db)),
-            _ => None,
-        };
-        super::read_versions(&pg, self.pooler.as_ref(), admin.as_ref(), v).await
+        super::read_versions(&pg, self.pooler.as_ref(), self.console_at().as_ref(), v).await
     }
 
     /// The run's DSNs with their passwords, for people and tools (mode 0600).
@@ -869,7 +896,7 @@ impl NativeServers {
     /// pool whose last server login failed, e.g. a client came in while no primary was up,
     /// waits that long before connecting again).
     async fn repoint_pooler(&mut self) -> Result<()> {
-        let (Some(port), Some(admin_db)) = (self.pooler_port, self.pooler.admin_database()) else {
+        let (Some(port), Some(at)) = (self.pooler_port, self.console_at()) else {
             return Ok(());
         };
         if self.pooler_proc.is_none() {
@@ -878,11 +905,13 @@ impl NativeServers {
         }
         self.write_pooler_config(port)?;
         let pooler_log = self.run_dir.join(self.pooler.log_file());
-        let admin = connect(&self.config(true, port, SUPERUSER, admin_db))
+        let admin = self
+            .pooler
+            .console(&at)
             .await
             .context("connecting to the pooler's admin console to reload it")?;
         for cmd in self.pooler.reload_commands() {
-            timed(admin.simple_query(&cmd)).await.with_context(|| {
+            admin.command(&cmd).await.with_context(|| {
                 format!(
                     "{cmd} on the pooler's admin console\n  last lines of its log:\n{}",
                     log_tail(&pooler_log, 15)

@@ -16,7 +16,7 @@
 
 use crate::client::{Raw, run_raw};
 use crate::launch::proxy::LinkMode;
-use crate::launch::{Cluster, Control, DB, SUPERUSER, Which, connect, timed};
+use crate::launch::{Cluster, Control, DB, SUPERUSER, Which, connect};
 use crate::observe::{backoff, process_running, until_accepted};
 use crate::sql;
 use crate::vocab::fault::{self, Down, Host, HostAction};
@@ -130,14 +130,9 @@ impl Nemesis {
     ) -> Result<Reply> {
         let _one = self.one_at_a_time.lock().await;
         let admin = async |cmds: &[String]| -> Result<()> {
-            let config = cluster
-                .admin_config()
-                .ok_or_else(|| anyhow::anyhow!("`{op}` needs a pooler's admin console"))?;
-            let console = connect(&config)
-                .await
-                .context("nemesis: connecting to the pooler's admin console")?;
+            let console = cluster.console().await.context("nemesis")?;
             for cmd in cmds {
-                timed(console.simple_query(cmd)).await.with_context(|| {
+                console.command(cmd).await.with_context(|| {
                     format!(
                         "nemesis: {} admin command {cmd}",
                         cluster.pooler.display_name()

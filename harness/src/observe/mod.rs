@@ -65,13 +65,14 @@ struct Conns {
     contender: Client,
     contender_id: BackendId,
     contender_start: String,
-    admin: Option<Client>,
+    admin: Option<Box<dyn crate::pooler::Console>>,
 }
 
 impl Conns {
     async fn open(
         direct: &tokio_postgres::Config,
-        admin: Option<&tokio_postgres::Config>,
+        pooler: &dyn Pooler,
+        console: Option<&crate::pooler::ConsoleAt>,
     ) -> Result<Conns> {
         let pg = connect(direct)
             .await
@@ -90,9 +91,10 @@ impl Conns {
             start_us: parse_timestamptz(&contender_start)
                 .ok_or_else(|| anyhow!("contender backend_start {contender_start:?} is not ISO"))?,
         };
-        let admin = match admin {
-            Some(c) => Some(
-                connect(c)
+        let admin = match console {
+            Some(at) => Some(
+                pooler
+                    .console(at)
                     .await
                     .context("observer: connecting to the pooler's admin console")?,
             ),
@@ -144,7 +146,8 @@ impl Observer {
     pub async fn connect(cluster: &Cluster) -> Result<Observer> {
         let conns = Conns::open(
             &cluster.socket_config(SUPERUSER),
-            cluster.admin_config().as_ref(),
+            cluster.pooler.as_ref(),
+            cluster.console_at().as_ref(),
         )
         .await?;
         Ok(Observer {
@@ -184,9 +187,13 @@ impl Observer {
     /// retrying while PostgreSQL recovers (bounded: 30 s).
     pub async fn reopen(&self, cluster: &Cluster) -> Result<()> {
         *self.outside_config.borrow_mut() = cluster.socket_config(CLIENT_ROLE);
-        let admin = cluster.admin_config();
+        let at = cluster.console_at();
         let direct = cluster.socket_config(SUPERUSER);
-        let c = until_accepted("observer", || Conns::open(&direct, admin.as_ref())).await?;
+        let pooler = cluster.pooler.clone();
+        let c = until_accepted("observer", || {
+            Conns::open(&direct, pooler.as_ref(), at.as_ref())
+        })
+        .await?;
         *self.conns.borrow_mut() = std::rc::Rc::new(c);
         Ok(())
     }
@@ -307,7 +314,7 @@ impl Observer {
     /// The pooler's view of the harness database's connections (empty without a pooler).
     async fn pooler_look(&self, conns: &Conns, pools: bool) -> Result<Look> {
         match &conns.admin {
-            Some(a) => self.pooler.look(a, DB, pools).await,
+            Some(a) => a.look(DB, pools).await,
             None => Ok(Look::default()),
         }
     }
@@ -365,15 +372,16 @@ impl Observer {
         let c = self.c();
         if let Some(admin) = &c.admin {
             pids.extend(
-                self.pooler
-                    .look(admin, DB, false)
+                admin
+                    .look(DB, false)
                     .await?
                     .servers
                     .iter()
                     .filter_map(|s| s.pid),
             );
             for cmd in self.pooler.reset_commands(DB) {
-                timed(admin.simple_query(&cmd))
+                admin
+                    .command(&cmd)
                     .await
                     .with_context(|| format!("pooler admin command {cmd}"))?;
             }

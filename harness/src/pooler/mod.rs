@@ -1,13 +1,17 @@
-//! The pooler between the logical clients and PostgreSQL, one unit per kind: PgBouncer, and
-//! "none" (clients connect straight to PostgreSQL); pgpool-II later. Each owns its config
-//! files, its admin view, and the pooling rules the model and the runner need (when a server
-//! is linked to a client, when it is released, what the reset does, what a client's
-//! disconnect does to its server), in one place.
+//! The pooler seam: everything a pooler is, one folder per pooler (`pgbouncer/`), registered
+//! by one line in [`KINDS`]; "none" ([`NoPooler`]) is clients straight to PostgreSQL. A
+//! pooler owns its topology section (read through `topology::Section`, which keeps every
+//! error positioned), its provisioning, its config files and how its process starts, its
+//! admin console ([`Console`]: commands, its view of the connections in the common words of
+//! [`view`], its running settings and version), the faults done on that console
+//! ([`ConsoleFault`]), its container recipe, the import of its own config file, and the
+//! pooling rules the model and the runner predict with ([`PoolRules`]: when a server is linked
+//! to a client, when it is released, what the reset does, what a client's disconnect does).
+//! The rest of the harness names no pooler: it asks the [`Pooler`] a topology's section built
+//! (`for_topology`). docs/poolers.md says how to add one.
 //!
-//! May import `vocab` and `topology`; the launcher asks it for config files, the observer for
-//! its admin commands, the runner and the model for its [`PoolRules`], the launcher and the
-//! nemesis for the settings it must be running ([`Pooler::expected_config`]) and how to compare
-//! them with what its admin console reports ([`Pooler::config_differences`]).
+//! May import `vocab`, `topology` (the section reader) and `provision` (its machinery); the
+//! launcher, observer, nemesis, runner, model and reports ask it.
 
 pub mod pgbouncer;
 pub mod view;
@@ -148,7 +152,8 @@ pub trait Pooler: Send + Sync {
     /// Files the launcher writes into the run directory before starting the pooler
     /// (`None` when there is no pooler process).
     fn config_files(&self, cx: &ConfigContext) -> Option<Vec<ConfigFile>>;
-    /// The admin console's database, when the pooler has one.
+    /// The database on its client port that is its admin console, when it has one a
+    /// person can reach with psql (PgBouncer's `pgbouncer`): `up` prints its DSN.
     fn admin_database(&self) -> Option<&'static str>;
     /// Admin commands that drop every client and server of `db` and accept new ones again
     /// (the reset between cases).
@@ -165,14 +170,14 @@ pub trait Pooler: Send + Sync {
     fn command_args(&self, main_config: &std::path::Path) -> Vec<std::ffi::OsString> {
         vec![main_config.as_os_str().to_os_string()]
     }
-    /// Read the version that runs, on its admin console (this is also the launcher's
-    /// readiness probe: the console answers it once the pooler accepts clients).
-    fn read_version<'a>(
-        &'a self,
-        admin: &'a tokio_postgres::Client,
-    ) -> BoxFuture<'a, anyhow::Result<String>> {
-        let _ = admin;
+    /// Open its admin console at `at` (`None` from [`Pooler::has_console`]: none).
+    fn console<'a>(&'a self, at: &'a ConsoleAt) -> BoxFuture<'a, anyhow::Result<Box<dyn Console>>> {
+        let _ = at;
         Box::pin(async { anyhow::bail!("this pooler has no admin console") })
+    }
+    /// Whether it has an admin console (every pooler does; "none" does not).
+    fn has_console(&self) -> bool {
+        false
     }
     /// Admin commands that make it read its config files again (after the launcher
     /// rewrote them, e.g. to repoint it at a new primary).
@@ -190,33 +195,83 @@ pub trait Pooler: Send + Sync {
     fn container(&self) -> Option<ContainerRecipe> {
         None
     }
-    /// Read the pooler's view of `db`'s connections on its admin console `admin`, in the
-    /// common words of [`view`] (`pools`: the pools' counts too).
-    fn look<'a>(
-        &'a self,
-        admin: &'a tokio_postgres::Client,
-        db: &'a str,
-        pools: bool,
-    ) -> BoxFuture<'a, anyhow::Result<view::Look>> {
-        let _ = (admin, db, pools);
-        Box::pin(async { Ok(view::Look::default()) })
-    }
-    /// The admin command listing the settings the pooler runs with, as rows with `key` and
-    /// `value` columns (`None`: nothing to read).
-    fn config_command(&self) -> Option<&'static str> {
-        None
+    /// Where its running settings are read, for messages (PgBouncer: `SHOW CONFIG`).
+    fn settings_source(&self) -> &'static str {
+        "its admin console"
     }
     /// The settings the harness relies on, with the values the topology declares (or the
     /// pooler's defaults the model assumes where it declares none).
     fn expected_config(&self) -> Vec<ExpectedSetting> {
         Vec::new()
     }
-    /// Compare the running settings (`(key, value)` rows of [`Pooler::config_command`]) with
+    /// Compare the running settings ([`Console::settings`]) with
     /// [`Pooler::expected_config`], in the pooler's own units and formats: one entry per
     /// setting that differs.
     fn config_differences(&self, _running: &[(String, String)]) -> Vec<ConfigDifference> {
         Vec::new()
     }
+}
+
+/// Where the harness reaches a pooler's admin console: its Unix socket directory (native)
+/// or loopback TCP with the run's password (containers), its client port and, for a pooler
+/// whose console listens apart (pgpool-II's PCP), that port.
+#[derive(Clone, Debug)]
+pub struct ConsoleAt {
+    pub unix_dir: Option<std::path::PathBuf>,
+    pub port: u16,
+    pub admin_port: Option<u16>,
+    pub user: String,
+    pub password: Option<String>,
+}
+
+impl ConsoleAt {
+    /// A libpq-style connection to `db` on the client port (consoles that are databases).
+    pub fn pg_config(&self, db: &str) -> tokio_postgres::Config {
+        let mut c = tokio_postgres::Config::new();
+        match &self.unix_dir {
+            Some(d) => {
+                c.host_path(d);
+            }
+            None => {
+                c.host("127.0.0.1");
+                if let Some(pw) = &self.password {
+                    c.password(pw);
+                }
+            }
+        }
+        c.port(self.port)
+            .user(&self.user)
+            .dbname(db)
+            .connect_timeout(ADMIN_TIMEOUT)
+            .application_name("pgchaos");
+        c
+    }
+}
+
+/// An open admin console: what the observer, the nemesis and the launcher ask of a pooler
+/// beyond its clients' connections. Every call is bounded by [`ADMIN_TIMEOUT`].
+pub trait Console {
+    /// One admin command (a console fault, the reset between cases, a reload).
+    fn command<'a>(&'a self, cmd: &'a str) -> BoxFuture<'a, anyhow::Result<()>>;
+    /// The pooler's view of `db`'s connections in the common words of [`view`] (`pools`:
+    /// its pools' counts too).
+    fn look<'a>(&'a self, db: &'a str, pools: bool) -> BoxFuture<'a, anyhow::Result<view::Look>>;
+    /// The settings it runs with, `(name, value)` in its own formats (compared by
+    /// [`Pooler::config_differences`]).
+    fn settings(&self) -> BoxFuture<'_, anyhow::Result<Vec<(String, String)>>>;
+    /// The version that runs (also the launcher's readiness probe).
+    fn version(&self) -> BoxFuture<'_, anyhow::Result<String>>;
+    /// The connection has closed (a fault restarted the pooler): open another.
+    fn is_closed(&self) -> bool;
+}
+
+/// Connect a libpq-style connection with a bound on the whole startup.
+pub async fn connect_pg(config: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, conn) = tokio::time::timeout(ADMIN_TIMEOUT, config.connect(tokio_postgres::NoTls))
+        .await
+        .map_err(|_| anyhow::anyhow!("connect timed out after {ADMIN_TIMEOUT:?}"))??;
+    tokio::spawn(conn);
+    Ok(client)
 }
 
 /// A pooler's image and container: what the image carries and where, and what the
