@@ -140,6 +140,7 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             pg_host: Some("postgres"),
             listen_addr: "0.0.0.0",
             listen_port: r.port,
+            admin_port: None,
             database: DB,
             superuser: SUPERUSER,
             passwords: &pw,

@@ -307,6 +307,7 @@ impl DockerServers {
             pg_host: Some(&pg_name),
             listen_addr: "0.0.0.0",
             listen_port: recipe.port,
+            admin_port: None,
             database: DB,
             superuser: SUPERUSER,
             passwords: &no_passwords,

@@ -591,6 +591,11 @@ impl NativeServers {
                 Some(p) => p,
                 None => free_port()?,
             };
+            if self.pooler.needs_admin_port()
+                && (fixed_port.is_none() || self.pooler_admin_port.is_none())
+            {
+                self.pooler_admin_port = Some(free_port()?);
+            }
             let main = self.write_pooler_config(port)?;
             let log = self.run_dir.join(self.pooler.log_file());
             let mut cmd = Command::new(&bin);
@@ -639,6 +644,7 @@ impl NativeServers {
             pg_host: self.link.as_ref().map(|_| "127.0.0.1"),
             listen_addr: "127.0.0.1",
             listen_port,
+            admin_port: self.pooler_admin_port,
             database: DB,
             superuser: SUPERUSER,
             passwords: &self.passwords,

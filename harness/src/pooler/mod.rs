@@ -162,6 +162,11 @@ pub trait Pooler: Send + Sync {
     fn display_name(&self) -> &'static str {
         "no pooler"
     }
+    /// Its admin console listens on a port of its own (pgpool-II's PCP): the launcher picks
+    /// one ([`ConfigContext::admin_port`], [`ConsoleAt::admin_port`]).
+    fn needs_admin_port(&self) -> bool {
+        false
+    }
     /// Its log file in the run directory.
     fn log_file(&self) -> &'static str {
         "pooler.log"
@@ -364,6 +369,8 @@ pub struct ConfigContext<'a> {
     /// container (whose port is published on the host's loopback only).
     pub listen_addr: &'a str,
     pub listen_port: u16,
+    /// The second port it listens on, for its admin console ([`Pooler::needs_admin_port`]).
+    pub admin_port: Option<u16>,
     pub database: &'a str,
     pub superuser: &'a str,
     /// `(role, password)` for every role that may log in over TCP.

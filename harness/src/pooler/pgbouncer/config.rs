@@ -341,6 +341,7 @@ mod tests {
             pg_port: 5433,
             listen_addr: "127.0.0.1",
             listen_port: 6433,
+            admin_port: None,
             database: "chaos",
             superuser: "postgres",
             passwords: &pw,
