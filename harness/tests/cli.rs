@@ -1133,3 +1133,68 @@ fn the_matrix_classes_real_tools_on_real_poolers() {
     assert!(text(&bad).contains("no-such-tool.yaml"), "{}", text(&bad));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two PgBouncers side by side: the run meets its expectations with no pg.* violation, each
+/// replica's SHOW SERVERS is in the history (rows of both), the clients of the second
+/// replica were served by servers only it lists, and a minimal case of the trap stays inside
+/// one replica (its clients are those of one replica).
+#[test]
+fn two_poolers_keep_their_servers_apart() {
+    let _serial = serial();
+    let out = tmp("two-poolers");
+    let o = pgchaos(&[
+        "chaos",
+        "transaction-mode-two-poolers",
+        "--cases",
+        "96",
+        "--seed",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let (dir, results) = latest(&out, "transaction-mode-two-poolers");
+    assert_no_pg_violation(&results);
+    assert_analyze_agrees(&dir, &results);
+    assert_eq!(
+        invariant(&results, "app.mutual_exclusion")["verdict"],
+        "violated",
+        "{}",
+        text(&o)
+    );
+    // Which backends each replica lists, and which backend served each client.
+    let mut listed: [std::collections::BTreeSet<i32>; 2] = Default::default();
+    let mut served: Vec<(usize, i32)> = Vec::new();
+    for e in pgchaos::history::HistoryReader::open(&dir).unwrap() {
+        match e.unwrap().body {
+            pgchaos::history::Body::Obs(o) => {
+                for s in &o.obs.servers {
+                    if let Some(pid) = s.pid {
+                        listed[usize::from(s.replica)].insert(pid);
+                    }
+                }
+            }
+            pgchaos::history::Body::Ok(c) => {
+                if let (pgchaos::history::event::Process::Client(i), Some(b)) = (c.p, c.backend) {
+                    served.push((i, b.pid));
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        !listed[0].is_empty() && !listed[1].is_empty(),
+        "both replicas' servers are read: {listed:?}"
+    );
+    assert!(
+        listed[0].is_disjoint(&listed[1]),
+        "a server is one replica's: {listed:?}"
+    );
+    // Every client was served only by its own replica's servers (client c uses c % 2).
+    let wrong: Vec<&(usize, i32)> = served
+        .iter()
+        .filter(|(c, pid)| listed[1 - c % 2].contains(pid))
+        .collect();
+    assert!(wrong.is_empty(), "served across replicas: {wrong:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}

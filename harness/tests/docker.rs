@@ -507,6 +507,8 @@ fn docker_runs_give_the_native_verdicts() {
         "transaction-mode",
         "session-mode",
         "transaction-mode-faults",
+        // Two PgBouncer containers side by side, each with its own pool.
+        "transaction-mode-two-poolers",
     ] {
         let native = chaos_results(name, "1", "native", &out.join("native"));
         let docker = chaos_results(name, "1", "docker", &out.join("docker"));

@@ -1164,6 +1164,11 @@ mod tests {
             "C1 try_lock 7 replied error 08P01",
         ),
         (
+            "replica",
+            "pg.replies_match_model",
+            "C3 try_lock 7 replied false on pid 102 (backend_start 2026-11-30 00:53:20.000002+00)",
+        ),
+        (
             "handover",
             "pg.replies_match_model",
             "C2 unlock 7 replied true on pid 101 (backend_start 2026-11-30 00:53:20.000001+00)",
@@ -1242,6 +1247,35 @@ mod tests {
             // The run-level tally agrees with the case.
             assert_eq!(run.tally.violating_cases.get(*inv), Some(&1), "{stem}");
         }
+    }
+
+    /// The replica fixture's violation is the replica rule's: the same history with one
+    /// pooler of the same two servers (every server anyone's) holds.
+    #[test]
+    fn a_server_of_another_replica_is_what_the_replica_history_violates() {
+        let path = Path::new(FIXTURES).join("replica-violated.jsonl");
+        let mut events: Vec<Event> = HistoryReader::open(&path)
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        let Body::Run(h) = &mut events[0].body else {
+            panic!("a run header first")
+        };
+        assert_eq!((h.rules.replicas, h.rules.pool_size), (2, 1));
+        h.rules.replicas = 1;
+        h.rules.pool_size = 2;
+        let ctx = CheckContext::of(h);
+        let case = crate::history::view::cases(&events)[0].to_vec();
+        let one = check_case(&ctx, &case).unwrap();
+        assert!(one.violations.is_empty(), "{:?}", one.violations);
+        let (_, two) = check_file("replica-violated");
+        assert!(
+            two.violations.iter().any(|v| v
+                .detail
+                .contains("is a server of pooler replica 2 and C3 connects to replica 1")),
+            "{:?}",
+            two.violations
+        );
     }
 
     #[test]

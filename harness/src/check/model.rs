@@ -145,6 +145,9 @@ pub struct Backend {
     /// Closed by a RECONNECT or PAUSE because it was idle: unless PgBouncer had already
     /// handed it to a client whose statement had not reached PostgreSQL yet (see `serve`).
     pub closed_idle: bool,
+    /// The replica of the pooler that opened it (`PoolRules::replicas`): only that replica's
+    /// clients can be handed it.
+    pub replica: u8,
 }
 
 impl Backend {
@@ -370,6 +373,13 @@ pub enum Why {
     NotNew { ran: BackendId },
     /// The pooler would have needed more servers than its pool has.
     PoolFull { ran: BackendId, size: usize },
+    /// A server of another replica of the pooler (each replica hands out its own servers).
+    OtherReplica {
+        ran: BackendId,
+        replica: usize,
+        client: usize,
+        wanted: usize,
+    },
     /// Served while a fault made that impossible.
     Unavailable { down: Down, fault: Op },
     /// The client's connection had been dropped, yet the statement was answered.
@@ -509,6 +519,17 @@ impl Why {
             Why::PoolFull { ran, size } => {
                 format!("{ran} would be server {} of a pool of {size}", size + 1)
             }
+            Why::OtherReplica {
+                ran,
+                replica,
+                client,
+                wanted,
+            } => format!(
+                "{ran} is a server of pooler replica {} and C{} connects to replica {}",
+                replica + 1,
+                client + 1,
+                wanted + 1
+            ),
             Why::Unavailable { down, fault } => {
                 format!("it was served while {fault} made that impossible ({down:?})")
             }
@@ -788,7 +809,7 @@ impl<'e> Case<'e> {
                 .map(|(id, _)| (s.clone(), *id))
                 .collect();
             for b in self.listed.iter().filter(|b| !s.backends.contains_key(b)) {
-                if let Ok(v) = self.new_server(s, entry, *b) {
+                if let Ok(v) = self.new_server(s, entry, *b, c) {
                     out.extend(v);
                 }
             }
@@ -823,17 +844,20 @@ impl<'e> Case<'e> {
                 }
                 Ok(vec![(s.clone(), b)])
             }
-            None => self.new_server(s, entry, b),
+            None => self.new_server(s, entry, b, c),
         }
     }
 
-    /// A server the model has not heard of, opened for `entry`'s statement.
+    /// A server the model has not heard of, opened for `entry`'s statement by the replica of
+    /// the pooler client `c` connects to.
     fn new_server(
         &self,
         s: &State,
         entry: &Entry,
         b: BackendId,
+        c: usize,
     ) -> Result<Vec<(State, BackendId)>, Why> {
+        let replica = self.rules.replica_of(c) as u8;
         {
             {
                 let mut s2 = s.clone();
@@ -848,6 +872,7 @@ impl<'e> Case<'e> {
                     Backend {
                         pooled: self.pooled(),
                         idle_since: if self.keeps_times() { entry.inv } else { 0 },
+                        replica,
                         ..Default::default()
                     },
                 );
@@ -857,7 +882,12 @@ impl<'e> Case<'e> {
                     let size = s2
                         .backends
                         .values()
-                        .filter(|x| x.pooled && x.life.is_alive() && x.close_at_release.is_none())
+                        .filter(|x| {
+                            x.pooled
+                                && x.replica == replica
+                                && x.life.is_alive()
+                                && x.close_at_release.is_none()
+                        })
                         .count();
                     if size > self.rules.pool_size {
                         return Err(Why::PoolFull {
@@ -893,6 +923,14 @@ impl<'e> Case<'e> {
         }
         if let Some(owner) = s.linked_client(b).filter(|o| *o != c) {
             return Err(Why::GivenLinked { ran: b, owner });
+        }
+        if self.pooled() && usize::from(x.replica) != self.rules.replica_of(c) {
+            return Err(Why::OtherReplica {
+                ran: b,
+                replica: x.replica.into(),
+                client: c,
+                wanted: self.rules.replica_of(c),
+            });
         }
         if x.busy.is_some() {
             return Err(Why::Busy { ran: b });
@@ -1395,8 +1433,9 @@ impl<'e> Case<'e> {
         // An unlinked pooled client handed a server whose backend had ended (the pooler had
         // not noticed yet): the pooler closes that server.
         if self.pooled() && cl.linked.is_none() {
+            let replica = self.rules.replica_of(c) as u8;
             for (b, x) in &s.backends {
-                if x.pooled && !x.life.is_alive() {
+                if x.pooled && x.replica == replica && !x.life.is_alive() {
                     let mut s2 = s.clone();
                     s2.backends.get_mut(b).unwrap().pooled = false;
                     outs.push(self.client_gone(&s2, c, Cause::Disconnect));

@@ -51,6 +51,7 @@ pub async fn up(a: Args) -> Result<Exit> {
             "version": v.pooler, "declared_version": v.pooler_declared,
             "pool_mode": cluster.pool_mode().map(|m| m.as_str()),
             "dsn": cluster.client_dsn(), "admin_dsn": cluster.admin_dsn(), "port": cluster.pooler_port, "pid": pooler_pid,
+            "replica_dsns": cluster.replica_dsns(),
         })),
         "client_dsn": cluster.client_dsn(),
         "credentials_file": credentials,
@@ -78,6 +79,9 @@ pub async fn up(a: Args) -> Result<Exit> {
                 cluster.client_dsn()
             );
             println!("admin      {}", cluster.admin_dsn().unwrap_or_default());
+            for (k, dsn) in cluster.replica_dsns().iter().enumerate() {
+                println!("replica {}  {dsn}", k + 2);
+            }
         }
         for d in &v.version_drift {
             println!("DRIFT      {d}");

@@ -112,6 +112,8 @@ struct DockerServers {
     network: String,
     pg: Option<Node>,
     pooler: Option<Node>,
+    /// Replicas of the pooler beyond the first (`replicas:`): each container and its port.
+    replicas: Vec<(Node, u16)>,
     pg_port: u16,
     pooler_port: Option<u16>,
     passwords: Vec<(String, String)>,
@@ -158,6 +160,7 @@ async fn launch(
         network: network.clone(),
         pg: None,
         pooler: None,
+        replicas: Vec::new(),
         pg_port: 0,
         pooler_port: None,
         passwords: vec![
@@ -197,6 +200,19 @@ async fn launch(
             None,
         )
         .await?;
+        let replicas = topology.pooler.as_ref().map_or(1, |p| p.replicas) as usize;
+        for k in 1..replicas {
+            servers.start_replica(topology, &b.reference, k).await?;
+            let at = servers.replica_console_at(servers.replicas[k - 1].1);
+            super::verify_pooler_config(
+                servers.pooler_kind.as_ref(),
+                &at,
+                &topology.name,
+                &format!("at launch (replica {})", k + 1),
+                None,
+            )
+            .await?;
+        }
     }
     let mut versions = Versions {
         postgres_declared: topology.postgres.version.clone(),
@@ -217,6 +233,11 @@ async fn launch(
         primary_port: std::sync::atomic::AtomicU16::new(servers.pg_port),
         pooler_port: servers.pooler_port,
         pooler_admin_port: None,
+        pooler_replicas: servers
+            .replicas
+            .iter()
+            .map(|(_, port)| (*port, servers.run_dir.clone()))
+            .collect(),
         versions,
         ready_ms: t0.elapsed().as_millis(),
         pinned_cpu: None,
@@ -291,13 +312,66 @@ impl DockerServers {
     }
 
     async fn start_pooler(&mut self, t: &Topology, reference: &str) -> Result<()> {
+        let (node, port) = self.pooler_container(t, reference, 0).await?;
+        self.pooler = Some(node);
+        self.pooler_port = Some(port);
+        self.wait_ready(Which::Pooler).await
+    }
+
+    /// Start replica `k` (k >= 1) of the pooler in a container of its own.
+    async fn start_replica(&mut self, t: &Topology, reference: &str, k: usize) -> Result<()> {
+        let (node, port) = self.pooler_container(t, reference, k).await?;
+        let name = node.name.clone();
+        self.replicas.push((node, port));
+        let at = self.replica_console_at(port);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let answered = match self.pooler_kind.console(&at).await {
+                Ok(c) => c.version().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match answered {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    bail!(
+                        "{} replica {} in container {name} did not answer within {} s: {e:#}",
+                        self.pooler_kind.name(),
+                        k + 1,
+                        READY_TIMEOUT.as_secs()
+                    );
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn replica_console_at(&self, port: u16) -> crate::pooler::ConsoleAt {
+        crate::pooler::ConsoleAt {
+            unix_dir: None,
+            port,
+            admin_port: None,
+            user: SUPERUSER.to_string(),
+            password: Some(self.password(SUPERUSER).to_string()),
+        }
+    }
+
+    /// The pooler's container `k` (0: the first), created and started, with its host port.
+    async fn pooler_container(
+        &mut self,
+        t: &Topology,
+        reference: &str,
+        k: usize,
+    ) -> Result<(Node, u16)> {
         let (repo, tag) = split_reference(reference)?;
         let port = super::free_port()?;
         let recipe = self
             .pooler_kind
             .container()
             .ok_or_else(|| anyhow!("{} has no container recipe", self.pooler_kind.name()))?;
-        let name = self.name(self.pooler_kind.name());
+        let name = match k {
+            0 => self.name(self.pooler_kind.name()),
+            k => self.name(&format!("{}-{}", self.pooler_kind.name(), k + 1)),
+        };
         let pg_name = self.pg.as_ref().map(|n| n.name.clone()).unwrap_or_default();
         let no_passwords: Vec<(String, String)> = Vec::new();
         let cx = ConfigContext {
@@ -346,9 +420,7 @@ impl DockerServers {
             .start()
             .await
             .with_context(|| format!("starting {reference} (container {name})"))?;
-        self.pooler = Some(Node::of(c, name));
-        self.pooler_port = Some(port);
-        self.wait_ready(Which::Pooler).await
+        Ok((Node::of(c, name), port))
     }
 
     async fn wait_ready(&self, which: Which) -> Result<()> {
@@ -605,6 +677,17 @@ impl Servers for DockerServers {
             fs::write(dir.join(file), text)
                 .with_context(|| format!("{}: writing", dir.join(file).display()))?;
         }
+        for (k, (n, _)) in self.replicas.iter().enumerate() {
+            let file = format!("replica-{}-{}", k + 2, self.pooler_kind.log_file());
+            let out = std::process::Command::new(container::docker_program())
+                .args(["logs", &n.id])
+                .output()
+                .with_context(|| format!("docker logs {}", n.id))?;
+            let mut text = out.stdout;
+            text.extend_from_slice(&out.stderr);
+            fs::write(dir.join(&file), text)
+                .with_context(|| format!("{}: writing", dir.join(&file).display()))?;
+        }
         Ok(())
     }
 
@@ -616,6 +699,7 @@ impl Servers for DockerServers {
         let ids: Vec<String> = [self.pg.as_ref(), self.pooler.as_ref()]
             .into_iter()
             .flatten()
+            .chain(self.replicas.iter().map(|(n, _)| n))
             .map(|n| n.id.clone())
             .collect();
         if !ids.is_empty() {
@@ -627,6 +711,7 @@ impl Servers for DockerServers {
         for n in [self.pg.as_mut(), self.pooler.as_mut()]
             .into_iter()
             .flatten()
+            .chain(self.replicas.iter_mut().map(|(n, _)| n))
         {
             if let Some(h) = n.handle.take() {
                 // Removed above; testcontainers' drop would ask the engine again from a

@@ -142,6 +142,10 @@ pub struct Cluster {
     pub pooler_port: Option<u16>,
     /// A second port of the pooler's, for its admin console (pgpool-II's PCP).
     pub pooler_admin_port: Option<u16>,
+    /// Replicas of the pooler beyond the first (`replicas:`): each one's port and the
+    /// directory of its Unix socket (clients are spread over all: client `c` uses replica
+    /// `c % replicas`).
+    pub pooler_replicas: Vec<(u16, PathBuf)>,
     pub versions: Versions,
     pub ready_ms: u128,
     /// The CPU the harness and these servers were pinned to (see [`cpu`]), if any.
@@ -165,6 +169,44 @@ impl Cluster {
     pub fn client_config(&self) -> Config {
         let port = self.pooler_port.unwrap_or(self.pg_port_now());
         self.config(true, port, CLIENT_ROLE, DB, "pgchaos")
+    }
+
+    /// Logical client `c`'s connection: through the replica of the pooler it uses.
+    pub fn client_config_for(&self, c: usize) -> Config {
+        let n = 1 + self.pooler_replicas.len();
+        match c % n {
+            0 => self.client_config(),
+            k => {
+                let (port, dir) = &self.pooler_replicas[k - 1];
+                if !self.unix_sockets {
+                    return self.config(false, *port, CLIENT_ROLE, DB, "pgchaos");
+                }
+                let mut cfg = Config::new();
+                cfg.host_path(dir)
+                    .port(*port)
+                    .user(CLIENT_ROLE)
+                    .dbname(DB)
+                    .connect_timeout(IO_TIMEOUT)
+                    .application_name("pgchaos");
+                cfg
+            }
+        }
+    }
+
+    /// Every replica's admin console (the first's is [`Cluster::console_at`]).
+    pub fn consoles_at(&self) -> Vec<crate::pooler::ConsoleAt> {
+        let Some(first) = self.console_at() else {
+            return Vec::new();
+        };
+        let mut out = vec![first.clone()];
+        for (port, dir) in &self.pooler_replicas {
+            out.push(crate::pooler::ConsoleAt {
+                unix_dir: self.unix_sockets.then(|| dir.clone()),
+                port: *port,
+                ..first.clone()
+            });
+        }
+        out
     }
 
     /// A direct PostgreSQL connection over TCP on loopback (what `up` prints) as `user`,
@@ -248,6 +290,13 @@ impl Cluster {
             DB,
         )
     }
+    /// The DSN of each replica of the pooler beyond the first.
+    pub fn replica_dsns(&self) -> Vec<String> {
+        self.pooler_replicas
+            .iter()
+            .map(|(port, _)| self.dsn(*port, CLIENT_ROLE, DB))
+            .collect()
+    }
     pub fn direct_dsn(&self) -> String {
         self.dsn(self.pg_port_now(), SUPERUSER, DB)
     }
@@ -277,18 +326,21 @@ impl Cluster {
     /// the topology declares (see [`verify_pooler_config`]); `when` names the moment ("after
     /// pooler_reload"). Ok without a pooler.
     pub async fn verify_pooler_config(&self, when: &str) -> Result<()> {
-        let Some(at) = self.console_at() else {
-            return Ok(());
-        };
-        let log = self.run_dir.join(self.pooler.log_file());
-        verify_pooler_config(
-            self.pooler.as_ref(),
-            &at,
-            &self.topology.name,
-            when,
-            Some(&log),
-        )
-        .await
+        for (k, at) in self.consoles_at().iter().enumerate() {
+            let log = match k {
+                0 => self.run_dir.join(self.pooler.log_file()),
+                k => self.pooler_replicas[k - 1].1.join(self.pooler.log_file()),
+            };
+            verify_pooler_config(
+                self.pooler.as_ref(),
+                at,
+                &self.topology.name,
+                when,
+                Some(&log),
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     pub fn pool_mode(&self) -> Option<PoolMode> {

@@ -219,6 +219,13 @@ enum Target {
     Pooler,
 }
 
+/// A replica of the pooler beyond the first.
+struct Replica {
+    server: Server,
+    port: u16,
+    dir: PathBuf,
+}
+
 /// The local processes of one run, and what is needed to restart them.
 struct NativeServers {
     topology: Topology,
@@ -249,6 +256,9 @@ struct NativeServers {
     /// Logs of primaries a promote fenced (kept for `save_logs`).
     fenced_logs: Vec<PathBuf>,
     pooler_proc: Option<Server>,
+    /// Replicas of the pooler beyond the first (`replicas:`), each in a directory of its own
+    /// (its files, socket and log).
+    replicas: Vec<Replica>,
     reaper: Option<Reaper>,
     keep_run_dir: bool,
 }
@@ -307,6 +317,7 @@ async fn launch(
         link: None,
         fenced_logs: Vec::new(),
         pooler_proc: None,
+        replicas: Vec::new(),
         reaper: None,
         keep_run_dir,
     };
@@ -338,6 +349,22 @@ async fn launch(
         }
         servers.start_pooler(None).await?;
         servers.verify_pooler_config("at launch").await?;
+        let replicas = topology.pooler.as_ref().map_or(1, |p| p.replicas) as usize;
+        for k in 1..replicas {
+            servers.start_replica(k).await?;
+            let (dir, port) = (
+                servers.replicas[k - 1].dir.clone(),
+                servers.replicas[k - 1].port,
+            );
+            super::verify_pooler_config(
+                servers.pooler.as_ref(),
+                &servers.replica_console_at(&dir, port),
+                &topology.name,
+                &format!("at launch (replica {})", k + 1),
+                Some(&dir.join(servers.pooler.log_file())),
+            )
+            .await?;
+        }
     }
     let mut versions = Versions {
         postgres_declared: topology.postgres.version.clone(),
@@ -358,6 +385,11 @@ async fn launch(
         primary_port: std::sync::atomic::AtomicU16::new(servers.pg_port),
         pooler_port: servers.pooler_port,
         pooler_admin_port: servers.pooler_admin_port,
+        pooler_replicas: servers
+            .replicas
+            .iter()
+            .map(|r| (r.port, r.dir.clone()))
+            .collect(),
         versions,
         ready_ms: t0.elapsed().as_millis(),
         pinned_cpu: None,
@@ -637,11 +669,22 @@ impl NativeServers {
 
     /// The pooler's config files for the current primary, the main one's path returned.
     fn write_pooler_config(&self, listen_port: u16) -> Result<PathBuf> {
+        self.write_pooler_config_in(&self.run_dir.clone(), listen_port)
+    }
+
+    /// The same in `dir` (a replica's directory: its files and its socket there, PostgreSQL's
+    /// socket in the run directory).
+    fn write_pooler_config_in(&self, dir: &Path, listen_port: u16) -> Result<PathBuf> {
+        let run_dir = self.run_dir.to_string_lossy().to_string();
         let cx = ConfigContext {
             topology_name: &self.topology.name,
-            run_dir: &self.run_dir,
+            run_dir: dir,
             pg_port: self.link.as_ref().map_or(self.pg_port, |l| l.port()),
-            pg_host: self.link.as_ref().map(|_| "127.0.0.1"),
+            pg_host: match &self.link {
+                Some(_) => Some("127.0.0.1"),
+                None if dir != self.run_dir => Some(&run_dir),
+                None => None,
+            },
             listen_addr: "127.0.0.1",
             listen_port,
             admin_port: self.pooler_admin_port,
@@ -652,7 +695,7 @@ impl NativeServers {
         let files = self.pooler.config_files(&cx).unwrap_or_default();
         let mut main = None;
         for f in &files {
-            let path = self.run_dir.join(f.name);
+            let path = dir.join(f.name);
             write_private(&path, &f.text, self.os_user)?;
             if f.is_main {
                 main = Some(path);
@@ -677,6 +720,91 @@ impl NativeServers {
                 .find(|(r, _)| r == SUPERUSER)
                 .map(|(_, p)| p.clone()),
         })
+    }
+
+    /// Start replica `k` (k >= 1) of the pooler in `<run dir>/pooler-<k>`, on a free port.
+    async fn start_replica(&mut self, k: usize) -> Result<()> {
+        let bin = self.pooler_bin.clone().ok_or_else(|| {
+            anyhow!(
+                "topology has a {} section but no binary was provisioned",
+                self.pooler.name()
+            )
+        })?;
+        let dir = self.run_dir.join(format!("pooler-{k}"));
+        fs::create_dir_all(&dir).with_context(|| format!("{}: creating", dir.display()))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
+        runtime::chown(&dir, self.os_user)?;
+        let mut last_err = None;
+        for _attempt in 0..3 {
+            let port = free_port()?;
+            let main = self.write_pooler_config_in(&dir, port)?;
+            let log = dir.join(self.pooler.log_file());
+            let mut cmd = Command::new(&bin);
+            cmd.args(self.pooler.command_args(&main));
+            let child = spawn_server(cmd, &log, self.os_user)
+                .with_context(|| format!("starting {} (replica {})", bin.display(), k + 1))?;
+            let mut server = Server {
+                which: Which::Pooler,
+                child,
+                log,
+            };
+            if let Some(r) = self.reaper.as_mut() {
+                r.watch(server.pid());
+            }
+            let at = self.replica_console_at(&dir, port);
+            let ready = async {
+                let deadline = Instant::now() + READY_TIMEOUT;
+                loop {
+                    if let Some(status) = server.exited() {
+                        bail!("it exited during startup ({status})");
+                    }
+                    let probe = async {
+                        let c = self.pooler.console(&at).await?;
+                        c.version().await
+                    };
+                    let last = match tokio::time::timeout(Duration::from_secs(1), probe).await {
+                        Ok(Ok(_)) => return Ok(()),
+                        Ok(Err(e)) => format!("{e:#}"),
+                        Err(_) => "its console did not answer within 1 s".into(),
+                    };
+                    if Instant::now() > deadline {
+                        bail!("not ready within {READY_TIMEOUT:?} (last: {last})");
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            match ready.await {
+                Ok(()) => {
+                    self.replicas.push(Replica { server, port, dir });
+                    return Ok(());
+                }
+                Err(e) => {
+                    let tail = server.log_tail(15);
+                    server.stop();
+                    let port_taken = tail.contains("Address already in use");
+                    last_err = Some(anyhow!(
+                        "{} replica {} did not become ready on 127.0.0.1:{port}: {e}\n  last lines of its log:\n{tail}",
+                        self.pooler.name(),
+                        k + 1
+                    ));
+                    if !port_taken {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last_err.expect("at least one attempt"))
+    }
+
+    /// A replica's console (its socket in its own directory).
+    fn replica_console_at(&self, dir: &Path, port: u16) -> crate::pooler::ConsoleAt {
+        crate::pooler::ConsoleAt {
+            unix_dir: Some(dir.to_path_buf()),
+            port,
+            admin_port: None,
+            user: SUPERUSER.to_string(),
+            password: None,
+        }
     }
 
     async fn wait_ready(&mut self, target: Target) -> Result<()> {
@@ -763,6 +891,7 @@ impl NativeServers {
     fn write_credentials(&self) -> Result<()> {
         let ports: Vec<u16> = std::iter::once(self.pg_port)
             .chain(self.pooler_port)
+            .chain(self.replicas.iter().map(|r| r.port))
             .collect();
         let text = super::credentials(
             "this run's logins over loopback TCP (the Unix sockets here need none)",
@@ -1024,6 +1153,17 @@ impl Servers for NativeServers {
                 );
             }
         }
+        for (k, r) in self.replicas.iter_mut().enumerate() {
+            if let Some(status) = r.server.exited() {
+                bail!(
+                    "{} replica {} (pid {}) died: {status}\n  last lines of its log:\n{}",
+                    self.pooler.display_name(),
+                    k + 2,
+                    r.server.pid(),
+                    r.server.log_tail(15)
+                );
+            }
+        }
         Ok(())
     }
 
@@ -1044,6 +1184,10 @@ impl Servers for NativeServers {
                 let _ = fs::copy(log, dir.join(name));
             }
         }
+        for (k, r) in self.replicas.iter().enumerate() {
+            let name = format!("replica-{}-{}", k + 2, self.pooler.log_file());
+            let _ = fs::copy(&r.server.log, dir.join(name));
+        }
         Ok(())
     }
 
@@ -1052,6 +1196,9 @@ impl Servers for NativeServers {
     }
 
     fn shutdown(&mut self) {
+        for r in std::mem::take(&mut self.replicas) {
+            self.stop_server(Some(r.server));
+        }
         self.stop(Which::Pooler);
         if let Some(l) = self.link.take() {
             l.shutdown();

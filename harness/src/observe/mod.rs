@@ -65,14 +65,15 @@ struct Conns {
     contender: Client,
     contender_id: BackendId,
     contender_start: String,
-    admin: Option<Box<dyn crate::pooler::Console>>,
+    /// Each replica's console (none without a pooler).
+    admin: Vec<Box<dyn crate::pooler::Console>>,
 }
 
 impl Conns {
     async fn open(
         direct: &tokio_postgres::Config,
         pooler: &dyn Pooler,
-        console: Option<&crate::pooler::ConsoleAt>,
+        consoles: &[crate::pooler::ConsoleAt],
     ) -> Result<Conns> {
         let pg = connect(direct)
             .await
@@ -91,15 +92,15 @@ impl Conns {
             start_us: parse_timestamptz(&contender_start)
                 .ok_or_else(|| anyhow!("contender backend_start {contender_start:?} is not ISO"))?,
         };
-        let admin = match console {
-            Some(at) => Some(
+        let mut admin = Vec::new();
+        for at in consoles {
+            admin.push(
                 pooler
                     .console(at)
                     .await
                     .context("observer: connecting to the pooler's admin console")?,
-            ),
-            None => None,
-        };
+            );
+        }
         let snap = timed(pg.prepare(&sql::snapshot(CLIENT_ROLE))).await?;
         let sample_stmt = timed(pg.prepare(&sql::sample(CLIENT_ROLE))).await?;
         let probe_big = timed(contender.prepare(sql::CONTENDER_PROBE_BIG)).await?;
@@ -120,7 +121,7 @@ impl Conns {
     fn closed(&self) -> bool {
         self.pg.is_closed()
             || self.contender.is_closed()
-            || self.admin.as_ref().is_some_and(|a| a.is_closed())
+            || self.admin.iter().any(|a| a.is_closed())
     }
 }
 
@@ -147,7 +148,7 @@ impl Observer {
         let conns = Conns::open(
             &cluster.socket_config(SUPERUSER),
             cluster.pooler.as_ref(),
-            cluster.console_at().as_ref(),
+            &cluster.consoles_at(),
         )
         .await?;
         Ok(Observer {
@@ -187,13 +188,10 @@ impl Observer {
     /// retrying while PostgreSQL recovers (bounded: 30 s).
     pub async fn reopen(&self, cluster: &Cluster) -> Result<()> {
         *self.outside_config.borrow_mut() = cluster.socket_config(CLIENT_ROLE);
-        let at = cluster.console_at();
+        let at = cluster.consoles_at();
         let direct = cluster.socket_config(SUPERUSER);
         let pooler = cluster.pooler.clone();
-        let c = until_accepted("observer", || {
-            Conns::open(&direct, pooler.as_ref(), at.as_ref())
-        })
-        .await?;
+        let c = until_accepted("observer", || Conns::open(&direct, pooler.as_ref(), &at)).await?;
         *self.conns.borrow_mut() = std::rc::Rc::new(c);
         Ok(())
     }
@@ -313,10 +311,15 @@ impl Observer {
 
     /// The pooler's view of the harness database's connections (empty without a pooler).
     async fn pooler_look(&self, conns: &Conns, pools: bool) -> Result<Look> {
-        match &conns.admin {
-            Some(a) => a.look(DB, pools).await,
-            None => Ok(Look::default()),
+        let mut looks =
+            futures_util::future::try_join_all(conns.admin.iter().map(|a| a.look(DB, pools)))
+                .await?
+                .into_iter();
+        let mut out = looks.next().unwrap_or_default();
+        for (k, l) in looks.enumerate() {
+            out.merge(k as u8 + 1, l);
         }
+        Ok(out)
     }
 
     /// Can a fresh backend (the contender, never a pooled one) take `key` right now?
@@ -370,7 +373,7 @@ impl Observer {
     pub async fn reset(&self) -> Result<()> {
         let mut pids: BTreeSet<i32> = BTreeSet::new();
         let c = self.c();
-        if let Some(admin) = &c.admin {
+        for admin in &c.admin {
             pids.extend(
                 admin
                     .look(DB, false)

@@ -389,6 +389,7 @@ pub struct ConfigFile {
 pub fn rules_for(t: &Topology) -> PoolRules {
     let mut r = for_topology(t).rules();
     r.app_pin = t.app_pool.map(|p| p.pin);
+    r.replicas = t.pooler.as_ref().map_or(1, |p| p.replicas as usize);
     r
 }
 
@@ -444,6 +445,19 @@ pub struct PoolRules {
     /// connection back as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_pin: Option<crate::topology::Pin>,
+    /// Replicas of the pooler side by side, each with its own pool of `pool_size` servers
+    /// (a server belongs to the replica that opened it); client `c` connects to replica
+    /// `c % replicas`. 1 without a pooler.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub replicas: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 /// What a client's disconnect does to the server linked to it.
@@ -466,11 +480,17 @@ impl PoolRules {
             reset_releases_locks: false,
             reset_always: false,
             app_pin: None,
+            replicas: 1,
         }
     }
 
     pub fn is_pooled(&self) -> bool {
         self.mode.is_some()
+    }
+
+    /// The replica of the pooler client `c` connects to.
+    pub fn replica_of(&self, c: usize) -> usize {
+        c % self.replicas.max(1)
     }
 
     /// A server stays linked to its client after a statement that leaves the transaction
@@ -520,6 +540,7 @@ mod tests {
             reset_releases_locks: true,
             reset_always: always,
             app_pin: None,
+            replicas: 1,
         }
     }
 

@@ -48,6 +48,9 @@ pub struct ServerRow {
     /// Marked to be closed when it is released (PgBouncer `close_needed`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub closing: bool,
+    /// Which replica of the pooler lists it (`replicas:`; 0 for the first or only one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replica: u8,
     /// The pooler's own row (the evidence).
     #[serde(default)]
     pub raw: PoolerRow,
@@ -77,6 +80,8 @@ pub struct ClientRow {
     /// How long it has waited for a server, when it waits (microseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_us: Option<u64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replica: u8,
     #[serde(default)]
     pub raw: PoolerRow,
 }
@@ -93,8 +98,14 @@ pub struct PoolRow {
     pub servers_idle: u32,
     /// The longest wait of a waiting client (microseconds).
     pub longest_wait_us: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replica: u8,
     #[serde(default)]
     pub raw: PoolerRow,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// What one look at a pooler's admin views gave.
@@ -104,6 +115,30 @@ pub struct Look {
     pub clients: Vec<ClientRow>,
     /// Empty unless asked for.
     pub pools: Vec<PoolRow>,
+}
+
+impl Look {
+    /// Add replica `k`'s look: its rows marked with `k`, their handles prefixed `k:` (two
+    /// replicas' handles may coincide).
+    pub fn merge(&mut self, k: u8, other: Look) {
+        let tag = |id: String| format!("{k}:{id}");
+        self.servers.extend(other.servers.into_iter().map(|mut r| {
+            r.replica = k;
+            r.id = tag(r.id);
+            r.client = r.client.map(tag);
+            r
+        }));
+        self.clients.extend(other.clients.into_iter().map(|mut r| {
+            r.replica = k;
+            r.id = tag(r.id);
+            r.server = r.server.map(tag);
+            r
+        }));
+        self.pools.extend(other.pools.into_iter().map(|mut r| {
+            r.replica = k;
+            r
+        }));
+    }
 }
 
 /// A row on disk: the normalized fields (format 2), or a format-1 history's PgBouncer row.
@@ -125,6 +160,8 @@ pub struct ServerFields {
     client: Option<String>,
     #[serde(default)]
     closing: bool,
+    #[serde(default)]
+    replica: u8,
     raw: PoolerRow,
 }
 
@@ -137,6 +174,8 @@ pub struct ClientFields {
     server: Option<String>,
     #[serde(default)]
     waiting_us: Option<u64>,
+    #[serde(default)]
+    replica: u8,
     raw: PoolerRow,
 }
 
@@ -147,6 +186,8 @@ pub struct PoolFields {
     servers_linked: u32,
     servers_idle: u32,
     longest_wait_us: u64,
+    #[serde(default)]
+    replica: u8,
     raw: PoolerRow,
 }
 
@@ -159,6 +200,7 @@ impl From<Wire<ServerFields>> for ServerRow {
                 state: f.state,
                 client: f.client,
                 closing: f.closing,
+                replica: f.replica,
                 raw: f.raw,
             },
             Wire::PgBouncer(raw) => super::pgbouncer::view::server(raw),
@@ -174,6 +216,7 @@ impl From<Wire<ClientFields>> for ClientRow {
                 state: f.state,
                 server: f.server,
                 waiting_us: f.waiting_us,
+                replica: f.replica,
                 raw: f.raw,
             },
             Wire::PgBouncer(raw) => super::pgbouncer::view::client(raw),
@@ -189,6 +232,7 @@ impl From<Wire<PoolFields>> for PoolRow {
                 servers_linked: f.servers_linked,
                 servers_idle: f.servers_idle,
                 longest_wait_us: f.longest_wait_us,
+                replica: f.replica,
                 raw: f.raw,
             },
             Wire::PgBouncer(raw) => super::pgbouncer::view::pool(raw),
@@ -208,6 +252,7 @@ mod tests {
             state: ServerState::Linked,
             client: Some("0x2".into()),
             closing: true,
+            replica: 1,
             raw: PoolerRow::from([("state".to_string(), "active".to_string())]),
         };
         let text = serde_json::to_string(&row).unwrap();

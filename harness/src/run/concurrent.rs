@@ -228,7 +228,7 @@ async fn client_task(
     let runner = sh.runner;
     let topo = &runner.cluster.topology;
     let bounds = runner.bounds();
-    let config = runner.cluster.client_config();
+    let config = runner.cluster.client_config_for(c);
     // What the replica knows of itself, for its steps' guards (a client profile's flow).
     let mut me = Replica::default();
     for &i in mine {

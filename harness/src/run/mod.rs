@@ -94,7 +94,6 @@ impl<'a> Runner<'a> {
         evidence: bool,
     ) -> Result<()> {
         let keys = &self.cluster.topology.workload.keys;
-        let config = self.cluster.client_config();
         let (mut clients, opened, reset_us) = self
             .begin_case(rec, &meta, steps, Schedule::Sequential, evidence)
             .await?;
@@ -171,7 +170,9 @@ impl<'a> Runner<'a> {
                     slots[c].broken = false;
                     if step.op == Op::Reconnect {
                         self.observer.settle(None, &waits).await?;
-                        clients[c].connect(&config).await?;
+                        clients[c]
+                            .connect(&self.cluster.client_config_for(c))
+                            .await?;
                         slots[c].connected = true;
                     }
                     (Reply::Ok, None)
@@ -475,7 +476,7 @@ impl<'a> Runner<'a> {
             when: Default::default(),
             message: None,
         }));
-        c.connect(&self.cluster.client_config()).await?;
+        c.connect(&self.cluster.client_config_for(c.index)).await?;
         rec.emit(Body::Ok(Completion {
             p,
             step,

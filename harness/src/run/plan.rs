@@ -67,8 +67,20 @@ pub fn would_wait(
     if !needs_server || slot.broken {
         return None;
     }
-    let servers = obs.backends.len();
-    let idle = servers.saturating_sub(obs.linked_servers());
+    // With one pooler its servers are the client role's backends; with replicas, the
+    // servers the client's replica lists (each replica has its own pool).
+    let (servers, linked) = if rules.replicas > 1 {
+        let r = rules.replica_of(c) as u8;
+        let mine = obs.servers.iter().filter(|s| s.replica == r);
+        (
+            mine.clone().count(),
+            mine.filter(|s| s.state == crate::history::ServerState::Linked)
+                .count(),
+        )
+    } else {
+        (obs.backends.len(), obs.linked_servers())
+    };
+    let idle = servers.saturating_sub(linked);
     (idle == 0 && servers >= rules.pool_size).then(|| {
         format!(
             "pool exhausted: all {} servers are pinned by other clients, so C{} would wait for one forever in a sequential schedule",
@@ -344,6 +356,7 @@ mod tests {
             reset_releases_locks: true,
             reset_always: false,
             app_pin: None,
+            replicas: 1,
         }
     }
     fn slot(last: i32) -> Slot {

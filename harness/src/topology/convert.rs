@@ -497,6 +497,7 @@ impl Cx<'_> {
         );
         let room = Room {
             clients: workload.clients,
+            replicas: 1,
             available,
             budget: budget.clone(),
             max_connections_at: max_conn_loc,
@@ -505,6 +506,19 @@ impl Cx<'_> {
             Some((key, leaf, section)) => Some(self.pooler(*section, key, leaf, &room)?),
             None => None,
         };
+        if let Some(p) = pooler.as_ref().filter(|p| p.replicas > 1)
+            && postgres.standby
+        {
+            let (key, _, _) = pooler_leaf.expect("a parsed pooler has its section");
+            return Err(self.err(
+                &key.referenced,
+                format!(
+                    "`postgres.standby` with {} replicas of {} is not supported yet",
+                    p.replicas, p.kind
+                ),
+                vec!["a failover repoints one pooler; use one replica with a standby".into()],
+            ));
+        }
         let faults = match &raw.faults.value {
             Some(f) => self.faults(f, &raw.faults.referenced, pooler.as_ref(), postgres.standby)?,
             None => Faults::default(),
@@ -702,6 +716,16 @@ impl Cx<'_> {
                         vec!["add a pooler section (`pgbouncer`), or remove the fault".into()],
                     ));
                 };
+                if p.replicas > 1 {
+                    return Err(self.err(
+                        &name.referenced,
+                        format!(
+                            "`{op}` is a fault of one pooler, and this topology runs {} replicas of {}",
+                            p.replicas, p.kind
+                        ),
+                        vec!["faults of the pooler with `replicas` are not modelled yet: which replica a fault hits is not in the history; use one replica, or faults of PostgreSQL".into()],
+                    ));
+                }
                 if !p.config.faults().contains(&op) {
                     return Err(self.err(
                         &name.referenced,

@@ -62,6 +62,9 @@ pub struct PoolerSpec {
     pub version: String,
     /// The executable; `None` lets provisioning find it.
     pub binary: Option<PathBuf>,
+    /// How many of it run side by side in front of PostgreSQL (`replicas:`, every pooler's
+    /// section has it; default 1), each with its own pool, the clients spread over them.
+    pub replicas: u32,
     pub config: Arc<dyn PoolerConfig>,
 }
 
@@ -69,6 +72,7 @@ impl PartialEq for PoolerSpec {
     fn eq(&self, other: &PoolerSpec) -> bool {
         self.kind == other.kind
             && self.version == other.version
+            && self.replicas == other.replicas
             && self.binary == other.binary
             && self.config.same(other.config.as_ref())
     }
@@ -84,7 +88,11 @@ impl PoolerSpec {
 /// What the rest of the topology leaves the pooler: how many logical clients will connect
 /// (`workload.clients`), and how many server connections PostgreSQL has room for.
 pub struct Room {
+    /// Logical clients that connect to each replica of the pooler at most (the clients are
+    /// spread over the replicas: client `c` uses replica `c % replicas`).
     pub clients: u32,
+    /// How many replicas of the pooler run (`replicas:`), each with its own pool of servers.
+    pub replicas: u32,
     /// PostgreSQL's connections left for the pooler's servers.
     pub available: i64,
     /// How `available` was reckoned, for a message.
@@ -92,6 +100,9 @@ pub struct Room {
     /// Where `postgres.settings.max_connections` is, when the file sets it.
     pub max_connections_at: Option<Location>,
 }
+
+/// The most replicas of a pooler a topology may run.
+pub const MAX_POOLER_REPLICAS: u32 = 8;
 
 /// A setting of a section's `settings:` mapping, its value rendered to a string.
 #[derive(Clone, Debug)]
@@ -350,7 +361,9 @@ impl Cx<'_> {
                 ));
             }
         };
-        let keys = section.keys();
+        // `replicas` is every pooler's: read here, the rest by the pooler.
+        let mut keys: Vec<&str> = section.keys().to_vec();
+        keys.push("replicas");
         for (k, _) in entries {
             if !keys.contains(&k.value.as_str()) {
                 let mut hints = Vec::new();
@@ -373,6 +386,16 @@ impl Cx<'_> {
             at: leaf.referenced,
             entries,
         };
-        section.parse(&s, room)
+        let replicas = s.u32_or("replicas", 1, MAX_POOLER_REPLICAS, 1)?;
+        let per_replica = Room {
+            clients: room.clients.div_ceil(replicas),
+            replicas,
+            available: room.available,
+            budget: room.budget.clone(),
+            max_connections_at: room.max_connections_at,
+        };
+        let mut spec = section.parse(&s, &per_replica)?;
+        spec.replicas = replicas;
+        Ok(spec)
     }
 }

@@ -309,13 +309,15 @@ fn shipped_topologies_parse() {
         assert_eq!(t.run.time_limit, Duration::from_secs(limit), "{stem}");
         if let Some(b) = bouncer(&t) {
             // Transaction pooling shares 2 servers among 4 clients; session pooling pins
-            // a server per client, so it gets one each (no skipped steps).
+            // a server per client, so it gets one each (no skipped steps). Replicas share
+            // them out: each has its own pool.
             let want = if b.pool_mode == PoolMode::Session {
                 4
             } else {
                 2
             };
-            assert_eq!(b.default_pool_size, want, "{stem}");
+            let replicas = t.pooler.as_ref().unwrap().replicas;
+            assert_eq!(b.default_pool_size * replicas, want, "{stem}");
         }
         // `holds` is the default: list only violations (and `either`, where timing decides).
         assert!(
@@ -339,6 +341,7 @@ fn shipped_topologies_parse() {
             "transaction-mode-host-faults",
             "transaction-mode-lifetime",
             "transaction-mode-reset-always",
+            "transaction-mode-two-poolers",
             "transaction-mode-xact",
         ]
     );
@@ -1590,4 +1593,69 @@ fn launcher_is_native_by_default_docker_when_named_and_a_typo_is_placed() {
     assert!(text.contains("unknown launcher `dockr`"), "{text}");
     assert!(text.contains(":3:"), "line of the launcher key: {text}");
     assert!(e.hints().iter().any(|h| h.contains("`docker`")), "{text}");
+}
+
+#[test]
+fn replicas_spread_the_clients_and_multiply_the_pool() {
+    let two = |extra: &str| {
+        format!(
+            "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n  replicas: 2\n{extra}"
+        )
+    };
+    let t = ok(&two(""));
+    assert_eq!(t.pooler.as_ref().unwrap().replicas, 2);
+    assert_eq!(crate::pooler::rules_for(&t).replicas, 2);
+    assert_eq!(crate::pooler::rules_for(&t).replica_of(3), 1);
+    let one = ok(&format!(
+        "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n"
+    ));
+    assert_eq!(one.pooler.as_ref().unwrap().replicas, 1, "the default");
+    for bad in ["0", "9"] {
+        let e = err_at(
+            &format!(
+                "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: session\n  replicas: {bad}\n"
+            ),
+            7,
+            13,
+            "`pgbouncer.replicas` must be an integer from 1 to 8",
+        );
+        drop(e);
+    }
+    // Each replica serves half the clients (rounded up): 3 of 5.
+    err_at(
+        &two("  max_client_conn: 2\nworkload:\n  clients: 5\n"),
+        8,
+        20,
+        "`pgbouncer.max_client_conn` (2) is below the 3 clients each of its 2 replicas serves",
+    );
+    assert!(parse(&two("  max_client_conn: 3\nworkload:\n  clients: 5\n")).is_ok());
+    // Each has its own pool: 2 x 50 servers do not fit in 100 - 3 - 3, one 50 would.
+    let e = err(&two("  default_pool_size: 50\n"));
+    assert!(
+        e.message()
+            .contains("the pool needs 100 server connections"),
+        "{e}"
+    );
+    has_hint(&e, "(default_pool_size 50) x 2 replicas");
+    assert!(
+        parse(&format!(
+            "{MINIMAL}pgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n  default_pool_size: 50\n"
+        ))
+        .is_ok()
+    );
+    // A fault of one pooler, and a failover, are refused with replicas (not modelled yet).
+    let e = err(&two("faults:\n  kinds: { pooler_crash: 1 }\n"));
+    assert!(
+        e.message()
+            .contains("`pooler_crash` is a fault of one pooler, and this topology runs 2 replicas"),
+        "{e}"
+    );
+    assert!(parse(&two("faults:\n  kinds: { pg_restart: 1 }\n")).is_ok());
+    let e = err(&format!(
+        "name: s\npostgres:\n  version: \"18.6\"\n  standby: true\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n  replicas: 2\n"
+    ));
+    assert!(
+        e.message().contains("`postgres.standby` with 2 replicas"),
+        "{e}"
+    );
 }

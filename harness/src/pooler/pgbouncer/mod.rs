@@ -145,6 +145,7 @@ impl Pooler for PgBouncer {
             reset_releases_locks: q.contains("discard all") || q.contains("pg_advisory_unlock_all"),
             reset_always: self.spec.server_reset_query_always,
             app_pin: None,
+            replicas: 1,
         }
     }
 

@@ -198,10 +198,17 @@ impl PoolerSection for PgbouncerSection {
         if max_client_conn < room.clients {
             return Err(s.error(
                 s.at("max_client_conn"),
-                format!(
-                    "`pgbouncer.max_client_conn` ({max_client_conn}) is below `workload.clients` ({})",
-                    room.clients
-                ),
+                if room.replicas > 1 {
+                    format!(
+                        "`pgbouncer.max_client_conn` ({max_client_conn}) is below the {} clients each of its {} replicas serves",
+                        room.clients, room.replicas
+                    )
+                } else {
+                    format!(
+                        "`pgbouncer.max_client_conn` ({max_client_conn}) is below `workload.clients` ({})",
+                        room.clients
+                    )
+                },
                 vec![format!(
                     "raise max_client_conn to at least {}, or lower workload.clients",
                     room.clients
@@ -229,9 +236,10 @@ impl PoolerSection for PgbouncerSection {
             };
         let reserve = int_setting("reserve_pool_size")?;
         let min_pool = int_setting("min_pool_size")?;
-        let pool = i64::from(default_pool_size)
+        let pool = (i64::from(default_pool_size)
             + reserve.map_or(0, |(n, _)| n)
-            + min_pool.map_or(0, |(n, _)| n);
+            + min_pool.map_or(0, |(n, _)| n))
+            * i64::from(room.replicas);
         if pool > room.available {
             let loc = if s.given("default_pool_size") {
                 s.at("default_pool_size")
@@ -250,9 +258,15 @@ impl PoolerSection for PgbouncerSection {
                 ),
                 vec![
                     format!(
-                        "pool = default_pool_size {default_pool_size}{}{}",
+                        "pool = {}default_pool_size {default_pool_size}{}{}{}",
+                        if room.replicas > 1 { "(" } else { "" },
                         reserve.map_or(String::new(), |(n, _)| format!(" + reserve_pool_size {n}")),
                         min_pool.map_or(String::new(), |(n, _)| format!(" + min_pool_size {n}")),
+                        if room.replicas > 1 {
+                            format!(") x {} replicas", room.replicas)
+                        } else {
+                            String::new()
+                        },
                     ),
                     format!("room = {}", room.budget),
                     "lower the pool, or raise `postgres.settings.max_connections`".into(),
@@ -273,6 +287,7 @@ impl PoolerSection for PgbouncerSection {
             kind: "pgbouncer",
             version,
             binary,
+            replicas: 1,
             config: Arc::new(spec),
         })
     }

@@ -77,6 +77,7 @@ pub fn server(raw: PoolerRow) -> ServerRow {
             .filter(|l| !l.is_empty())
             .map(str::to_string),
         closing: get(&raw, "close_needed") == "1",
+        replica: 0,
         raw,
     }
 }
@@ -96,6 +97,7 @@ pub fn client(raw: PoolerRow) -> ClientRow {
             .map(str::to_string),
         waiting_us: (state == ClientState::Waiting)
             .then(|| num(&raw, "wait") * 1_000_000 + num(&raw, "wait_us")),
+        replica: 0,
         raw,
     }
 }
@@ -107,6 +109,7 @@ pub fn pool(raw: PoolerRow) -> PoolRow {
         servers_linked: num(&raw, "sv_active") as u32,
         servers_idle: (num(&raw, "sv_idle") + num(&raw, "sv_used")) as u32,
         longest_wait_us: num(&raw, "maxwait") * 1_000_000 + num(&raw, "maxwait_us"),
+        replica: 0,
         raw,
     }
 }
