@@ -1651,9 +1651,9 @@ fn replicas_spread_the_clients_and_multiply_the_pool() {
         "{e}"
     );
     assert!(parse(&two("faults:\n  kinds: { pg_restart: 1 }\n")).is_ok());
-    let e = err(&format!(
-        "name: s\npostgres:\n  version: \"18.6\"\n  standby: true\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n  replicas: 2\n"
-    ));
+    let e = err(
+        "name: s\npostgres:\n  version: \"18.6\"\n  standby: true\npgbouncer:\n  version: \"1.25.2\"\n  pool_mode: transaction\n  replicas: 2\n",
+    );
     assert!(
         e.message().contains("`postgres.standby` with 2 replicas"),
         "{e}"
