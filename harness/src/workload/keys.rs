@@ -261,12 +261,80 @@ pub const NODE_PG_MIGRATE_LOCK_ID: i64 = 7_241_865_325_823_964;
 /// v0.29.5): `const LOCK_ID = BigInt('3853314791062309107')`, rendered by `sql.lit`.
 pub const KYSELY_LOCK_ID: i64 = 3_853_314_791_062_309_107;
 
+/// An Erlang term of the shapes Ecto's lock key hashes: atoms and tuples.
+#[derive(Clone, Debug)]
+pub enum BeamTerm<'a> {
+    /// An atom by its name (`nil`, `ecto`, `Elixir.MyApp.Repo` for the module `MyApp.Repo`).
+    Atom(&'a str),
+    Tuple(Vec<BeamTerm<'a>>),
+}
+
+/// The atom table's hash of an atom's name (hashpjw over its Latin-1 bytes), what
+/// `make_hash2` mixes for an atom. ASCII names only: the table folds a two-byte UTF-8
+/// Latin-1 character into one first, which is not reproduced.
+fn beam_atom_hash(name: &str) -> u32 {
+    name.bytes().fold(0u32, |h, v| {
+        let h = (h << 4).wrapping_add(v as u32);
+        let g = h & 0xf000_0000;
+        if g != 0 { h ^ (g >> 24) ^ g } else { h }
+    })
+}
+
+/// Bob Jenkins' MIX, as erts's `MIX(a,b,c)`; returns the new `c`.
+fn beam_mix(mut a: u32, mut b: u32, mut c: u32) -> u32 {
+    a = a.wrapping_sub(b).wrapping_sub(c) ^ (c >> 13);
+    b = b.wrapping_sub(c).wrapping_sub(a) ^ (a << 8);
+    c = c.wrapping_sub(a).wrapping_sub(b) ^ (b >> 13);
+    a = a.wrapping_sub(b).wrapping_sub(c) ^ (c >> 12);
+    b = b.wrapping_sub(c).wrapping_sub(a) ^ (a << 16);
+    c = c.wrapping_sub(a).wrapping_sub(b) ^ (b >> 5);
+    a = a.wrapping_sub(b).wrapping_sub(c) ^ (c >> 3);
+    b = b.wrapping_sub(c).wrapping_sub(a) ^ (a << 10);
+    c.wrapping_sub(a).wrapping_sub(b) ^ (b >> 15)
+}
+
+/// `erlang:phash2/1` of atoms and tuples: erts `make_hash2` (erlang/otp
+/// erts/emulator/beam/utils.c): a tuple mixes its arity (`UINT32_HASH(arity, HCONST_9)`)
+/// then its elements first to last; an atom is its table hash when nothing was mixed yet,
+/// else `UINT32_HASH(hvalue, HCONST_3)`; phash2 keeps the low 27 bits. Checked against the
+/// BEAM's own phash2 on several terms (tests; docs/tool-sources.md).
+pub fn erlang_phash2(term: &BeamTerm) -> u32 {
+    const HCONST_3: u32 = 0xdaa6_6d2b;
+    const HCONST_9: u32 = 0x8ff3_4781;
+    let mix32 = |x: u32, k: u32, hash: u32| beam_mix(k.wrapping_add(x), k, hash);
+    let mut hash = 0u32;
+    let mut stack = vec![term];
+    while let Some(t) = stack.pop() {
+        match t {
+            BeamTerm::Tuple(items) => {
+                hash = mix32(items.len() as u32, HCONST_9, hash);
+                stack.extend(items.iter().rev());
+            }
+            BeamTerm::Atom(name) => {
+                let h = beam_atom_hash(name);
+                hash = if hash == 0 {
+                    h
+                } else {
+                    mix32(h, HCONST_3, hash)
+                };
+            }
+        }
+    }
+    hash & ((1 << 27) - 1)
+}
+
 /// elixir-ecto/ecto_sql `lib/ecto/adapters/postgres.ex` at v3.14.0,
 /// `do_lock_for_migrations(:pg_advisory_lock, ...)`: `:erlang.phash2({:ecto,
-/// opts[:prefix], meta.repo})`, for a repo module `MyApp.Repo` and no prefix (`nil`).
-/// phash2 is the BEAM's portable hash; it is not reproduced here: the value is the BEAM's
-/// own (Elixir 1.14 and `erl` of OTP 25 agree; docs/tool-sources.md).
-pub const ECTO_LOCK_ID_MYAPP_REPO: i64 = 41_811_489;
+/// opts[:prefix], meta.repo})`, for a repo module (`MyApp.Repo`) and no prefix (`nil`; a
+/// prefix is a string, a binary term, not reproduced here).
+pub fn ecto_lock_id(repo_module: &str) -> i64 {
+    let module = format!("Elixir.{repo_module}");
+    erlang_phash2(&BeamTerm::Tuple(vec![
+        BeamTerm::Atom("ecto"),
+        BeamTerm::Atom("nil"),
+        BeamTerm::Atom(&module),
+    ])) as i64
+}
 
 /// apache/airflow `airflow/utils/db.py` (apache-airflow-core 3.3.2): `class
 /// DBLocks(enum.IntEnum): MIGRATIONS = enum.auto()`, the first member: 1;
@@ -527,7 +595,18 @@ mod tests {
         assert_eq!(SQITCH_LOCK_ID, 75_474_063);
         assert_eq!(NODE_PG_MIGRATE_LOCK_ID, 7_241_865_325_823_964);
         assert_eq!(KYSELY_LOCK_ID, 3_853_314_791_062_309_107);
-        assert_eq!(ECTO_LOCK_ID_MYAPP_REPO, 41_811_489);
+        // erl: [erlang:phash2(T) || T <- [ecto, nil, 'Elixir.MyApp.Repo', {ecto,nil,
+        // 'Elixir.MyApp.Repo'}, {ecto,nil,'Elixir.Chaos.Repo'}, {a}, {a,b}, {}]]
+        let a = BeamTerm::Atom;
+        let t = BeamTerm::Tuple;
+        assert_eq!(erlang_phash2(&a("ecto")), 441_007);
+        assert_eq!(erlang_phash2(&a("nil")), 29_948);
+        assert_eq!(erlang_phash2(&a("Elixir.MyApp.Repo")), 122_482_975);
+        assert_eq!(ecto_lock_id("MyApp.Repo"), 41_811_489);
+        assert_eq!(ecto_lock_id("Chaos.Repo"), 53_777_397);
+        assert_eq!(erlang_phash2(&t(vec![a("a")])), 35_332_806);
+        assert_eq!(erlang_phash2(&t(vec![a("a"), a("b")])), 101_277_806);
+        assert_eq!(erlang_phash2(&t(vec![])), 87_486_268);
         assert_eq!(AIRFLOW_MIGRATIONS_LOCK_ID, 1);
         assert_eq!(TERN_LOCK_ID, 9_628_173_550_095_224);
         // java: "databasechangeloglock".hashCode(), "public".hashCode()
