@@ -567,4 +567,31 @@ async fn profile_keys_computed_on_the_server() {
         (cols[0][0].as_deref(), cols[0][1].as_deref()),
         (Some(hi.to_string().as_str()), Some(lo.to_string().as_str()))
     );
+    // liquibase-sessionlock's two-int key: pg_locks shows (classid, objid) = the two int4
+    // as unsigned, objsubid 2 (profiles/liquibase-sessionlock.yaml's comment).
+    let (a, b) = keys::liquibase_sessionlock_key("databasechangeloglock", "public");
+    let r = rows(&d, &format!("SELECT pg_try_advisory_lock({a}, {b})")).await;
+    assert_eq!(r[0][0].as_deref(), Some("t"));
+    let cols = rows(
+        &obs.client,
+        "SELECT classid::text, objid::text FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2",
+    )
+    .await;
+    assert_eq!(
+        (cols[0][0].as_deref(), cols[0][1].as_deref()),
+        (Some("2797599524"), Some("3317543529"))
+    );
+    // Airflow's lock_timeout "1800" has no unit: milliseconds (1.8 s, not 30 min), and a SET
+    // made with set_config(..., false) inside a transaction is undone by its ROLLBACK
+    // (profiles/airflow.yaml).
+    let before = rows(&d, "SHOW lock_timeout").await;
+    let r = rows(
+        &d,
+        "BEGIN; SELECT set_config('lock_timeout', '1800', false); SHOW lock_timeout",
+    )
+    .await;
+    assert_eq!(r[0][0].as_deref(), Some("1800ms"), "{r:?}");
+    assert_eq!(r[1][0].as_deref(), Some("1800ms"), "{r:?}");
+    exec(&d, "ROLLBACK").await;
+    assert_eq!(rows(&d, "SHOW lock_timeout").await, before, "rolled back");
 }

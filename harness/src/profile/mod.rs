@@ -109,7 +109,7 @@ pub struct Profile {
     pub path: PathBuf,
     /// For people: the tool and version whose source the protocol follows.
     pub tool: String,
-    /// The tool's blocking lock has no timeout of its own.
+    /// The tool's blocking lock has no timeout of its own, or its retry loop no bound.
     pub waits_forever: bool,
     /// Topology name -> the cell expected there (written before running).
     pub expected: BTreeMap<String, Class>,
@@ -126,6 +126,11 @@ struct RawProfile {
     expected: BTreeMap<String, String>,
     #[allow(dead_code)]
     workload: serde::de::IgnoredAny,
+    /// Which dependency names the tool (`pgchaos init`'s detection): accepted here, read
+    /// by `init`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    detect: Vec<serde::de::IgnoredAny>,
 }
 
 /// `rails` -> `profiles/rails.yaml` (here or in the nearest ancestor that has it); a
@@ -351,7 +356,11 @@ impl RunFacts {
         if v("app.no_orphans") {
             out.insert(Class::Leaked);
         }
-        if v("app.progress") || (waits_forever && self.lock_timeouts > 0) {
+        // A tool that waits (or retries) forever, stopped at the harness's patience: its
+        // blocking lock ended at lock_timeout, or a retry loop ran out and the script raised
+        // the harness's stop.
+        let stopped = self.raised.keys().any(|m| m.starts_with(HARNESS_STOP));
+        if v("app.progress") || (waits_forever && (self.lock_timeouts > 0 || stopped)) {
             out.insert(Class::Stuck);
         }
         if self.raised.keys().any(|m| !m.starts_with(HARNESS_STOP)) {

@@ -31,46 +31,81 @@ fn key_of(p: &Profile) -> Key {
     topo.workload.keys[0]
 }
 
-/// Each profile's key as its tool computes it for the `chaos` database.
+/// Each profile's key as its tool computes it for the `chaos` database, for every profile in
+/// `profiles/` (a new profile without its derivation here fails).
 #[test]
 fn keys_are_the_tools_own_derivations() {
-    let cases: [(&str, i64); 8] = [
+    let big = Key::Big;
+    let cases: Vec<(&str, Key)> = vec![
         // Zlib.crc32(current_database) * MIGRATOR_SALT
-        ("rails", keys::rails_migrator_lock_id("chaos")),
+        ("rails", big(keys::rails_migrator_lock_id("chaos"))),
         // the migrate CLI (v4.19.1) hashes "public\0schema_migrations\0/chaos": the URL path
         (
             "golang-migrate",
-            keys::golang_migrate_lock_id("/chaos", "public", "schema_migrations"),
+            big(keys::golang_migrate_lock_id(
+                "/chaos",
+                "public",
+                "schema_migrations",
+            )),
         ),
-        ("prisma", keys::PRISMA_LOCK_ID),
+        ("prisma", big(keys::PRISMA_LOCK_ID)),
         (
             "flyway",
-            keys::flyway_lock_id("public", "flyway_schema_history"),
+            big(keys::flyway_lock_id("public", "flyway_schema_history")),
         ),
         (
             "flyway-session",
-            keys::flyway_lock_id("public", "flyway_schema_history"),
+            big(keys::flyway_lock_id("public", "flyway_schema_history")),
         ),
-        ("sqlx", keys::sqlx_lock_id("chaos")),
-        ("authentik", keys::AUTHENTIK_LOCK_ID),
+        ("sqlx", big(keys::sqlx_lock_id("chaos"))),
+        ("authentik", big(keys::AUTHENTIK_LOCK_ID)),
+        ("authentik-second-deploy", big(keys::AUTHENTIK_LOCK_ID)),
         (
             "good-job",
-            keys::good_job_lock_key(&keys::good_job_lockable_key(
+            big(keys::good_job_lock_key(&keys::good_job_lockable_key(
                 "good_jobs",
                 "3f1e9c2a-5b7d-4e8f-9a10-b2c3d4e5f607",
-            )),
+            ))),
         ),
+        // crc32 IEEE of "goose", goose's DefaultLockID
+        ("goose", big(keys::goose_lock_id())),
+        // FNV-1 32 of migrate apply's lock name
+        (
+            "atlas",
+            big(keys::atlas_lock_id(keys::ATLAS_APPLY_LOCK_NAME)),
+        ),
+        ("sqitch", big(keys::SQITCH_LOCK_ID)),
+        ("node-pg-migrate", big(keys::NODE_PG_MIGRATE_LOCK_ID)),
+        ("kysely", big(keys::KYSELY_LOCK_ID)),
+        ("kysely-xact", big(keys::KYSELY_LOCK_ID)),
+        // :erlang.phash2({:ecto, nil, MyApp.Repo})
+        ("ecto", big(keys::ecto_lock_id("MyApp.Repo"))),
+        ("airflow", big(keys::AIRFLOW_MIGRATIONS_LOCK_ID)),
+        ("que", big(keys::QUE_FIRST_JOB_ID)),
+        ("tern", big(keys::TERN_LOCK_ID)),
+        // ("databasechangeloglock".hashCode(), "public".hashCode())
+        ("liquibase-sessionlock", {
+            let (a, b) = keys::liquibase_sessionlock_key("databasechangeloglock", "public");
+            Key::Pair(a, b)
+        }),
     ];
-    for (name, want) in cases {
+    for (name, want) in &cases {
         let p = shipped(name);
-        assert_eq!(key_of(&p), Key::Big(want), "{name}");
+        assert_eq!(key_of(&p), *want, "{name}");
         // Every key in its script is that key.
         let topo = on_direct(&p);
         for op in topo.workload.script.iter().flat_map(|g| &g.ops) {
             if let Some(k) = op.key {
-                assert_eq!(k, Key::Big(want), "{name}: {:?}", op.op);
+                assert_eq!(k, *want, "{name}: {:?}", op.op);
             }
         }
+    }
+    let named: BTreeSet<&str> = cases.iter().map(|(n, _)| *n).collect();
+    for name in all_shipped() {
+        assert!(
+            named.contains(name.as_str()),
+            "{name}: a profile without its key's derivation in this test"
+        );
     }
     // The values themselves, as the tools' sources give them for `chaos`.
     assert_eq!(
@@ -86,12 +121,74 @@ fn keys_are_the_tools_own_derivations() {
         keys::flyway_lock_id("public", "flyway_schema_history"),
         77_433_833_903_597
     );
+    assert_eq!(keys::goose_lock_id(), 4_097_083_626);
+    assert_eq!(
+        keys::atlas_lock_id(keys::ATLAS_APPLY_LOCK_NAME),
+        2_686_470_616
+    );
+    assert_eq!(
+        keys::liquibase_sessionlock_key("databasechangeloglock", "public"),
+        (-1_497_367_772, -977_423_767)
+    );
+}
+
+fn all_shipped() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// goose's unlock is retried while it returns false: the first unlock guarded as written,
+/// then pauses and unlocks while unreleased, then the raise.
+#[test]
+fn an_unlock_retry_compiles_to_unreleased_steps() {
+    let p = shipped("goose");
+    let topo = on_direct(&p);
+    let ops = &topo.workload.script[0].ops;
+    let unlocks: Vec<_> = ops.iter().filter(|o| o.op == Op::Unlock).collect();
+    assert_eq!(unlocks.len(), 31, "unlockProbe 30 retries: 31 unlocks");
+    assert_eq!(unlocks[0].when, crate::vocab::When::Held);
+    assert!(
+        unlocks[1..]
+            .iter()
+            .all(|o| o.when == crate::vocab::When::Unreleased)
+    );
+    let at = ops.iter().position(|o| o.op == Op::Unlock).unwrap();
+    let pauses = ops[at..]
+        .iter()
+        .filter(|o| o.op == Op::Sleep && o.when == crate::vocab::When::Unreleased)
+        .count();
+    assert_eq!(pauses, 30);
+    assert!(
+        ops[at..]
+            .iter()
+            .all(|o| o.op != Op::Sleep || o.ms == Some(200))
+    );
+    let e = Profile::parse(
+        "tool: x\nworkload:\n  keys: [1]\n  script:\n    - ops:\n        - { lock: 1, attempts: 2 }\n",
+        Path::new("p.yaml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("`attempts` retries a try or an unlock"), "{e}");
 }
 
 #[test]
 fn every_shipped_profile_parses_with_five_replicas_and_expectations() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
     let mut n = 0;
+    // `detect:` is accepted (pgchaos init reads it); a profile without it is still valid.
+    Profile::parse(
+        "tool: x\ndetect:\n  - { ecosystem: go, package: a/b }\nworkload:\n  keys: [1]\n  script:\n    - ops: [ping]\n",
+        Path::new("p.yaml"),
+    )
+    .unwrap();
     for e in std::fs::read_dir(&dir).unwrap() {
         let path = e.unwrap().path();
         if path.extension().is_none_or(|x| x != "yaml") {
@@ -111,7 +208,10 @@ fn every_shipped_profile_parses_with_five_replicas_and_expectations() {
             );
         }
     }
-    assert!(n >= 8, "the seven tools (Flyway twice): {n}");
+    assert!(
+        n >= 20,
+        "nine profiles of seven tools, and issue 19's eleven: {n}"
+    );
 }
 
 /// Flyway's retries expand into guarded pauses and tries; Rails' checked unlock is a raise
@@ -227,6 +327,10 @@ fn classes_follow_the_facts_worst_first() {
         stop.classes(false),
         BTreeSet::from([Class::Safe]),
         "the harness's stop is not the tool's error"
+    );
+    assert!(
+        stop.classes(true).contains(&Class::Stuck),
+        "a retry loop that never gives up, stopped at the harness's patience"
     );
     f.lock_timeouts = 1;
     assert!(

@@ -1159,10 +1159,10 @@ impl Cx<'_> {
                     }
                     "attempts" => {
                         attempts = self.int(v, "attempts", 1, 1000)? as u32;
-                        if !matches!(op, Op::TryLock | Op::TryXactLock) {
+                        if !matches!(op, Op::TryLock | Op::TryXactLock | Op::Unlock) {
                             return Err(self.err(
                                 &k.referenced,
-                                format!("`attempts` retries a try: `{name}` is not `try_lock` or `try_xact_lock`"),
+                                format!("`attempts` retries a try or an unlock: `{name}` is not `try_lock`, `try_xact_lock` or `unlock`"),
                                 Vec::new(),
                             ));
                         }
@@ -1233,9 +1233,15 @@ impl Cx<'_> {
             }
             // A retried try: the first attempt as written, then each retry after a pause,
             // both only while the lock is not held (Flyway's loop; a failed last attempt is
-            // what a following `when: last_failed` sees).
+            // what a following `when: last_failed` sees). A retried unlock (goose's): each
+            // retry and pause only while the last unlock returned false.
+            let again = if op == Op::Unlock {
+                When::Unreleased
+            } else {
+                When::NotHeld
+            };
             let retry = ScriptOp {
-                when: When::NotHeld,
+                when: again,
                 ..step.clone()
             };
             out.push(step);
@@ -1245,7 +1251,7 @@ impl Cx<'_> {
                         op: Op::Sleep,
                         key: None,
                         ms: Some(pause.as_millis() as u64),
-                        when: When::NotHeld,
+                        when: again,
                         message: None,
                     });
                 }

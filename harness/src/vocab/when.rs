@@ -28,17 +28,21 @@ pub enum When {
     LastFailed,
     /// Only once the replica has failed (a rollback on the error path).
     Failed,
+    /// Only while its last unlock returned false (an unlock retried until it releases:
+    /// goose's session locker). Runs even after a failure.
+    Unreleased,
     /// Always (closing the connection at exit).
     Always,
 }
 
 impl When {
-    pub const ALL: [When; 6] = [
+    pub const ALL: [When; 7] = [
         When::Ok,
         When::NotHeld,
         When::Held,
         When::LastFailed,
         When::Failed,
+        When::Unreleased,
         When::Always,
     ];
 
@@ -49,6 +53,7 @@ impl When {
             When::Held => "held",
             When::LastFailed => "last_failed",
             When::Failed => "failed",
+            When::Unreleased => "unreleased",
             When::Always => "always",
         }
     }
@@ -69,6 +74,7 @@ impl When {
             When::Held => r.held(),
             When::LastFailed => r.last_failed == Some(true),
             When::Failed => r.failed,
+            When::Unreleased => r.unreleased,
             When::Always => true,
         }
     }
@@ -84,6 +90,7 @@ impl When {
         };
         match self {
             When::LastFailed => "when: last_failed, and the step before did not fail".into(),
+            When::Unreleased => "when: unreleased, and its last unlock did not return false".into(),
             w => format!("when: {}, and {state}", w.name()),
         }
     }
@@ -108,6 +115,8 @@ pub struct Replica {
     /// The step before: `Some(true)` it ran and failed (false or an error), `Some(false)` it
     /// ran and succeeded, `None` it was skipped.
     pub last_failed: Option<bool>,
+    /// Its last unlock returned false (or failed) and no unlock has succeeded since.
+    pub unreleased: bool,
 }
 
 impl Replica {
@@ -133,11 +142,16 @@ impl Replica {
         match op {
             Op::TryLock | Op::Lock if granted => self.session = true,
             Op::TryXactLock | Op::XactLock if granted => self.xact = true,
-            Op::Unlock | Op::UnlockAll => self.session = false,
+            Op::Unlock => {
+                self.session = false;
+                self.unreleased = failed;
+            }
+            Op::UnlockAll => self.session = false,
             Op::Commit | Op::Rollback => self.xact = false,
             Op::Disconnect | Op::Reconnect | Op::Release => {
                 self.session = false;
                 self.xact = false;
+                self.unreleased = false;
             }
             _ => {}
         }
@@ -145,6 +159,7 @@ impl Replica {
             // Its connection is gone: it knows its locks went with it.
             self.session = false;
             self.xact = false;
+            self.unreleased = false;
         }
         if op == Op::Raise {
             self.failed = true;
@@ -248,5 +263,32 @@ mod tests {
         assert!(!r.held() && When::LastFailed.admits(&r));
         r.after(Op::Raise, &Reply::error(super::super::reply::code::RAISED));
         assert!(r.failed && When::Failed.admits(&r) && !When::Ok.admits(&r));
+    }
+
+    /// goose: the unlock retried while it returns false; the raise after the last retry
+    /// only when that one ran and failed.
+    #[test]
+    fn an_unlock_is_retried_until_it_releases() {
+        let mut r = Replica::default();
+        r.after(Op::TryLock, &t());
+        r.after(Op::Unlock, &f());
+        assert!(When::Unreleased.admits(&r) && When::LastFailed.admits(&r));
+        r.after(Op::Sleep, &Reply::Ok);
+        assert!(When::Unreleased.admits(&r), "a pause keeps it unreleased");
+        r.after(Op::Unlock, &t());
+        assert!(!When::Unreleased.admits(&r), "released: no more retries");
+        r.skipped();
+        assert!(
+            !When::LastFailed.admits(&r),
+            "no raise after skipped retries"
+        );
+        r.after(Op::Unlock, &f());
+        r.after(Op::Raise, &Reply::error(super::super::reply::code::RAISED));
+        assert!(
+            When::Unreleased.admits(&r),
+            "an ensure runs after a failure"
+        );
+        r.after(Op::Disconnect, &Reply::Ok);
+        assert!(!When::Unreleased.admits(&r), "the connection is gone");
     }
 }

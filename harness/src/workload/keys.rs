@@ -214,6 +214,152 @@ pub const PRISMA_LOCK_ID: i64 = 72_707_369;
 pub const AUTHENTIK_LOCK_ID: i64 = 1000;
 
 // ---------------------------------------------------------------------------
+// Tools read for issue 19 (docs/tool-sources.md: the tag, the file, the command that
+// computed each value with the tool's own language, and its output)
+// ---------------------------------------------------------------------------
+
+/// pressly/goose `lock/session_locker_options.go` at v3.27.3: `DefaultLockID int64 =
+/// 4097083626`, used by `NewPostgresSessionLocker` (`SELECT pg_try_advisory_lock($1)`).
+/// Its comment calls it "a crc64 hash of the string goose" and then writes the derivation:
+/// `crc32.Checksum([]byte("goose"), crc32.MakeTable(crc32.IEEE))` (see [`goose_lock_id`]).
+pub const GOOSE_LOCK_ID: i64 = 4_097_083_626;
+
+/// The derivation goose's comment gives for [`GOOSE_LOCK_ID`]: CRC-32/IEEE of `goose`.
+pub fn goose_lock_id() -> i64 {
+    crc32_ieee(b"goose") as i64
+}
+
+/// FNV-1 (not 1a), 32 bits: Go's `hash/fnv.New32()`. Offset basis 2166136261, prime
+/// 16777619; multiply, then xor each byte.
+pub fn fnv1_32(data: &[u8]) -> u32 {
+    data.iter().fold(0x811c_9dc5u32, |h, &b| {
+        h.wrapping_mul(0x0100_0193) ^ b as u32
+    })
+}
+
+/// ariga/atlas `cmd/atlas/internal/cmdapi/migrate.go` at v1.2.3: `const applyLockValue =
+/// "atlas_migrate_execute"`, the name `migrate apply` locks.
+pub const ATLAS_APPLY_LOCK_NAME: &str = "atlas_migrate_execute";
+
+/// ariga/atlas `sql/postgres/driver.go` at v1.2.3, `(*Driver).Lock(ctx, name, timeout)`:
+/// `h := fnv.New32(); h.Write([]byte(name)); id := h.Sum32()`, bound as `$1` of
+/// `SELECT pg_try_advisory_lock($1)` (a uint32, so the bigint key is in `0..2^32`).
+pub fn atlas_lock_id(name: &str) -> i64 {
+    fnv1_32(name.as_bytes()) as i64
+}
+
+/// sqitchers/sqitch `lib/App/Sqitch/Engine/pg.pm` at v1.6.1, `try_lock` and `wait_lock`:
+/// `SELECT pg_try_advisory_lock(75474063)`, `SELECT pg_advisory_lock(75474063)`.
+pub const SQITCH_LOCK_ID: i64 = 75_474_063;
+
+/// salsita/node-pg-migrate `src/runner.ts` at v9.0.0: `export const PG_MIGRATE_LOCK_ID =
+/// 7_241_865_325_823_964` (below 2^53: a JavaScript number renders it exactly), interpolated
+/// into `SELECT pg_try_advisory_lock(${lockValue})`.
+pub const NODE_PG_MIGRATE_LOCK_ID: i64 = 7_241_865_325_823_964;
+
+/// kysely-org/kysely `src/dialect/postgres/postgres-adapter.ts` (the same at v0.29.2 and
+/// v0.29.5): `const LOCK_ID = BigInt('3853314791062309107')`, rendered by `sql.lit`.
+pub const KYSELY_LOCK_ID: i64 = 3_853_314_791_062_309_107;
+
+/// An Erlang term of the shapes Ecto's lock key hashes: atoms and tuples.
+#[derive(Clone, Debug)]
+pub enum BeamTerm<'a> {
+    /// An atom by its name (`nil`, `ecto`, `Elixir.MyApp.Repo` for the module `MyApp.Repo`).
+    Atom(&'a str),
+    Tuple(Vec<BeamTerm<'a>>),
+}
+
+/// The atom table's hash of an atom's name (hashpjw over its Latin-1 bytes), what
+/// `make_hash2` mixes for an atom. ASCII names only: the table folds a two-byte UTF-8
+/// Latin-1 character into one first, which is not reproduced.
+fn beam_atom_hash(name: &str) -> u32 {
+    name.bytes().fold(0u32, |h, v| {
+        let h = (h << 4).wrapping_add(v as u32);
+        let g = h & 0xf000_0000;
+        if g != 0 { h ^ (g >> 24) ^ g } else { h }
+    })
+}
+
+/// Bob Jenkins' MIX, as erts's `MIX(a,b,c)`; returns the new `c`.
+fn beam_mix(mut a: u32, mut b: u32, mut c: u32) -> u32 {
+    a = a.wrapping_sub(b).wrapping_sub(c) ^ (c >> 13);
+    b = b.wrapping_sub(c).wrapping_sub(a) ^ (a << 8);
+    c = c.wrapping_sub(a).wrapping_sub(b) ^ (b >> 13);
+    a = a.wrapping_sub(b).wrapping_sub(c) ^ (c >> 12);
+    b = b.wrapping_sub(c).wrapping_sub(a) ^ (a << 16);
+    c = c.wrapping_sub(a).wrapping_sub(b) ^ (b >> 5);
+    a = a.wrapping_sub(b).wrapping_sub(c) ^ (c >> 3);
+    b = b.wrapping_sub(c).wrapping_sub(a) ^ (a << 10);
+    c.wrapping_sub(a).wrapping_sub(b) ^ (b >> 15)
+}
+
+/// `erlang:phash2/1` of atoms and tuples: erts `make_hash2` (erlang/otp
+/// erts/emulator/beam/utils.c): a tuple mixes its arity (`UINT32_HASH(arity, HCONST_9)`)
+/// then its elements first to last; an atom is its table hash when nothing was mixed yet,
+/// else `UINT32_HASH(hvalue, HCONST_3)`; phash2 keeps the low 27 bits. Checked against the
+/// BEAM's own phash2 on several terms (tests; docs/tool-sources.md).
+pub fn erlang_phash2(term: &BeamTerm) -> u32 {
+    const HCONST_3: u32 = 0xdaa6_6d2b;
+    const HCONST_9: u32 = 0x8ff3_4781;
+    let mix32 = |x: u32, k: u32, hash: u32| beam_mix(k.wrapping_add(x), k, hash);
+    let mut hash = 0u32;
+    let mut stack = vec![term];
+    while let Some(t) = stack.pop() {
+        match t {
+            BeamTerm::Tuple(items) => {
+                hash = mix32(items.len() as u32, HCONST_9, hash);
+                stack.extend(items.iter().rev());
+            }
+            BeamTerm::Atom(name) => {
+                let h = beam_atom_hash(name);
+                hash = if hash == 0 {
+                    h
+                } else {
+                    mix32(h, HCONST_3, hash)
+                };
+            }
+        }
+    }
+    hash & ((1 << 27) - 1)
+}
+
+/// elixir-ecto/ecto_sql `lib/ecto/adapters/postgres.ex` at v3.14.0,
+/// `do_lock_for_migrations(:pg_advisory_lock, ...)`: `:erlang.phash2({:ecto,
+/// opts[:prefix], meta.repo})`, for a repo module (`MyApp.Repo`) and no prefix (`nil`; a
+/// prefix is a string, a binary term, not reproduced here).
+pub fn ecto_lock_id(repo_module: &str) -> i64 {
+    let module = format!("Elixir.{repo_module}");
+    erlang_phash2(&BeamTerm::Tuple(vec![
+        BeamTerm::Atom("ecto"),
+        BeamTerm::Atom("nil"),
+        BeamTerm::Atom(&module),
+    ])) as i64
+}
+
+/// apache/airflow `airflow/utils/db.py` (apache-airflow-core 3.3.2): `class
+/// DBLocks(enum.IntEnum): MIGRATIONS = enum.auto()`, the first member: 1;
+/// `_create_global_lock_postgresql` runs `SELECT pg_advisory_lock(:id)` with `lock.value`.
+pub const AIRFLOW_MIGRATIONS_LOCK_ID: i64 = 1;
+
+/// jackc/tern `migrate/migrate.go` at v2.4.2: `const lockNum =
+/// int64(9628173550095224) // arbitrary random number`.
+pub const TERN_LOCK_ID: i64 = 9_628_173_550_095_224;
+
+/// blagerweij/liquibase-sessionlock `PGLockService.getChangeLogLockId` at 1.6.9: the two-int
+/// key `{ database.getDatabaseChangeLogLockTableName().hashCode(),
+/// defaultSchemaName.hashCode() }` for `pg_try_advisory_lock(?,?)`. Liquibase 5.0.4 names the
+/// table `DATABASECHANGELOGLOCK`, lower-cased for PostgreSQL by `correctObjectName`
+/// (AbstractPostgresDatabase: `unquotedObjectsAreUppercased = false`).
+pub fn liquibase_sessionlock_key(table: &str, schema: &str) -> (i32, i32) {
+    (java_string_hash_code(table), java_string_hash_code(schema))
+}
+
+/// que-rb/que `lib/que/locker.rb` at v2.4.1, `lock_jobs`: `SELECT * FROM jobs WHERE
+/// pg_try_advisory_lock(id)`: the key is the job's id (`que_jobs.id`, a bigserial), no
+/// derivation. The profile's job is the first one enqueued.
+pub const QUE_FIRST_JOB_ID: i64 = 1;
+
+// ---------------------------------------------------------------------------
 // GoodJob (computed server-side)
 // ---------------------------------------------------------------------------
 
@@ -429,6 +575,45 @@ mod tests {
         assert_eq!(PRISMA_LOCK_ID, 72_707_369);
         assert_eq!(AUTHENTIK_LOCK_ID, 1000);
         assert_eq!(pg_locks_classid_objid(PRISMA_LOCK_ID), (0, 72_707_369));
+    }
+
+    /// Values computed by the tools' own languages at their tags (docs/tool-sources.md):
+    /// Go 1.19.8 (goose, atlas, tern), Node 20 (node-pg-migrate, kysely), Perl 5.36
+    /// (sqitch), Elixir 1.14 and erl (ecto), Python 3 on the wheel's own source (airflow),
+    /// OpenJDK 17 (liquibase-sessionlock).
+    #[test]
+    fn issue_19_tools() {
+        // go run: crc32.Checksum([]byte("goose"), crc32.MakeTable(crc32.IEEE)) = 4097083626
+        assert_eq!(goose_lock_id(), 4_097_083_626);
+        assert_eq!(goose_lock_id(), GOOSE_LOCK_ID);
+        // FNV-1 32 reference vectors (the FNV authors' test suite): "" and "a".
+        assert_eq!(fnv1_32(b""), 0x811c_9dc5);
+        assert_eq!(fnv1_32(b"a"), 0x050c_5d7e);
+        // go run with fnv.New32() as (*Driver).Lock writes it
+        assert_eq!(atlas_lock_id(ATLAS_APPLY_LOCK_NAME), 2_686_470_616);
+        assert_eq!(atlas_lock_id("atlas_migrate_diff"), 361_947_982);
+        assert_eq!(SQITCH_LOCK_ID, 75_474_063);
+        assert_eq!(NODE_PG_MIGRATE_LOCK_ID, 7_241_865_325_823_964);
+        assert_eq!(KYSELY_LOCK_ID, 3_853_314_791_062_309_107);
+        // erl: [erlang:phash2(T) || T <- [ecto, nil, 'Elixir.MyApp.Repo', {ecto,nil,
+        // 'Elixir.MyApp.Repo'}, {ecto,nil,'Elixir.Chaos.Repo'}, {a}, {a,b}, {}]]
+        let a = BeamTerm::Atom;
+        let t = BeamTerm::Tuple;
+        assert_eq!(erlang_phash2(&a("ecto")), 441_007);
+        assert_eq!(erlang_phash2(&a("nil")), 29_948);
+        assert_eq!(erlang_phash2(&a("Elixir.MyApp.Repo")), 122_482_975);
+        assert_eq!(ecto_lock_id("MyApp.Repo"), 41_811_489);
+        assert_eq!(ecto_lock_id("Chaos.Repo"), 53_777_397);
+        assert_eq!(erlang_phash2(&t(vec![a("a")])), 35_332_806);
+        assert_eq!(erlang_phash2(&t(vec![a("a"), a("b")])), 101_277_806);
+        assert_eq!(erlang_phash2(&t(vec![])), 87_486_268);
+        assert_eq!(AIRFLOW_MIGRATIONS_LOCK_ID, 1);
+        assert_eq!(TERN_LOCK_ID, 9_628_173_550_095_224);
+        // java: "databasechangeloglock".hashCode(), "public".hashCode()
+        assert_eq!(
+            liquibase_sessionlock_key("databasechangeloglock", "public"),
+            (-1_497_367_772, -977_423_767)
+        );
     }
 
     #[test]
