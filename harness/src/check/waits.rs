@@ -32,6 +32,17 @@ enum Waits {
     Pool { what: String },
 }
 
+/// What a fault's span makes unavailable, in words.
+fn down_words(d: crate::vocab::fault::Down) -> &'static str {
+    use crate::vocab::fault::Down;
+    match d {
+        Down::Pooler => "the pooler accepts no connections",
+        Down::Postgres => "no new server connection can be made",
+        Down::Paused => "the pooler hands out no server",
+        Down::Frozen => "nothing passes (a frozen process or host, or a cut link)",
+    }
+}
+
 fn who(c: usize) -> String {
     format!("C{}", c + 1)
 }
@@ -110,10 +121,39 @@ pub fn describe(
             }
         }
     }
+    // Faults of the servers in progress (the nemesis's, for a client's step): they wait for
+    // nothing; what they make unavailable is what others wait for.
+    let faults: Vec<&Running> = running.iter().filter(|r| r.op.is_server_fault()).collect();
+    for f in &faults {
+        lines.push(format!(
+            "{} in progress ({}'s step, {:.3} s so far){}",
+            f.op,
+            who(f.client),
+            f.for_ns as f64 / 1e9,
+            crate::vocab::fault::meaning(f.op)
+                .and_then(|m| m.down)
+                .map(|d| format!(": {}", down_words(d)))
+                .unwrap_or_default()
+        ));
+    }
+    let during = if faults.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", while {} holds",
+            faults
+                .iter()
+                .map(|f| f.op.to_string())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        )
+    };
     // Ops that reached no backend wait for a connection or a pooled server.
     let pool_waiters: Vec<&Running> = running
         .iter()
-        .filter(|r| obs.ran(&tag_of(r.step)).is_none() && !r.op.client_side())
+        .filter(|r| {
+            obs.ran(&tag_of(r.step)).is_none() && !r.op.client_side() && !r.op.is_server_fault()
+        })
         .collect();
     if !pool_waiters.is_empty() {
         let what = match (&obs.app_pool, obs.pools.first()) {
@@ -133,7 +173,7 @@ pub fn describe(
         for r in &pool_waiters {
             let others: Vec<usize> = holding.iter().copied().filter(|c| *c != r.client).collect();
             lines.push(format!(
-                "{} {} ({:.3} s so far) waits for {what}{}",
+                "{} {} ({:.3} s so far) waits for {what}{during}{}",
                 who(r.client),
                 r.op,
                 r.for_ns as f64 / 1e9,
@@ -289,6 +329,39 @@ mod tests {
                 .into_iter()
                 .collect(),
         }
+    }
+
+    /// A fault in progress waits for nothing: it is named with what it makes unavailable, and
+    /// the client whose statement cannot get through waits while it holds.
+    #[test]
+    fn a_fault_in_progress_is_what_others_wait_behind() {
+        let obs = Observation::default();
+        let running = vec![
+            Running {
+                client: 2,
+                step: 0,
+                op: Op::HostFreezePostgres,
+                key: None,
+                for_ns: 150_000_000,
+            },
+            Running {
+                client: 0,
+                step: 1,
+                op: Op::Unlock,
+                key: Some(Key::Big(7)),
+                for_ns: 2_100_000_000,
+            },
+        ];
+        let text = describe(&obs, &running, &BTreeMap::new());
+        assert!(
+            text.contains("host_freeze_postgres in progress (C3's step, 0.150 s so far): nothing passes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("C1 unlock (2.100 s so far) waits for a connection, while host_freeze_postgres holds"),
+            "{text}"
+        );
+        assert!(!text.contains("C3 host_freeze_postgres (0.150 s so far) waits"), "{text}");
     }
 
     /// The article's starvation: C1 holds 42 and needs a pool connection for its next op;
