@@ -59,7 +59,7 @@ matrix *ARGS: build
 
 # Regenerate the README's matrix: every profile on the five topologies, seeds 1-3.
 readme-matrix: build
-    {{bin}} matrix --update-readme README.md
+    {{bin}} matrix --jobs 3 --update-readme README.md
 
 # Build the container images of topologies' servers from the provisioned binaries (no pull).
 images *NAMES: build

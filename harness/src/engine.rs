@@ -2,7 +2,9 @@
 //! live topology (`run`), have the checker judge its recorded events (`check`), hand them to
 //! the history writer, shrink the first failure of each invariant to a minimal case (every
 //! candidate recorded and judged the same way), and replay that case once with full
-//! evidence. Progress and findings go out as [`RunEvent`]s; printing and files are the
+//! evidence. [`ShrinkChoice`] can leave failures unshrunk (`--shrink-only`, `--shrink
+//! once`): their failing case is kept as it ran (in the concurrent schedule it is its own
+//! evidence). Progress and findings go out as [`RunEvent`]s; printing and files are the
 //! reporters' business.
 //!
 //! May import `run`, `check`, `history`, `workload`; `report` and `cli` import it.
@@ -13,6 +15,7 @@ use crate::run::{CaseMeta, Runner};
 use crate::topology::Schedule;
 use crate::workload::{self, Step};
 use anyhow::Result;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// Options of one run, after CLI overrides.
@@ -24,6 +27,63 @@ pub struct RunOptions {
     /// For shrinking and evidence, over the run.
     pub shrink_time: Duration,
     pub max_shrink_runs: u32,
+    /// Which failures to shrink (default: every one).
+    pub shrink: ShrinkChoice,
+}
+
+/// Which of a run's failures are shrunk. A failure not shrunk keeps its failing case as it
+/// ran: in the concurrent schedule that case is its own evidence (it recorded everything a
+/// replay would); in the sequential one it is replayed once with evidence.
+#[derive(Clone, Debug, Default)]
+pub struct ShrinkChoice {
+    /// `None`: every invariant. `Some(groups)`: only these, and of each group the first
+    /// violated (one minimal case suffices for all of a group: `chaos --shrink-only
+    /// 'a|b,c'`). `pg.*` invariants are always shrunk.
+    pub only: Option<Vec<Vec<String>>>,
+    /// Shrunk already (in an earlier seed's run, `chaos --seeds --shrink once`): not again.
+    pub done: BTreeSet<String>,
+}
+
+impl ShrinkChoice {
+    /// Whether to shrink `inv`, given what was shrunk already in this run.
+    pub fn wants(&self, inv: &str, here: &BTreeSet<String>) -> bool {
+        if self.done.contains(inv) {
+            return false;
+        }
+        if inv.starts_with("pg.") {
+            return true;
+        }
+        let Some(groups) = &self.only else {
+            return true;
+        };
+        groups.iter().any(|g| {
+            g.iter().any(|m| m == inv)
+                && !g.iter().any(|m| self.done.contains(m) || here.contains(m))
+        })
+    }
+
+    /// `a|b,c`: groups of invariant names (checked against the catalog).
+    pub fn parse_only(s: &str) -> Result<Vec<Vec<String>>> {
+        let known: Vec<&str> = check::catalog().iter().map(|i| i.name).collect();
+        let mut groups = vec![];
+        for g in s.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+            let mut names = vec![];
+            for n in g.split('|').map(str::trim) {
+                if !known.contains(&n) {
+                    anyhow::bail!(
+                        "--shrink-only: unknown invariant {n:?} (invariants: {})",
+                        known.join(", ")
+                    );
+                }
+                names.push(n.to_string());
+            }
+            groups.push(names);
+        }
+        if groups.is_empty() {
+            anyhow::bail!("--shrink-only {s:?}: name at least one invariant");
+        }
+        Ok(groups)
+    }
 }
 
 /// What a run tells its reporters as it goes.
@@ -216,6 +276,8 @@ pub async fn run(
     // Time spent shrinking and replaying evidence: generated cases get the whole time limit,
     // so a run judges as many cases whatever its failures cost to shrink.
     let mut shrinking = Duration::ZERO;
+    // Invariants shrunk so far in this run.
+    let mut here = BTreeSet::new();
     for index in 0..opts.cases {
         if t0.elapsed().saturating_sub(shrinking) > opts.time_limit {
             stopped = true;
@@ -232,18 +294,28 @@ pub async fn run(
         let (_, fresh, _) = run_one(runner, sink, meta, &steps, false).await?;
         for inv in fresh {
             let t_shrink = Instant::now();
-            let left = opts.shrink_time.saturating_sub(shrinking);
-            let (minimal, _) = shrink(
-                runner,
-                sink,
-                index,
-                seed,
-                &inv,
-                opts.max_shrink_runs,
-                Some(t_shrink + left),
-            )
-            .await?;
-            evidence(runner, sink, index, seed, &inv, &minimal).await?;
+            let max_runs = if opts.shrink.wants(&inv, &here) {
+                here.insert(inv.clone());
+                opts.max_shrink_runs
+            } else {
+                0
+            };
+            // Unshrunk in the concurrent schedule: the case as it ran is the evidence (it
+            // recorded everything a replay would, and it is the run that failed).
+            if max_runs > 0 || runner.schedule == Schedule::Sequential {
+                let left = opts.shrink_time.saturating_sub(shrinking);
+                let (minimal, _) = shrink(
+                    runner,
+                    sink,
+                    index,
+                    seed,
+                    &inv,
+                    max_runs,
+                    Some(t_shrink + left),
+                )
+                .await?;
+                evidence(runner, sink, index, seed, &inv, &minimal).await?;
+            }
             shrinking += t_shrink.elapsed();
             if let Some(f) = sink.tally.failure(&inv) {
                 events(RunEvent::Minimal {
@@ -262,4 +334,44 @@ pub async fn run(
         stopped_by_time_limit: stopped,
         run_ms: t0.elapsed().as_millis() as u64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shrink_choice_takes_one_invariant_per_group_once() {
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let all = ShrinkChoice::default();
+        assert!(all.wants("app.no_orphans", &set(&[])));
+        let only = ShrinkChoice {
+            only: Some(
+                ShrinkChoice::parse_only("app.mutual_exclusion|app.applied_once, app.no_orphans")
+                    .unwrap(),
+            ),
+            done: BTreeSet::new(),
+        };
+        assert!(only.wants("app.applied_once", &set(&[])));
+        assert!(!only.wants("app.applied_once", &set(&["app.mutual_exclusion"])));
+        assert!(
+            !only.wants("app.unlock_reaches_owner", &set(&[])),
+            "not listed"
+        );
+        assert!(only.wants("pg.exclusion", &set(&[])), "pg.* always");
+        let later = ShrinkChoice {
+            done: set(&["app.applied_once", "app.no_orphans"]),
+            ..only.clone()
+        };
+        assert!(
+            !later.wants("app.mutual_exclusion", &set(&[])),
+            "group done earlier"
+        );
+        assert!(!later.wants("app.no_orphans", &set(&[])));
+        let e = ShrinkChoice::parse_only("app.nope")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown invariant \"app.nope\""), "{e}");
+        assert!(ShrinkChoice::parse_only(" , ").is_err());
+    }
 }

@@ -1198,3 +1198,258 @@ fn two_poolers_keep_their_servers_apart() {
     assert!(wrong.is_empty(), "served across replicas: {wrong:?}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `--partition` and `merge`: the same small matrix (Rails and Flyway on direct and
+/// transaction pooling, one seed) run whole and as three partitions, merged: the same cells
+/// with the same classes; merge refuses a missing partition, one given twice, another
+/// pgchaos version and an output directory in use, writing nothing.
+#[test]
+fn partitions_merge_into_the_whole_matrix() {
+    let _one = serial();
+    let dir = tmp("partitions");
+    let d = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let matrix = |extra: &[&str]| {
+        let mut args = vec![
+            "matrix",
+            "--profiles",
+            "rails,flyway",
+            "--topologies",
+            "direct,transaction-mode",
+            "--seeds",
+            "1",
+            "--max-shrink-runs",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        let o = pgchaos(&args);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+        o
+    };
+    let json = |p: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(Path::new(p).join("matrix.json")).unwrap())
+            .unwrap()
+    };
+    matrix(&["--dir", &d("whole")]);
+    for k in 1..=3 {
+        let o = matrix(&[
+            "--partition",
+            &format!("{k}/3"),
+            "--dir",
+            &d(&format!("p{k}")),
+        ]);
+        assert!(
+            text(&o).contains(&format!("partition {k}/3")),
+            "{}",
+            text(&o)
+        );
+    }
+    // Count partitions of the four cells in matrix order: 2, 1 and 1 cells.
+    let sizes: Vec<usize> = (1..=3)
+        .map(|k| {
+            json(&d(&format!("p{k}")))["cells"]
+                .as_array()
+                .unwrap()
+                .len()
+        })
+        .collect();
+    assert_eq!(sizes, vec![2, 1, 1]);
+    let o = pgchaos(&["merge", &d("p3"), &d("p1"), &d("p2"), "--out", &d("merged")]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let (whole, merged) = (json(&d("whole")), json(&d("merged")));
+    let key = |m: &Value| -> Vec<(String, String, String, String)> {
+        m["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["profile"].to_string(),
+                    c["topology"].to_string(),
+                    c["expected"].to_string(),
+                    c["worst"].to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(key(&merged), key(&whole), "same cells, same classes");
+    assert_eq!(merged["plan"], whole["plan"]);
+    assert_eq!(merged["merged"], 3);
+    // Every cell's run and evidence came along: the links of the merged matrix resolve.
+    for c in merged["cells"].as_array().unwrap() {
+        let run = &c["runs"][0];
+        let rd = run["dir"].as_str().unwrap();
+        assert!(
+            dir.join("merged").join(rd).join("results.json").is_file(),
+            "{c}"
+        );
+        if let Some(ev) = run["evidence"].as_str() {
+            assert!(dir.join("merged").join(ev).is_file(), "{ev}");
+        }
+    }
+    let junit = std::fs::read_to_string(dir.join("merged/junit.xml")).unwrap();
+    assert_eq!(junit.matches("<testcase").count(), 4, "{junit}");
+    assert!(
+        std::fs::read_to_string(dir.join("merged/matrix.md"))
+            .unwrap()
+            .contains("merged from 3 partitions")
+    );
+    // Refusals: exit 2, the reason, nothing written.
+    let refused = |args: &[&str], needle: &str| {
+        let out = d("refused");
+        let mut all = vec!["merge"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--out", &out]);
+        let o = pgchaos(&all);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(needle), "{needle}: {}", text(&o));
+        assert!(!Path::new(&out).exists(), "nothing written for {needle}");
+    };
+    refused(&[&d("p1"), &d("p2")], "partition 3/3 missing");
+    refused(
+        &[&d("p1"), &d("p1"), &d("p2"), &d("p3")],
+        "partition 1/3 is given twice",
+    );
+    refused(&[&d("whole"), &d("p1")], "partitions of different splits");
+    let copy = dir.join("p3-other");
+    std::fs::create_dir_all(&copy).unwrap();
+    let mut other = json(&d("p3"));
+    other["pgchaos"] = "0.0.1".into();
+    std::fs::write(copy.join("matrix.json"), other.to_string()).unwrap();
+    refused(
+        &[&d("p1"), &d("p2"), copy.to_str().unwrap()],
+        "different pgchaos versions",
+    );
+    refused(&[&d("p1"), &d("nowhere")], "no such directory");
+    let o = pgchaos(&["merge", &d("p1"), &d("p2"), &d("p3"), "--out", &d("whole")]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("not an empty directory"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `pgchaos init` on three sample repositories (a Rails app's Gemfile.lock with a
+/// pgbouncer.ini, a Go service's go.mod, a Node app's package.json): each gets the profiles
+/// of the tools its dependency files name; bad input writes nothing; and the Rails app's
+/// generated setup runs through the matrix (its imported topology and the detected rails
+/// profile, one seed).
+#[test]
+fn init_writes_a_working_setup_from_a_repository() {
+    let _one = serial();
+    let dir = tmp("init");
+    let fixtures = root().join("harness/tests/fixtures/init");
+    for app in ["rails-app", "go-service", "node-app"] {
+        let from = fixtures.join(app);
+        let to = dir.join(app);
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(&from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+    let init = |args: &[&str]| {
+        let mut all = vec!["init"];
+        all.extend_from_slice(args);
+        pgchaos(&all)
+    };
+    let at = |app: &str| dir.join(app).to_str().unwrap().to_string();
+    let profiles = |app: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir.join(app).join("pgchaos/profiles"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let ini = dir.join("rails-app/pgbouncer.ini");
+    let o = init(&[
+        &at("rails-app"),
+        "--from",
+        ini.to_str().unwrap(),
+        "--name",
+        "prod",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(profiles("rails-app"), vec!["good-job.yaml", "rails.yaml"]);
+    assert!(text(&o).contains("profile rails: activerecord (ruby) in Gemfile.lock"));
+    let o = init(&[&at("go-service")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(profiles("go-service"), vec!["golang-migrate.yaml"]);
+    let o = init(&[&at("node-app")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(profiles("node-app"), vec!["prisma.yaml"]);
+    for app in ["rails-app", "go-service", "node-app"] {
+        let r = dir.join(app);
+        assert!(r.join(".github/workflows/pgchaos.yml").is_file());
+        assert!(r.join("pgchaos/topologies/direct.yaml").is_file());
+        let sh = std::fs::read_to_string(r.join("pgchaos/matrix.sh")).unwrap();
+        assert!(sh.contains(
+            "pgchaos matrix --profiles pgchaos/profiles --topologies pgchaos/topologies"
+        ));
+    }
+    let prod = std::fs::read_to_string(dir.join("rails-app/pgchaos/topologies/prod.yaml")).unwrap();
+    assert!(prod.contains("pool_mode: transaction"), "{prod}");
+    // Bad input: nothing is written.
+    let o = init(&[&at("go-service")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("give --force"), "{}", text(&o));
+    let o = init(&[dir.join("nowhere").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("no such directory"), "{}", text(&o));
+    let broken = dir.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("package.json"), "{ \"dependencies\": ").unwrap();
+    std::os::unix::fs::symlink("/nonexistent/go.mod", broken.join("go.mod")).unwrap();
+    let o = init(&[broken.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("cannot read the dependency file") || text(&o).contains("not valid JSON"),
+        "{}",
+        text(&o)
+    );
+    assert!(!broken.join("pgchaos").exists() && !broken.join(".github").exists());
+    std::fs::remove_file(broken.join("go.mod")).unwrap();
+    let o = init(&[broken.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("package.json: line 1, column"),
+        "{}",
+        text(&o)
+    );
+    assert!(!broken.join("pgchaos").exists());
+    // The generated setup runs: the Rails app's imported topology (and the direct baseline)
+    // with the detected rails profile, from the repository's root as matrix.sh runs it.
+    let app = dir.join("rails-app");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pgchaos"))
+        .args([
+            "matrix",
+            "--profiles",
+            "pgchaos/profiles/rails.yaml",
+            "--topologies",
+            "pgchaos/topologies",
+            "--seeds",
+            "1",
+            "--max-shrink-runs",
+            "2",
+            "--dir",
+            "matrix-out",
+        ])
+        .current_dir(&app)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(app.join("matrix-out/matrix.json")).unwrap())
+            .unwrap();
+    let worst = |t: &str| {
+        m["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["topology"] == t)
+            .unwrap_or_else(|| panic!("no cell on {t}: {m}"))["worst"]
+            .clone()
+    };
+    // Rails behind the team's transaction pooling runs twice; directly, its error path.
+    assert_eq!(worst("prod"), "ran twice", "{m}");
+    assert_eq!(worst("direct"), "error path", "{m}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

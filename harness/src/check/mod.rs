@@ -687,11 +687,22 @@ pub struct FirstFailure {
     /// Evidence replays of the minimal case (more than one only in the concurrent schedule,
     /// when the first did not show the violation).
     pub evidence_runs: u32,
-    /// The minimal case replayed with full evidence, and the checker's verdict on it.
+    /// The minimal case replayed with full evidence, and the checker's verdict on it. In the
+    /// concurrent schedule, until an evidence replay replaces it, the failing case as it ran
+    /// (every concurrent case records what an evidence replay would): a failure that is not
+    /// shrunk (`--max-shrink-runs 0`, or `chaos --seeds --shrink once` after an earlier seed)
+    /// is its own evidence.
     pub evidence: Option<(Vec<Event>, CaseCheck)>,
+    /// `evidence` is the generated case itself, not a replay.
+    evidence_from_run: bool,
 }
 
 impl FirstFailure {
+    /// The evidence is the generated case as it ran: it was not shrunk nor replayed.
+    pub fn unshrunk(&self) -> bool {
+        self.evidence_from_run
+    }
+
     pub fn minimal(&self) -> Option<Vec<Step>> {
         let (events, _) = self.evidence.as_ref()?;
         CaseView::build(events).ok().map(|v| v.steps())
@@ -799,7 +810,11 @@ impl Tally {
                         .or_default()
                         .push(index);
                     if !self.failures.iter().any(|f| f.invariant == inv) {
+                        let own = (view.start.schedule == Schedule::Concurrent)
+                            .then(|| (events.to_vec(), check.clone()));
                         self.failures.push(FirstFailure {
+                            evidence_from_run: own.is_some(),
+                            evidence: own,
                             invariant: inv.clone(),
                             case_index: view.start.case,
                             case_seed: view.start.seed,
@@ -808,7 +823,6 @@ impl Tally {
                             shrink_ns: 0,
                             shrink_started: None,
                             evidence_runs: 0,
-                            evidence: None,
                         });
                         fresh.push(inv);
                     }
@@ -834,8 +848,9 @@ impl Tally {
                     let shown = |e: &Option<(Vec<Event>, CaseCheck)>| {
                         e.as_ref().is_some_and(|(_, c)| c.violates(&f.invariant))
                     };
-                    if !shown(&f.evidence) {
+                    if f.evidence_from_run || !shown(&f.evidence) {
                         f.evidence = Some((events.to_vec(), check.clone()));
+                        f.evidence_from_run = false;
                     }
                     first_minimal.get_or_insert(end_t);
                 }

@@ -354,14 +354,19 @@ mod tests {
         ];
         let text = describe(&obs, &running, &BTreeMap::new());
         assert!(
-            text.contains("host_freeze_postgres in progress (C3's step, 0.150 s so far): nothing passes"),
+            text.contains(
+                "host_freeze_postgres in progress (C3's step, 0.150 s so far): nothing passes"
+            ),
             "{text}"
         );
         assert!(
             text.contains("C1 unlock (2.100 s so far) waits for a connection, while host_freeze_postgres holds"),
             "{text}"
         );
-        assert!(!text.contains("C3 host_freeze_postgres (0.150 s so far) waits"), "{text}");
+        assert!(
+            !text.contains("C3 host_freeze_postgres (0.150 s so far) waits"),
+            "{text}"
+        );
     }
 
     /// The article's starvation: C1 holds 42 and needs a pool connection for its next op;

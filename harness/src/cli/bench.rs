@@ -175,6 +175,13 @@ async fn measure(cluster: &Cluster, a: &Args, clients: u32, key: Key) -> Result<
 /// The workers: one connection per client, try-lock then unlock-all until the time is up;
 /// with `sampler`, the concurrent schedule's sampler beside them. Returns op pairs per
 /// second and samples per second.
+///
+/// The clients run on a multi-threaded runtime of their own, on a thread of its own, with
+/// as many worker threads as pgbench gets (`-j`: the CPUs, at most one per client): each
+/// client is a task, and its connection's protocol work is a task too, so both CPUs drive
+/// clients, as pgbench's two threads do. The servers stay where they were spawned (this
+/// process's main thread, to which their parent-death signal is tied), and the sampler
+/// stays on the main runtime with the observer's connection.
 async fn workers(
     cluster: &Cluster,
     clients: u32,
@@ -183,40 +190,92 @@ async fn workers(
     sampler: Option<(&Observer, Duration)>,
 ) -> Result<(f64, f64)> {
     let config = cluster.client_config();
-    let mut conns = vec![];
-    for _ in 0..clients {
-        conns.push(launch::connect(&config).await?);
-    }
-    let start = Instant::now();
-    let end = start + dur;
-    let loops = conns.iter().map(|c| async move {
-        let mut pairs = 0u64;
-        while Instant::now() < end {
-            for s in sql {
-                launch::timed(c.simple_query(s)).await?;
-            }
-            pairs += 1;
-        }
-        Ok::<_, anyhow::Error>(pairs)
-    });
+    let sql: Vec<String> = sql.to_vec();
+    let threads = client_threads(clients);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("bench-clients".into())
+        .spawn(move || {
+            let run = || -> Result<f64> {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads)
+                    .enable_all()
+                    .build()
+                    .context("starting the clients' runtime")?;
+                rt.block_on(async move {
+                    let mut conns = vec![];
+                    for _ in 0..clients {
+                        conns.push(std::sync::Arc::new(launch::connect(&config).await?));
+                    }
+                    let sql = std::sync::Arc::new(sql);
+                    let start = Instant::now();
+                    let end = start + dur;
+                    let _ = started_tx.send(end);
+                    let loops: Vec<_> = conns
+                        .into_iter()
+                        .map(|c| {
+                            let sql = sql.clone();
+                            tokio::spawn(async move {
+                                let mut pairs = 0u64;
+                                while Instant::now() < end {
+                                    for s in sql.iter() {
+                                        launch::timed(c.simple_query(s)).await?;
+                                    }
+                                    pairs += 1;
+                                }
+                                Ok::<_, anyhow::Error>(pairs)
+                            })
+                        })
+                        .collect();
+                    let mut pairs = 0;
+                    for l in loops {
+                        pairs += l
+                            .await
+                            .context("bench worker panicked")?
+                            .context("bench worker")?;
+                    }
+                    Ok(pairs as f64 / start.elapsed().as_secs_f64())
+                })
+            };
+            let _ = tx.send(run());
+        })
+        .context("starting the clients' thread")?;
     let sampling = async {
         let mut n = 0u64;
         if let Some((obs, every)) = sampler {
+            // From the clients' start to their end.
+            let Ok(end) = started_rx.await else {
+                return Ok((0, Duration::ZERO));
+            };
+            let t = Instant::now();
             while Instant::now() < end {
                 obs.sample(false).await?;
                 n += 1;
                 tokio::time::sleep(every).await;
             }
+            return Ok((n, t.elapsed()));
         }
-        Ok::<_, anyhow::Error>(n)
+        Ok::<_, anyhow::Error>((n, Duration::ZERO))
     };
-    let (done, samples) = tokio::join!(futures_util::future::join_all(loops), sampling);
-    let secs = start.elapsed().as_secs_f64();
-    let mut pairs = 0;
-    for d in done {
-        pairs += d.context("bench worker")?;
-    }
-    Ok((pairs as f64 / secs, samples? as f64 / secs))
+    let (done, samples) = tokio::join!(rx, sampling);
+    let rate = done.map_err(|_| anyhow!("the clients' thread ended without a result"))??;
+    let (n, secs) = samples?;
+    let per_s = if secs.is_zero() {
+        0.0
+    } else {
+        n as f64 / secs.as_secs_f64()
+    };
+    Ok((rate, per_s))
+}
+
+/// Client threads: as pgbench's `-j` here, the CPUs, at most one per client.
+fn client_threads(clients: u32) -> usize {
+    clients.min(
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1),
+    ) as usize
 }
 
 /// pgbench with the same statements (one transaction = the two statements), the same
@@ -241,11 +300,7 @@ async fn pgbench(
         None => bail!("the client connection has no host"),
     };
     let port = config.get_ports().first().copied().unwrap_or(5432);
-    let threads = clients.min(
-        std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1),
-    );
+    let threads = client_threads(clients);
     let mut cmd = tokio::process::Command::new(&exe);
     cmd.args(["-n", "-f"])
         .arg(script)

@@ -2,15 +2,17 @@
 //! report directory, write the report, print the verdict table.
 
 use super::{Exit, cpu_for, load, parse_duration, with_schedule};
-use crate::engine::{self, RunOptions, Sink};
+use crate::engine::{self, RunOptions, ShrinkChoice, Sink};
 use crate::history::{self, Body, HistoryWriter, RunEnd};
 use crate::launch::{self, LaunchOptions};
 use crate::report::results::HistoryOut;
 use crate::report::terminal::{Progress, verdict_table};
 use crate::report::{self, Results, RunDir, junit};
 use crate::run::Runner;
+use crate::vocab::{Partition, parse_seeds};
 use crate::workload;
 use anyhow::{Context, Result, anyhow, bail};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -43,8 +45,8 @@ pub struct Args {
     /// or a CPU number. Default: PGCHAOS_CPU, else auto.
     #[arg(long)]
     cpu: Option<String>,
-    /// Cap on shrink replays (the topology's `run.max_shrink_runs`; 0: no shrinking, the
-    /// failing case itself is replayed with evidence).
+    /// Cap on shrink replays (the topology's `run.max_shrink_runs`; 0: no shrinking: the
+    /// failing case is replayed with evidence, or in the concurrent schedule is its own).
     #[arg(long)]
     max_shrink_runs: Option<u32>,
     /// Run cases `sequential` or `concurrent`, whatever the topology's `run.schedule` says.
@@ -54,17 +56,51 @@ pub struct Args {
     /// when its verdict differs from `expect`), once the report directory is in place.
     #[arg(long, value_name = "PATH")]
     junit: Option<PathBuf>,
+    /// Several seeds, one run each on the same servers (each its own report directory):
+    /// `1-3` or `1,5,9`. The reset between cases also separates the runs.
+    #[arg(long, conflicts_with = "seed")]
+    seeds: Option<String>,
+    /// Run only partition K of N of the `--seeds` (by count: seed i of the list goes to
+    /// partition i mod N + 1), as CI runners split a long list.
+    #[arg(long, value_name = "K/N")]
+    partition: Option<String>,
+    /// With --seeds: `every` seed's run shrinks its failures (default), or `once`: an
+    /// invariant is shrunk in the first run that violates it, and later runs keep their
+    /// failing case as it ran (in the concurrent schedule its own evidence).
+    #[arg(long, value_name = "every|once")]
+    shrink: Option<String>,
+    /// Shrink only these invariants' failures, and of a group `a|b` the first violated (one
+    /// minimal case serves the group): `app.mutual_exclusion|app.applied_once,app.no_orphans`.
+    /// Other failures keep their failing case as it ran; `pg.*` ones are always shrunk.
+    #[arg(long, value_name = "INV[|INV],...")]
+    shrink_only: Option<String>,
 }
 
 pub async fn chaos(a: Args) -> Result<Exit> {
     let topo = with_schedule(load(&a.topology)?, a.schedule.as_deref())?;
-    let seed = match a.seed.as_deref().map(str::trim) {
-        None => topo.run.seed.unwrap_or_else(workload::random_seed),
-        Some("random") => workload::random_seed(),
-        Some(s) => s
-            .parse()
-            .map_err(|_| anyhow!("--seed {s:?}: expected a non-negative integer or `random`"))?,
-    };
+    let mut seeds =
+        match (a.seed.as_deref().map(str::trim), a.seeds.as_deref()) {
+            (Some(_), Some(_)) => bail!("--seed and --seeds: give one"),
+            (None, Some(list)) => parse_seeds(list)?,
+            (None, None) => vec![topo.run.seed.unwrap_or_else(workload::random_seed)],
+            (Some("random"), None) => vec![workload::random_seed()],
+            (Some(s), None) => vec![s.parse().map_err(|_| {
+                anyhow!("--seed {s:?}: expected a non-negative integer or `random`")
+            })?],
+        };
+    if let Some(p) = &a.partition {
+        if a.seeds.is_none() {
+            bail!("--partition splits a list of seeds: give --seeds too");
+        }
+        let p = Partition::parse(p)?;
+        seeds = p.pick(seeds);
+        if seeds.is_empty() {
+            println!(
+                "partition {p} has no seeds to run (more partitions than seeds): nothing to do"
+            );
+            return Ok(Exit::Ok);
+        }
+    }
     let time_limit = match a.time_limit {
         Some(s) => parse_duration(&s)?,
         None => topo.run.time_limit,
@@ -77,12 +113,24 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     if cases == 0 {
         bail!("--cases must be at least 1");
     }
+    let shrink_once = match a.shrink.as_deref().map(str::trim) {
+        None | Some("every") => false,
+        Some("once") => true,
+        Some(s) => bail!(
+            "--shrink {s:?}: expected `every` (each seed's run shrinks its failures) or `once` (an invariant is shrunk in the first seed's run that violates it)"
+        ),
+    };
+    let only = a
+        .shrink_only
+        .as_deref()
+        .map(ShrinkChoice::parse_only)
+        .transpose()?;
     let cpu = cpu_for(&topo, a.cpu.as_deref())?;
     if let Some(p) = &a.junit {
         junit_path_usable(p)?;
     }
-    // The report directory first: a bad --out fails before anything starts.
-    let run_dir = RunDir::create(&a.out, &topo.name, seed)?;
+    // The first report directory before anything starts: a bad --out fails first.
+    let first_dir = RunDir::create(&a.out, &topo.name, seeds[0])?;
     let cluster = launch::launch(
         &topo,
         LaunchOptions {
@@ -92,11 +140,17 @@ pub async fn chaos(a: Args) -> Result<Exit> {
         },
     )
     .await?;
-    let label = report::topo_label(&topo);
     eprintln!(
-        "pgchaos: {} ready in {} ms; seed {seed}; {cases} cases; {}; versions PG {} {} {}{}",
+        "pgchaos: {} ready in {} ms; {}; {cases} cases; {}; versions PG {} {} {}{}",
         topo.name,
         cluster.ready_ms,
+        match seeds.as_slice() {
+            [s] => format!("seed {s}"),
+            many => format!(
+                "seeds {} (one run each, on these servers)",
+                crate::report::matrix::seeds_text(many)
+            ),
+        },
         match cluster.pinned_cpu {
             Some(c) => format!("pinned to CPU {c}"),
             None => "not pinned".into(),
@@ -115,6 +169,78 @@ pub async fn chaos(a: Args) -> Result<Exit> {
         }
     );
     let runner = Runner::new(&cluster).await?;
+    let mut shrunk: BTreeSet<String> = BTreeSet::new();
+    let mut junit_cases = vec![];
+    let mut passed = true;
+    let mut first_dir = Some(first_dir);
+    for &seed in &seeds {
+        let run_dir = match first_dir.take() {
+            Some(d) => d,
+            None => RunDir::create(&a.out, &topo.name, seed)?,
+        };
+        let opts = RunOptions {
+            cases,
+            seed,
+            time_limit,
+            shrink_time,
+            max_shrink_runs: a.max_shrink_runs.unwrap_or(topo.run.max_shrink_runs),
+            shrink: ShrinkChoice {
+                only: only.clone(),
+                done: if shrink_once {
+                    shrunk.clone()
+                } else {
+                    BTreeSet::new()
+                },
+            },
+        };
+        let (results, dir) = one_seed(&runner, &topo, run_dir, &opts, a.quiet).await?;
+        for f in &results.invariants {
+            if f.first_failure.as_ref().is_some_and(|f| f.shrink_runs > 0) {
+                shrunk.insert(f.name.clone());
+            }
+        }
+        if a.junit.is_some() {
+            let mut cases = junit::from_results(&results, &dir);
+            if seeds.len() > 1 {
+                for c in &mut cases {
+                    c.name = format!("{} (seed {seed})", c.name);
+                }
+            }
+            junit_cases.extend(cases);
+        }
+        passed &= results.passed();
+    }
+    if let Some(p) = &a.junit {
+        let xml = junit::junit_xml(&format!("pgchaos.{}", topo.name), &junit_cases);
+        std::fs::write(p, xml).with_context(|| {
+            format!(
+                "--junit {}: cannot write the JUnit XML (the reports are under {})",
+                p.display(),
+                a.out.display()
+            )
+        })?;
+        println!("junit: {}", p.display());
+    }
+    if passed {
+        Ok(Exit::Ok)
+    } else {
+        Ok(Exit::Mismatch)
+    }
+}
+
+/// One seed's run on the launched servers: its own report directory, history and verdicts
+/// (what a `chaos --seed S` run writes). Returns the results and the committed directory.
+async fn one_seed(
+    runner: &Runner<'_>,
+    topo: &crate::topology::Topology,
+    run_dir: RunDir,
+    opts: &RunOptions,
+    quiet: bool,
+) -> Result<(Results, PathBuf)> {
+    let cluster = runner.cluster;
+    let seed = opts.seed;
+    let cases = opts.cases;
+    let label = report::topo_label(topo);
     let topo_copy = run_dir.path().join("topology.yaml");
     std::fs::write(&topo_copy, &topo.text)
         .with_context(|| format!("{}: writing", topo_copy.display()))?;
@@ -125,20 +251,8 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     let mut sink = Sink::new(Instant::now(), runner.check_context(), Some(&writer));
     sink.rec.emit(Body::Run(Box::new(header.clone())));
     sink.write_loose()?;
-    let progress = Progress::new(cases, a.quiet, &label);
-    let outcome = engine::run(
-        &runner,
-        &mut sink,
-        &RunOptions {
-            cases,
-            seed,
-            time_limit,
-            shrink_time,
-            max_shrink_runs: a.max_shrink_runs.unwrap_or(topo.run.max_shrink_runs),
-        },
-        &mut |e| progress.event(e),
-    )
-    .await?;
+    let progress = Progress::new(cases, quiet, &label);
+    let outcome = engine::run(runner, &mut sink, opts, &mut |e| progress.event(e)).await?;
     progress.finish();
     sink.rec.emit(Body::RunEnd(RunEnd {
         cases: sink.tally.cases,
@@ -149,7 +263,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     let tally = sink.into_tally();
     let written = writer.finish()?;
     let mut results = Results::build(
-        &topo,
+        topo,
         &header,
         &tally,
         outcome.stopped_by_time_limit,
@@ -169,7 +283,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     report::write_report(
         run_dir.path(),
         run_dir.final_path(),
-        &topo,
+        topo,
         &header,
         &results,
         &tally,
@@ -197,8 +311,9 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     );
     for f in &tally.failures {
         println!(
-            "  {}: minimal case {} steps -> pgchaos reproduce {}/failures/{}/case.yaml",
+            "  {}: {} case {} steps -> pgchaos reproduce {}/failures/{}/case.yaml",
             f.invariant,
+            if f.unshrunk() { "unshrunk" } else { "minimal" },
             f.minimal().map(|m| m.len()).unwrap_or(0),
             dir.display(),
             f.invariant
@@ -206,20 +321,6 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     }
     println!("report: {}", dir.join("report.md").display());
     println!("html: {}", dir.join("report.html").display());
-    if let Some(p) = &a.junit {
-        let xml = junit::junit_xml(
-            &format!("pgchaos.{}", results.topology),
-            &junit::from_results(&results, &dir),
-        );
-        std::fs::write(p, xml).with_context(|| {
-            format!(
-                "--junit {}: cannot write the JUnit XML (the run's report is in {})",
-                p.display(),
-                dir.display()
-            )
-        })?;
-        println!("junit: {}", p.display());
-    }
     if results.pg_violated() {
         println!(
             "!!! a pg.* invariant was violated: PostgreSQL, the pooler or pgchaos is wrong. Read the report."
@@ -227,11 +328,10 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     }
     if results.passed() {
         println!("verdicts match the topology's expect block: PASS");
-        Ok(Exit::Ok)
     } else {
         println!("verdicts differ from the topology's expect block: FAIL");
-        Ok(Exit::Mismatch)
     }
+    Ok((results, dir))
 }
 
 /// `--junit PATH` checked before the run: not a directory, and its directory exists (a typo

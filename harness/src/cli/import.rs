@@ -30,33 +30,36 @@ pub struct Args {
     force: bool,
 }
 
-pub fn import(a: Args) -> Result<Exit> {
-    let src = std::fs::read_to_string(&a.ini)
-        .with_context(|| format!("{}: cannot read", a.ini.display()))?;
-    let name = match &a.name {
-        Some(n) if is_topology_name(n) => n.clone(),
+/// A pooler's configuration file as a topology: its name (`name`, else the file's stem,
+/// sanitised), the YAML text and the topology it parses to (checked: a text that does not
+/// load is a bug here), and the importer's one-line summary. Which pooler's file it is, and
+/// how it maps, is the pooler's (`pooler::KINDS`). `target` is where it will be written (the
+/// topology's recorded source); `version`: the pooler release to declare (its default when
+/// `None`).
+pub(super) fn render(
+    ini: &Path,
+    name: Option<&str>,
+    target: impl Fn(&str) -> PathBuf,
+    version: Option<&str>,
+) -> Result<(String, String, Topology, String)> {
+    let src =
+        std::fs::read_to_string(ini).with_context(|| format!("{}: cannot read", ini.display()))?;
+    let name = match name {
+        Some(n) if is_topology_name(n) => n.to_string(),
         Some(n) => bail!("--name {n:?}: expected 1 to 64 characters of a-z, 0-9 and -"),
         None => sanitise_name(
-            &a.ini
-                .file_stem()
+            &ini.file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         ),
     };
-    let target = match &a.out {
-        Some(p) => p.clone(),
-        None => topology::resolve("direct")
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("topologies"))
-            .join(format!("{name}.yaml")),
-    };
-    let shown = std::fs::canonicalize(&a.ini).unwrap_or_else(|_| a.ini.clone());
+    let target = target(&name);
+    let shown = std::fs::canonicalize(ini).unwrap_or_else(|_| ini.to_path_buf());
     let stamp = crate::vocab::backend::format_timestamptz(now_us());
     let Some(kind) = crate::pooler::KINDS.iter().find(|k| k.recognises(&src)) else {
         bail!(
             "{}: not a configuration file of a pooler pgchaos knows ({})",
-            a.ini.display(),
+            ini.display(),
             crate::pooler::KINDS
                 .iter()
                 .map(|k| k.file_kind())
@@ -66,12 +69,12 @@ pub fn import(a: Args) -> Result<Exit> {
     };
     let imported = kind.import(
         &src,
-        &a.ini,
+        ini,
         &crate::pooler::Origin {
             ini: &shown,
             when: &stamp,
             name: &name,
-            version: a.pooler_version.as_deref(),
+            version,
         },
     )?;
     // The written file must load: anything else is a bug here, not the user's input.
@@ -80,13 +83,27 @@ pub fn import(a: Args) -> Result<Exit> {
             "internal error: the generated topology does not load (a bug in pgchaos import):\n{e}"
         )
     })?;
-    write_new(&target, &imported.yaml, a.force)?;
-    println!(
-        "{}: written ({}): {}",
-        target.display(),
-        topo.name,
-        imported.summary
-    );
+    Ok((name, imported.yaml, topo, imported.summary))
+}
+
+pub fn import(a: Args) -> Result<Exit> {
+    let out = a.out.clone();
+    let (_, yaml, topo, summary) = render(
+        &a.ini,
+        a.name.as_deref(),
+        |name| match &out {
+            Some(p) => p.clone(),
+            None => topology::resolve("direct")
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("topologies"))
+                .join(format!("{name}.yaml")),
+        },
+        a.pooler_version.as_deref(),
+    )?;
+    let target = topo.source.clone();
+    write_new(&target, &yaml, a.force)?;
+    println!("{}: written ({}): {summary}", target.display(), topo.name);
     println!(
         "next: pgchaos chaos {}, then fill `expect:` from the verdict table",
         target.display()

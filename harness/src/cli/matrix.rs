@@ -1,41 +1,70 @@
-//! `pgchaos matrix`: every profile on every topology, each (profile, topology, seed) one
-//! `pgchaos chaos` run of the composed topology in a child process (its own servers, its
-//! own report directory), then the cells classed from each run's results and history.
-//! Writes `reports/matrix/<stamp>/` (matrix.md, .json, .html, the composed topologies and
-//! the runs), complete or absent; `--junit` and `--update-readme` after it.
+//! `pgchaos matrix`: every profile on every topology. Each cell (profile, topology) is one
+//! child process, `pgchaos chaos COMPOSED --seeds ...` (one launch of its servers, one run
+//! and report directory per seed, each violated invariant shrunk once per cell and only when
+//! it is a class's evidence), cells side by side (`--jobs`); then each run is classed from
+//! its results and history. `--partition K/N` runs a share of the cells (by count, as
+//! cargo-nextest's `count:`), `merge` (cli/merge.rs) puts partitions together. Writes
+//! `reports/matrix/<stamp>/` or `--dir` (matrix.json, .md, .html, junit.xml, the composed
+//! topologies and the runs), complete or absent; `--junit` and `--update-readme` after it.
 
 use super::Exit;
-use crate::profile::{self, Compose, Profile, RunFacts};
+use crate::profile::{self, Class, Compose, Profile, RunFacts};
 use crate::report::RunDir;
 use crate::report::junit::junit_xml;
-use crate::report::matrix::{Cell, CellRun, Matrix, ProfileRow};
+use crate::report::matrix::{Cell, CellRun, Matrix, PlannedCell, ProfileRow, fingerprint};
+use crate::topology::limits::{MAX_TIME_SCALE, MIN_TIME_SCALE};
+use crate::vocab::{Partition, parse_seeds};
 use anyhow::{Context, Result, anyhow, bail};
+use futures_util::StreamExt;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Profiles, by name (profiles/NAME.yaml) or path; comma-separated or repeated
-    /// (default: every file in profiles/).
+    /// Profiles, by name (profiles/NAME.yaml), path, or a directory of them; comma-separated
+    /// or repeated (default: every file in profiles/).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
-    /// Topologies, by name or path (default: direct, session-mode, transaction-mode,
-    /// transaction-mode-xact, transaction-mode-reset-always).
+    /// Topologies, by name, path, or a directory of them (default: direct, session-mode,
+    /// transaction-mode, transaction-mode-xact, transaction-mode-reset-always).
     #[arg(long, value_delimiter = ',')]
     topologies: Vec<String>,
     /// Replicas of each profile (default: the profile's own, 5).
     #[arg(long)]
     replicas: Option<u32>,
-    /// Seeds: `1-3`, or `1,5,9` (one run each).
+    /// Seeds: `1-3`, or `1,5,9` (one run each; a cell's runs share its servers).
     #[arg(long, default_value = "1-3")]
     seeds: String,
     /// Report root (default: reports/; the matrix goes to <out>/matrix/<stamp>/).
     #[arg(long, default_value = "reports")]
     out: PathBuf,
-    /// Shrink replays per violated invariant in each run.
+    /// Write the matrix into exactly this directory instead (it must not exist, or be
+    /// empty): what CI uploads.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Shrink candidates per violated invariant in a run.
     #[arg(long, default_value_t = 6)]
     max_shrink_runs: u32,
-    /// Also write the cells as JUnit XML here.
+    /// `once`: a cell's runs shrink each violated invariant in the first seed's run that
+    /// violates it, later seeds keep their failing case as it ran (its own evidence);
+    /// `every`: each run shrinks its own failures.
+    #[arg(long, default_value = "once", value_name = "once|every")]
+    shrink: String,
+    /// Cells run at once, each in its own child process with its own servers (default: the
+    /// CPUs this process may use).
+    #[arg(long, short = 'j')]
+    jobs: Option<u32>,
+    /// Multiply every duration of the profiles' scripts (sleeps, migrations, lock_timeout)
+    /// by this: 0.5 runs each protocol twice as fast (the composed topologies say so,
+    /// `run.time_scale`). Default 1: as the profiles are written.
+    #[arg(long, value_name = "F")]
+    time_scale: Option<f64>,
+    /// Run only partition K of N of the cells (by count, in matrix order: cell i goes to
+    /// partition i mod N + 1); `pgchaos merge` combines the partitions' directories.
+    #[arg(long, value_name = "K/N")]
+    partition: Option<String>,
+    /// Also write the cells as JUnit XML here (the matrix directory has `junit.xml` too).
     #[arg(long)]
     junit: Option<PathBuf>,
     /// Replace the table between `<!-- matrix:begin -->` and `<!-- matrix:end -->` in
@@ -44,28 +73,47 @@ pub struct Args {
     update_readme: Option<PathBuf>,
 }
 
-/// `1-3` or `1,5,9`.
-fn parse_seeds(s: &str) -> Result<Vec<u64>> {
-    let bad = || anyhow!("--seeds {s:?}: expected a range like `1-3` or a list like `1,5,9`");
-    let s = s.trim();
-    if let Some((a, b)) = s.split_once('-') {
-        let (a, b): (u64, u64) = (
-            a.trim().parse().map_err(|_| bad())?,
-            b.trim().parse().map_err(|_| bad())?,
-        );
-        if a > b || b - a >= 100 {
-            return Err(bad());
+/// A cell to run: a profile composed with a topology.
+struct Planned<'p> {
+    profile: &'p Profile,
+    topology: String,
+    /// The composed topology's file, relative to the matrix directory.
+    file: String,
+    text: String,
+    fingerprint: String,
+}
+
+/// `--profiles`: names, paths and directories (every `*.yaml` in it, by name).
+fn profile_paths(args: &[String]) -> Result<Vec<PathBuf>> {
+    if args.is_empty() {
+        return Ok(profile::all()?
+            .iter()
+            .map(|n| profile::resolve(n))
+            .collect());
+    }
+    let mut out = vec![];
+    for a in args {
+        let p = Path::new(a);
+        if p.is_dir() {
+            let mut found = vec![];
+            for e in std::fs::read_dir(p).with_context(|| format!("--profiles {a}: reading"))? {
+                let f = e
+                    .with_context(|| format!("--profiles {a}: reading"))?
+                    .path();
+                if f.extension().is_some_and(|x| x == "yaml") {
+                    found.push(f);
+                }
+            }
+            if found.is_empty() {
+                bail!("--profiles {a}: the directory has no profiles (*.yaml)");
+            }
+            found.sort();
+            out.extend(found);
+        } else {
+            out.push(profile::resolve(a));
         }
-        return Ok((a..=b).collect());
     }
-    let seeds: Vec<u64> = s
-        .split(',')
-        .map(|x| x.trim().parse().map_err(|_| bad()))
-        .collect::<Result<_>>()?;
-    if seeds.is_empty() {
-        return Err(bad());
-    }
-    Ok(seeds)
+    Ok(out)
 }
 
 pub async fn matrix(a: Args) -> Result<Exit> {
@@ -74,16 +122,46 @@ pub async fn matrix(a: Args) -> Result<Exit> {
     if a.replicas == Some(0) {
         bail!("--replicas must be at least 1");
     }
-    // Everything is read and composed before anything runs: bad input fails first.
-    let names = if a.profiles.is_empty() {
-        profile::all()?
-    } else {
-        a.profiles.clone()
+    let shrink_once = match a.shrink.trim() {
+        "once" => true,
+        "every" => false,
+        s => bail!("--shrink {s:?}: expected `once` or `every`"),
     };
-    let profiles: Vec<Profile> = names
+    let time_scale_milli = match a.time_scale {
+        None => 1000,
+        Some(f) if (MIN_TIME_SCALE..=MAX_TIME_SCALE).contains(&f) => (f * 1000.0).round() as u32,
+        Some(f) => {
+            bail!("--time-scale {f}: expected a number from {MIN_TIME_SCALE} to {MAX_TIME_SCALE}")
+        }
+    };
+    let partition = a.partition.as_deref().map(Partition::parse).transpose()?;
+    if partition.is_some() && a.update_readme.is_some() {
+        bail!(
+            "--update-readme with --partition: a partition is not the whole matrix; merge the partitions, or run the matrix whole"
+        );
+    }
+    let jobs = match a.jobs {
+        Some(0) => bail!("--jobs must be at least 1"),
+        Some(j) => j,
+        None => std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1),
+    };
+    // Everything is read and composed before anything runs: bad input fails first.
+    let profiles: Vec<Profile> = profile_paths(&a.profiles)?
         .iter()
-        .map(|n| Profile::load(&profile::resolve(n)))
+        .map(|p| Profile::load(p))
         .collect::<Result<_>>()?;
+    let mut names = BTreeSet::new();
+    for p in &profiles {
+        if !names.insert(&p.name) {
+            bail!(
+                "--profiles: two profiles are named {} ({})",
+                p.name,
+                p.path.display()
+            );
+        }
+    }
     let topo_args: Vec<String> = if a.topologies.is_empty() {
         profile::DEFAULT_TOPOLOGIES
             .iter()
@@ -92,9 +170,34 @@ pub async fn matrix(a: Args) -> Result<Exit> {
     } else {
         a.topologies.clone()
     };
-    let mut bases = vec![];
+    let mut topo_files = vec![];
     for t in &topo_args {
+        let p = Path::new(t);
+        if p.is_dir() {
+            let mut found = vec![];
+            for e in std::fs::read_dir(p).with_context(|| format!("--topologies {t}: reading"))? {
+                let f = e
+                    .with_context(|| format!("--topologies {t}: reading"))?
+                    .path();
+                if f.extension().is_some_and(|x| x == "yaml") {
+                    found.push(f.display().to_string());
+                }
+            }
+            if found.is_empty() {
+                bail!("--topologies {t}: the directory has no topologies (*.yaml)");
+            }
+            found.sort();
+            topo_files.extend(found);
+        } else {
+            topo_files.push(t.clone());
+        }
+    }
+    let mut bases: Vec<crate::topology::Topology> = vec![];
+    for t in &topo_files {
         let topo = super::load(t)?;
+        if bases.iter().any(|b| b.name == topo.name) {
+            bail!("--topologies: {} is named twice", topo.name);
+        }
         bases.push(topo);
     }
     let compose = Compose {
@@ -102,105 +205,122 @@ pub async fn matrix(a: Args) -> Result<Exit> {
         seed: seeds[0],
         cases: 1,
         max_shrink_runs: a.max_shrink_runs,
+        time_scale_milli,
         ..Compose::default()
     };
-    let mut composed = vec![];
+    let mut plan = vec![];
     for p in &profiles {
         for base in &bases {
             let (text, topo) = p.compose(&base.text, &base.name, &compose)?;
-            composed.push((p, base.name.clone(), text, topo));
+            plan.push(Planned {
+                profile: p,
+                topology: base.name.clone(),
+                file: format!("topologies/{}.yaml", topo.name),
+                fingerprint: fingerprint(&[&p.text, &base.text]),
+                text,
+            });
         }
     }
+    let planned: Vec<PlannedCell> = plan
+        .iter()
+        .map(|c| PlannedCell {
+            profile: c.profile.name.clone(),
+            topology: c.topology.clone(),
+            fingerprint: c.fingerprint.clone(),
+        })
+        .collect();
+    let total = plan.len();
+    let mine: Vec<Planned> = match partition {
+        Some(p) => p.pick(plan),
+        None => plan,
+    };
     let exe = std::env::current_exe().context("finding the pgchaos binary to run cells")?;
-    let dir = RunDir::create(&a.out, "matrix", seeds[0])?;
-    let root = dir.path().to_path_buf();
+    let out = match &a.dir {
+        Some(d) => OutDir::exact(d)?,
+        None => OutDir::Stamped(RunDir::create(&a.out, "matrix", seeds[0])?),
+    };
+    let root = out.path().to_path_buf();
     std::fs::create_dir_all(root.join("topologies"))
         .with_context(|| format!("{}: creating", root.display()))?;
+    for c in &mine {
+        let path = root.join(&c.file);
+        std::fs::write(&path, &c.text).with_context(|| format!("{}: writing", path.display()))?;
+    }
     eprintln!(
-        "pgchaos matrix: {} profiles x {} topologies x {} seeds = {} runs",
+        "pgchaos matrix: {} profiles x {} topologies x {} seeds = {} runs{}; {jobs} cells at a time{}",
         profiles.len(),
         bases.len(),
         seeds.len(),
-        composed.len() * seeds.len()
-    );
-    let mut cells = vec![];
-    let mut versions = None;
-    for (p, tname, text, topo) in &composed {
-        let file = format!("topologies/{}.yaml", topo.name);
-        let path = root.join(&file);
-        std::fs::write(&path, text).with_context(|| format!("{}: writing", path.display()))?;
-        let mut cell = Cell {
-            profile: p.name.clone(),
-            topology: tname.clone(),
-            topology_file: file,
-            expected: p.expected.get(tname).copied(),
-            worst: None,
-            count: 0,
-            runs: vec![],
-        };
-        for &seed in &seeds {
-            let t_run = Instant::now();
-            let run = match run_one(&exe, &path, seed, &root.join("runs"), a.max_shrink_runs).await
-            {
-                Ok(run_dir) => {
-                    let rel = run_dir
-                        .strip_prefix(&root)
-                        .unwrap_or(&run_dir)
-                        .display()
-                        .to_string();
-                    // The versions line, from a pooled run when there is one.
-                    if !versions.as_deref().is_some_and(|v: &str| v.contains(" + "))
-                        && let Ok(r) = crate::report::Results::load(&run_dir)
-                    {
-                        versions = Some(crate::report::html::versions_line(&r));
-                    }
-                    let facts = crate::report::matrix::run_facts(&run_dir)?;
-                    let classes = facts.classes(p.waits_forever);
-                    let worst = classes.first().copied();
-                    let evidence = worst.and_then(|w| {
-                        w.invariants()
-                            .iter()
-                            .map(|inv| format!("failures/{inv}/case.yaml"))
-                            .find(|f| run_dir.join(f).is_file())
-                            .map(|f| format!("{rel}/{f}"))
-                    });
-                    CellRun {
-                        seed,
-                        dir: Some(rel),
-                        classes,
-                        facts,
-                        evidence,
-                        error: None,
-                        run_ms: t_run.elapsed().as_millis() as u64,
-                    }
-                }
-                Err(e) => CellRun {
-                    seed,
-                    dir: None,
-                    classes: Default::default(),
-                    facts: RunFacts::default(),
-                    evidence: None,
-                    error: Some(format!("{e:#}")),
-                    run_ms: t_run.elapsed().as_millis() as u64,
-                },
-            };
-            let names: Vec<&str> = run.classes.iter().map(|c| c.name()).collect();
-            eprintln!(
-                "pgchaos matrix: {} on {} seed {seed}: {} ({:.1} s)",
-                p.name,
-                tname,
-                run.error.clone().unwrap_or_else(|| names.join(", ")),
-                t_run.elapsed().as_secs_f64()
-            );
-            cell.runs.push(run);
+        total * seeds.len(),
+        match partition {
+            Some(p) => format!(
+                "; partition {p}: {} cells, {} runs",
+                mine.len(),
+                mine.len() * seeds.len()
+            ),
+            None => String::new(),
+        },
+        if time_scale_milli == 1000 {
+            String::new()
+        } else {
+            format!("; time scale {}", f64::from(time_scale_milli) / 1000.0)
         }
-        cell.fold();
-        cells.push(cell);
-    }
+    );
+    let opts = CellOpts {
+        exe: &exe,
+        root: &root,
+        seeds: &seeds,
+        max_shrink_runs: a.max_shrink_runs,
+        shrink_once,
+    };
+    let n_mine = mine.len();
+    let done = std::cell::Cell::new(0usize);
+    let mut cells: Vec<(usize, Cell)> = futures_util::stream::iter(mine.iter().enumerate())
+        .map(|(i, c)| {
+            let opts = &opts;
+            let done = &done;
+            async move {
+                let t_cell = Instant::now();
+                let cell = run_cell(opts, c).await;
+                done.set(done.get() + 1);
+                let seeds: Vec<String> = cell
+                    .runs
+                    .iter()
+                    .map(|r| {
+                        let names: Vec<&str> = r.classes.iter().map(|c| c.name()).collect();
+                        format!(
+                            "{} {}",
+                            r.seed,
+                            r.error.clone().unwrap_or_else(|| names.join(", "))
+                        )
+                    })
+                    .collect();
+                eprintln!(
+                    "pgchaos matrix: [{}/{n_mine}] {} on {}: seeds {} ({:.1} s)",
+                    done.get(),
+                    c.profile.name,
+                    c.topology,
+                    seeds.join("; "),
+                    t_cell.elapsed().as_secs_f64()
+                );
+                (i, cell)
+            }
+        })
+        .buffer_unordered(jobs as usize)
+        .collect()
+        .await;
+    cells.sort_by_key(|(i, _)| *i);
+    let cells: Vec<Cell> = cells.into_iter().map(|(_, c)| c).collect();
+    let (versions, servers) = versions_line(&root, &cells);
     let m = Matrix {
-        versions: versions.unwrap_or_else(|| "versions unknown (no run completed)".into()),
+        pgchaos: env!("CARGO_PKG_VERSION").into(),
+        versions,
+        servers,
         seeds: seeds.clone(),
         replicas: a.replicas,
+        time_scale_milli,
+        shrink: if shrink_once { "once" } else { "every" }.into(),
+        max_shrink_runs: a.max_shrink_runs,
         profiles: profiles
             .iter()
             .map(|p| ProfileRow {
@@ -210,28 +330,139 @@ pub async fn matrix(a: Args) -> Result<Exit> {
             })
             .collect(),
         topologies: bases.iter().map(|b| b.name.clone()).collect(),
+        plan: planned,
+        partition,
+        merged: 0,
+        jobs,
         cells,
         run_ms: t0.elapsed().as_millis() as u64,
     };
+    write_matrix(&root, &m)?;
+    let final_dir = out.commit()?;
+    finish(
+        &m,
+        &final_dir,
+        a.junit.as_deref(),
+        a.update_readme.as_deref(),
+    )
+}
+
+/// Where the matrix is written: `<out>/matrix/<stamp>/` (with `latest`), or exactly `--dir`;
+/// either way into a temporary directory first, renamed into place when complete.
+pub(super) enum OutDir {
+    Stamped(RunDir),
+    Exact(ExactDir),
+}
+
+/// `--dir`'s temporary directory, removed if never renamed into place.
+pub(super) struct ExactDir {
+    tmp: PathBuf,
+    dir: PathBuf,
+}
+
+impl OutDir {
+    /// `dir` must not exist, or be an empty directory; its parent must exist.
+    pub(super) fn exact(dir: &Path) -> Result<OutDir> {
+        if dir.exists() {
+            let empty = dir.is_dir()
+                && std::fs::read_dir(dir)
+                    .with_context(|| format!("{}: reading", dir.display()))?
+                    .next()
+                    .is_none();
+            if !empty {
+                bail!(
+                    "{}: exists and is not an empty directory: give a new directory (nothing was written)",
+                    dir.display()
+                );
+            }
+        }
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !parent.is_dir() {
+            bail!(
+                "{}: its directory {} does not exist (nothing was written)",
+                dir.display(),
+                parent.display()
+            );
+        }
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir(&tmp).with_context(|| format!("{}: creating", tmp.display()))?;
+        Ok(OutDir::Exact(ExactDir {
+            tmp,
+            dir: dir.to_path_buf(),
+        }))
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        match self {
+            OutDir::Stamped(r) => r.path(),
+            OutDir::Exact(e) => &e.tmp,
+        }
+    }
+
+    /// Rename into place.
+    pub(super) fn commit(self) -> Result<PathBuf> {
+        match self {
+            OutDir::Stamped(r) => r.commit(),
+            OutDir::Exact(e) => {
+                let (tmp, dir) = (&e.tmp, &e.dir);
+                if dir.exists() {
+                    // Empty (checked before): rename does not replace a directory here.
+                    let _ = std::fs::remove_dir(dir);
+                }
+                std::fs::rename(tmp, dir)
+                    .with_context(|| format!("moving {} to {}", tmp.display(), dir.display()))?;
+                Ok(dir.clone())
+            }
+        }
+    }
+}
+
+impl Drop for ExactDir {
+    fn drop(&mut self) {
+        // Not committed (an error or an interruption): nothing half-written is left. A
+        // committed one was renamed away, so this finds nothing.
+        let _ = std::fs::remove_dir_all(&self.tmp);
+    }
+}
+
+/// `matrix.json`, `matrix.md`, `matrix.html` and `junit.xml` into `root`.
+pub(super) fn write_matrix(root: &Path, m: &Matrix) -> Result<()> {
     let write = |name: &str, text: String| {
         let p = root.join(name);
         std::fs::write(&p, text).with_context(|| format!("{}: writing", p.display()))
     };
-    write("matrix.json", serde_json::to_string_pretty(&m)?)?;
+    write("matrix.json", serde_json::to_string_pretty(m)?)?;
     write("matrix.md", m.markdown())?;
     write("matrix.html", m.html())?;
-    let final_dir = dir.commit()?;
-    if let Some(j) = &a.junit {
-        let cases = m.junit(|rel| std::fs::read_to_string(final_dir.join(rel)).ok());
+    let cases = m.junit(|rel| std::fs::read_to_string(root.join(rel)).ok());
+    write("junit.xml", junit_xml("pgchaos matrix", &cases))?;
+    Ok(())
+}
+
+/// The table, where things are, `--junit`, `--update-readme`, and the exit code.
+pub(super) fn finish(
+    m: &Matrix,
+    dir: &Path,
+    junit: Option<&Path>,
+    update: Option<&Path>,
+) -> Result<Exit> {
+    if let Some(j) = junit {
+        let cases = m.junit(|rel| std::fs::read_to_string(dir.join(rel)).ok());
         std::fs::write(j, junit_xml("pgchaos matrix", &cases))
             .with_context(|| format!("--junit {}: writing", j.display()))?;
     }
-    if let Some(readme) = &a.update_readme {
-        update_readme(readme, &readme_block(&m))?;
+    if let Some(readme) = update {
+        update_readme(readme, &readme_block(m))?;
     }
     println!("{}", m.table(None));
-    println!("matrix: {}", final_dir.join("matrix.md").display());
-    println!("html: {}", final_dir.join("matrix.html").display());
+    println!("matrix: {}", dir.join("matrix.md").display());
+    println!("html: {}", dir.join("matrix.html").display());
+    println!("junit: {}", dir.join("junit.xml").display());
     let differ: Vec<String> = m
         .differing()
         .map(|c| format!("{} on {}", c.profile, c.topology))
@@ -254,20 +485,153 @@ pub async fn matrix(a: Args) -> Result<Exit> {
     }
 }
 
-/// The longest a cell's run may take before it is taken for hung.
+/// The versions line, from a pooled run when there is one, and each server's version.
+fn versions_line(root: &Path, cells: &[Cell]) -> (String, BTreeMap<String, String>) {
+    let mut line = None;
+    let mut servers = BTreeMap::new();
+    for r in cells.iter().flat_map(|c| &c.runs) {
+        let Some(d) = &r.dir else { continue };
+        if let Ok(res) = crate::report::Results::load(&root.join(d)) {
+            servers
+                .entry("postgres".to_string())
+                .or_insert_with(|| res.versions.postgres.clone());
+            if let Some(b) = &res.versions.pooler {
+                servers
+                    .entry(res.pooler.clone())
+                    .or_insert_with(|| b.clone());
+            }
+            let v = crate::report::html::versions_line(&res);
+            // A pooled run's line names its pooler too.
+            if line.as_deref().is_none_or(|l: &str| !l.contains(" + ")) {
+                line = Some(v);
+            }
+        }
+    }
+    (
+        line.unwrap_or_else(|| "versions unknown (no run completed)".into()),
+        servers,
+    )
+}
+
+struct CellOpts<'a> {
+    exe: &'a Path,
+    root: &'a Path,
+    seeds: &'a [u64],
+    max_shrink_runs: u32,
+    shrink_once: bool,
+}
+
+/// One cell: its seeds in one child process (`pgchaos chaos --seeds`), on one set of
+/// servers, then each run classed from its results and history.
+async fn run_cell(o: &CellOpts<'_>, c: &Planned<'_>) -> Cell {
+    let p = c.profile;
+    let mut cell = Cell {
+        profile: p.name.clone(),
+        topology: c.topology.clone(),
+        topology_file: c.file.clone(),
+        expected: p.expected.get(&c.topology).copied(),
+        worst: None,
+        count: 0,
+        runs: vec![],
+    };
+    let t_run = Instant::now();
+    let (dirs, error) = match run_seeds(o, &o.root.join(&c.file)).await {
+        Ok(d) => (d, None),
+        Err((d, e)) => (d, Some(e)),
+    };
+    let each_ms = t_run.elapsed().as_millis() as u64 / o.seeds.len().max(1) as u64;
+    for (i, &seed) in o.seeds.iter().enumerate() {
+        let run = match dirs.get(i) {
+            Some(run_dir) => classify(o.root, run_dir, seed, p.waits_forever, each_ms),
+            None => Err(anyhow!(
+                "{}",
+                error
+                    .clone()
+                    .unwrap_or_else(|| "the run printed no report".into())
+            )),
+        };
+        cell.runs.push(run.unwrap_or_else(|e| CellRun {
+            seed,
+            dir: None,
+            classes: Default::default(),
+            facts: RunFacts::default(),
+            evidence: None,
+            error: Some(format!("{e:#}")),
+            run_ms: each_ms,
+        }));
+    }
+    cell.fold();
+    cell
+}
+
+/// A run's classes, from its results and history only, with the minimal case behind the
+/// worst.
+fn classify(
+    root: &Path,
+    run_dir: &Path,
+    seed: u64,
+    waits_forever: bool,
+    run_ms: u64,
+) -> Result<CellRun> {
+    let rel = run_dir
+        .strip_prefix(root)
+        .unwrap_or(run_dir)
+        .display()
+        .to_string();
+    let facts = crate::report::matrix::run_facts(run_dir)?;
+    let classes = facts.classes(waits_forever);
+    let worst = classes.first().copied();
+    let evidence = worst.and_then(|w| {
+        w.invariants()
+            .iter()
+            .map(|inv| format!("failures/{inv}/case.yaml"))
+            .find(|f| run_dir.join(f).is_file())
+            .map(|f| format!("{rel}/{f}"))
+    });
+    Ok(CellRun {
+        seed,
+        dir: Some(rel),
+        classes,
+        facts,
+        evidence,
+        error: None,
+        run_ms,
+    })
+}
+
+/// The invariants whose minimal cases are the classes' evidence, a group per class
+/// (`app.mutual_exclusion|app.applied_once,app.no_lost_lock,...`): a run shrinks only
+/// these, one per class; its other failures keep their failing case as it ran.
+fn class_evidence() -> String {
+    Class::ALL
+        .iter()
+        .map(|c| c.invariants().join("|"))
+        .filter(|g| !g.is_empty())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The longest one seed's run may take before the cell is taken for hung.
 const CHILD_BOUND: std::time::Duration = std::time::Duration::from_secs(20 * 60);
 
-/// One cell's run for one seed: `pgchaos chaos` in a child process. The child dies with
-/// this process (parent-death signal; killed if this future is dropped), and stops its
-/// own servers on the way out.
-async fn run_one(exe: &Path, topo: &Path, seed: u64, out: &Path, shrink: u32) -> Result<PathBuf> {
-    let mut cmd = tokio::process::Command::new(exe);
+/// A cell's runs: `pgchaos chaos TOPOLOGY --seeds ...` in a child process. The child dies
+/// with this process (parent-death signal; killed if this future is dropped), and stops its
+/// own servers on the way out. Returns the run directories in seed order; on an error,
+/// those that were written and the error.
+async fn run_seeds(
+    o: &CellOpts<'_>,
+    topo: &Path,
+) -> std::result::Result<Vec<PathBuf>, (Vec<PathBuf>, String)> {
+    let seeds: Vec<String> = o.seeds.iter().map(u64::to_string).collect();
+    let mut cmd = tokio::process::Command::new(o.exe);
     cmd.arg("chaos")
         .arg(topo)
-        .args(["--seed", &seed.to_string(), "--quiet"])
-        .args(["--max-shrink-runs", &shrink.to_string()])
+        .args(["--seeds", &seeds.join(","), "--quiet"])
+        .args(["--max-shrink-runs", &o.max_shrink_runs.to_string()])
+        .args(["--shrink", if o.shrink_once { "once" } else { "every" }])
+        .args(["--shrink-only", &class_evidence()])
         .arg("--out")
-        .arg(out)
+        .arg(o.root.join("runs"))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
@@ -279,38 +643,52 @@ async fn run_one(exe: &Path, topo: &Path, seed: u64, out: &Path, shrink: u32) ->
     }
     // A run ends at its `time_limit` (5 minutes) plus shrinking; a child still running
     // long after that is hung, and is killed (dropped) rather than waited for forever.
-    let output = tokio::time::timeout(CHILD_BOUND, cmd.output())
-        .await
-        .map_err(|_| {
-            anyhow!(
-                "`pgchaos chaos {}` still running after {} minutes: killed",
-                topo.display(),
-                CHILD_BOUND.as_secs() / 60
-            )
-        })?
-        .with_context(|| format!("running {} chaos {}", exe.display(), topo.display()))?;
+    let bound = CHILD_BOUND * o.seeds.len() as u32;
+    let output = match tokio::time::timeout(bound, cmd.output()).await {
+        Err(_) => {
+            return Err((
+                vec![],
+                format!(
+                    "`pgchaos chaos {}` still running after {} minutes: killed",
+                    topo.display(),
+                    bound.as_secs() / 60
+                ),
+            ));
+        }
+        Ok(Err(e)) => {
+            return Err((
+                vec![],
+                format!("running {} chaos {}: {e}", o.exe.display(), topo.display()),
+            ));
+        }
+        Ok(Ok(out)) => out,
+    };
     let stdout = String::from_utf8_lossy(&output.stdout);
-    match output.status.code() {
-        Some(0 | 1) => {
-            let report = stdout
-                .lines()
-                .find_map(|l| l.strip_prefix("report: "))
-                .ok_or_else(|| anyhow!("`pgchaos chaos` printed no report path:\n{stdout}"))?;
-            Ok(Path::new(report.trim())
+    let dirs: Vec<PathBuf> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("report: "))
+        .map(|r| {
+            Path::new(r.trim())
                 .parent()
                 .unwrap_or(Path::new("."))
-                .to_path_buf())
-        }
+                .to_path_buf()
+        })
+        .collect();
+    match output.status.code() {
+        Some(0 | 1) if dirs.len() == o.seeds.len() => Ok(dirs),
         code => {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-            bail!(
-                "`pgchaos chaos {}` exited with {}: {}",
-                topo.display(),
-                code.map(|c| c.to_string())
-                    .unwrap_or_else(|| "a signal".into()),
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            )
+            Err((
+                dirs,
+                format!(
+                    "`pgchaos chaos {}` exited with {}: {}",
+                    topo.display(),
+                    code.map(|c| c.to_string())
+                        .unwrap_or_else(|| "a signal".into()),
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                ),
+            ))
         }
     }
 }
@@ -327,10 +705,10 @@ fn pathdiff(path: &Path, base: &Path) -> String {
 /// The README's block: how it was made, then the table (no links: runs are not committed).
 fn readme_block(m: &Matrix) -> String {
     format!(
-        "<!-- generated by `just readme-matrix` (pgchaos matrix --update-readme README.md); do not edit -->\n\n{}; seeds {}; {} s.\n\n{}",
+        "<!-- generated by `just readme-matrix` (pgchaos matrix --update-readme README.md); do not edit -->\n\n{}; seeds {}; {}.\n\n{}",
         m.versions,
         crate::report::matrix::seeds_text(&m.seeds),
-        m.run_ms / 1000,
+        m.how_run(),
         m.table(None)
     )
 }
@@ -363,17 +741,6 @@ fn replace_block(text: &str, table: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn seeds_parse_as_ranges_or_lists() {
-        assert_eq!(parse_seeds("1-3").unwrap(), vec![1, 2, 3]);
-        assert_eq!(parse_seeds("1, 5,9").unwrap(), vec![1, 5, 9]);
-        assert_eq!(parse_seeds("7").unwrap(), vec![7]);
-        for bad in ["3-1", "x", "1-", "", "1-500"] {
-            let e = parse_seeds(bad).unwrap_err().to_string();
-            assert!(e.contains("--seeds"), "{bad}: {e}");
-        }
-    }
 
     #[test]
     fn the_readme_block_is_replaced_and_nothing_else() {

@@ -12,7 +12,9 @@ mod compare;
 mod containers;
 mod history;
 mod import;
+mod init;
 mod matrix;
+mod merge;
 mod mutate;
 mod reproduce;
 mod up;
@@ -61,8 +63,13 @@ enum Cmd {
     Bench(bench::Args),
     /// Write a topology with the pooling settings of a pgbouncer.ini.
     Import(import::Args),
+    /// Set a repository up: its tools' profiles (from its dependency files), a topology from
+    /// its pgbouncer.ini, a matrix script and a CI workflow.
+    Init(init::Args),
     /// Run client profiles (profiles/) on topologies: the compatibility matrix.
     Matrix(matrix::Args),
+    /// Combine the partitions of a matrix (`matrix --partition K/N`) into the whole.
+    Merge(merge::Args),
     /// Measure the checker on a stored history: edit each case and count what it catches.
     Mutate(mutate::Args),
     /// Build the container images of topologies' servers from the provisioned binaries.
@@ -247,7 +254,9 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::History(a) => history::history(a),
         Cmd::Compare(a) => compare::compare(a),
         Cmd::Import(a) => import::import(a),
+        Cmd::Init(a) => init::init(a),
         Cmd::Matrix(a) => matrix::matrix(a).await,
+        Cmd::Merge(a) => merge::merge_cmd(a),
         Cmd::Mutate(a) => mutate::mutate(a),
         Cmd::Images(a) => containers::images(a),
         Cmd::Compose(a) => containers::compose(a),

@@ -7,8 +7,10 @@
 //! May import `vocab`, `topology` and the checker's catalog.
 //!
 //! A profile file is the `workload:` section of a topology (a scripted group of replicas,
-//! steps guarded with `when:`) plus `tool:`, `waits_forever:` and `expected:` (the cell the
-//! matrix should show on each topology, written before running). Composition keeps the
+//! steps guarded with `when:`) plus `tool:`, `waits_forever:`, `expected:` (the cell the
+//! matrix should show on each topology, written before running) and `detect:` (the packages
+//! that identify the tool in a project's dependency files, read by `deps.rs`, for
+//! `pgchaos init`). The shipped profiles are also built into the binary (`embedded`). Composition keeps the
 //! profile's lines where they are, so an error in its script is reported at the profile's
 //! own line and column.
 
@@ -113,7 +115,90 @@ pub struct Profile {
     pub waits_forever: bool,
     /// Topology name -> the cell expected there (written before running).
     pub expected: BTreeMap<String, Class>,
+    /// The packages that identify the tool in a project's dependency files (`detect:`;
+    /// `pgchaos init` picks the profile when one of them is a dependency). Empty for an
+    /// application rather than a library (authentik): nothing depends on it.
+    pub detect: Vec<Detect>,
     pub text: String,
+}
+
+/// A package ecosystem, as dependency files name packages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ecosystem {
+    /// Go modules (`go.mod`): module paths, `github.com/golang-migrate/migrate/v4`.
+    Go,
+    /// RubyGems (`Gemfile.lock`): gem names.
+    Ruby,
+    /// npm (`package.json`): package names, scoped ones with their scope.
+    Npm,
+    /// crates (`Cargo.toml`): crate names (`-` and `_` alike).
+    Cargo,
+    /// PyPI (`requirements*.txt`, `pyproject.toml`): names normalised as PEP 503 says.
+    Pypi,
+    /// Hex (`mix.lock`): package names.
+    Hex,
+    /// Maven (`pom.xml`): `groupId:artifactId`.
+    Maven,
+}
+
+impl Ecosystem {
+    pub const ALL: [Ecosystem; 7] = [
+        Ecosystem::Go,
+        Ecosystem::Ruby,
+        Ecosystem::Npm,
+        Ecosystem::Cargo,
+        Ecosystem::Pypi,
+        Ecosystem::Hex,
+        Ecosystem::Maven,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Ecosystem::Go => "go",
+            Ecosystem::Ruby => "ruby",
+            Ecosystem::Npm => "npm",
+            Ecosystem::Cargo => "cargo",
+            Ecosystem::Pypi => "pypi",
+            Ecosystem::Hex => "hex",
+            Ecosystem::Maven => "maven",
+        }
+    }
+
+    /// A package name as this ecosystem compares them: PyPI's PEP 503 normal form
+    /// (lowercase, runs of `-`, `_`, `.` as one `-`), crates with `_` as `-` and lowercase;
+    /// the others as written.
+    pub fn normalise(self, name: &str) -> String {
+        let name = name.trim();
+        match self {
+            Ecosystem::Pypi => {
+                let mut out = String::new();
+                let mut sep = false;
+                for ch in name.chars() {
+                    if matches!(ch, '-' | '_' | '.') {
+                        sep = true;
+                    } else {
+                        if sep && !out.is_empty() {
+                            out.push('-');
+                        }
+                        sep = false;
+                        out.extend(ch.to_lowercase());
+                    }
+                }
+                out
+            }
+            Ecosystem::Cargo => name.replace('_', "-").to_lowercase(),
+            _ => name.to_string(),
+        }
+    }
+}
+
+/// A `detect:` entry: a package of an ecosystem that identifies the tool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Detect {
+    pub ecosystem: Ecosystem,
+    pub package: String,
 }
 
 #[derive(Deserialize)]
@@ -124,13 +209,10 @@ struct RawProfile {
     waits_forever: bool,
     #[serde(default)]
     expected: BTreeMap<String, String>,
+    #[serde(default)]
+    detect: Vec<Detect>,
     #[allow(dead_code)]
     workload: serde::de::IgnoredAny,
-    /// Which dependency names the tool (`pgchaos init`'s detection): accepted here, read
-    /// by `init`.
-    #[serde(default)]
-    #[allow(dead_code)]
-    detect: Vec<serde::de::IgnoredAny>,
 }
 
 /// `rails` -> `profiles/rails.yaml` (here or in the nearest ancestor that has it); a
@@ -186,6 +268,23 @@ impl Profile {
             })?;
             expected.insert(t, class);
         }
+        for d in &raw.detect {
+            if d.package.trim().is_empty() || d.package.chars().any(char::is_whitespace) {
+                bail!(
+                    "{}: detect: package {:?} ({}): a package name, without spaces",
+                    path.display(),
+                    d.package,
+                    d.ecosystem.name()
+                );
+            }
+            if d.ecosystem == Ecosystem::Maven && d.package.split(':').count() != 2 {
+                bail!(
+                    "{}: detect: maven package {:?}: write it groupId:artifactId (org.flywaydb:flyway-core)",
+                    path.display(),
+                    d.package
+                );
+            }
+        }
         let p = Profile {
             name: path
                 .file_stem()
@@ -196,6 +295,7 @@ impl Profile {
             tool: raw.tool,
             waits_forever: raw.waits_forever,
             expected,
+            detect: raw.detect,
             text: text.to_string(),
         };
         // The script itself: parsed as a topology would parse it, errors at its lines.
@@ -254,6 +354,12 @@ impl Profile {
             c.op_deadline_ms,
             c.max_shrink_runs
         ));
+        if c.time_scale_milli != 1000 {
+            out.push_str(&format!(
+                "  time_scale: {}   # every duration of the script, lock_timeout included\n",
+                f64::from(c.time_scale_milli) / 1000.0
+            ));
+        }
         let topo = Topology::parse(&out, &self.path, &crate::catalog()).map_err(|e| {
             anyhow!(
                 "{e}\n(profile {} composed with topology {base_name})",
@@ -280,6 +386,8 @@ pub struct Compose {
     pub cases: u32,
     pub max_shrink_runs: u32,
     pub op_deadline_ms: u64,
+    /// `run.time_scale` of the composed topology, in thousandths (1000: as written).
+    pub time_scale_milli: u32,
 }
 
 impl Default for Compose {
@@ -290,6 +398,7 @@ impl Default for Compose {
             cases: 1,
             max_shrink_runs: 6,
             op_deadline_ms: 2000,
+            time_scale_milli: 1000,
         }
     }
 }
@@ -378,6 +487,36 @@ impl RunFacts {
         self.violated.iter().any(|n| n.starts_with("pg."))
     }
 }
+
+/// The shipped profiles and topologies, built into the binary (`build.rs`): `(name, text)`.
+pub mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
+}
+
+/// The profiles built into this binary (those of `profiles/` when it was built).
+pub fn shipped() -> Result<Vec<Profile>> {
+    embedded::PROFILES
+        .iter()
+        .map(|(name, text)| Profile::parse(text, Path::new(&format!("profiles/{name}.yaml"))))
+        .collect()
+}
+
+impl Profile {
+    /// The packages found that identify this profile's tool (its `detect:` entries).
+    pub fn detected<'f>(&self, found: &'f [deps::Found]) -> Vec<&'f deps::Found> {
+        found
+            .iter()
+            .filter(|f| {
+                self.detect.iter().any(|d| {
+                    d.ecosystem == f.ecosystem
+                        && d.ecosystem.normalise(&d.package) == f.ecosystem.normalise(&f.package)
+                })
+            })
+            .collect()
+    }
+}
+
+pub mod deps;
 
 #[cfg(test)]
 mod tests;

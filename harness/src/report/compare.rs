@@ -255,6 +255,7 @@ mod tests {
                     minimal_steps: 2,
                     original_steps: 9,
                     shrink_runs: 30,
+                    unshrunk: false,
                 }),
             }],
             timing: Timing {

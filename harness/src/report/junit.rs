@@ -257,6 +257,7 @@ mod tests {
                 minimal_steps: 2,
                 original_steps: 7,
                 shrink_runs: 11,
+                unshrunk: false,
             }),
         }
     }

@@ -170,11 +170,16 @@ pub fn report(
             continue;
         };
         md.push_str(&format!(
-            "\n## {inv}\n\nMinimal case: {n} steps (from {orig}; {runs} shrink runs). Reproduce: `pgchaos reproduce {dir}/failures/{inv}/case.yaml` or `pgchaos reproduce --seed {seed} --invariant {inv} {file}`\n\n{story}\n",
+            "\n## {inv}\n\n{what}: {n} steps (from {orig}; {runs} shrink runs). Reproduce: `pgchaos reproduce {dir}/failures/{inv}/case.yaml` or `pgchaos reproduce --seed {seed} --invariant {inv} {file}`\n\n{story}\n",
             inv = f.invariant,
             n = view.steps.len(),
             orig = f.original.len(),
             runs = f.shrink_runs,
+            what = if f.unshrunk() {
+                "Failing case as it ran (not shrunk)"
+            } else {
+                "Minimal case"
+            },
             dir = run_dir.display(),
             seed = f.case_seed.unwrap_or(0),
             file = r.topology_file,

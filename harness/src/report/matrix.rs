@@ -8,26 +8,83 @@ use super::junit::JunitCase;
 use crate::history::{At, Body, HistoryReader, Phase};
 use crate::profile::{Class, RunFacts};
 use crate::vocab::reply::code;
-use crate::vocab::{BackendId, Key, Op};
+use crate::vocab::{BackendId, Key, Op, Partition};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// A matrix run.
+/// A matrix run: the whole matrix, one partition of it (`--partition K/N`), or partitions
+/// merged (`pgchaos merge`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Matrix {
+    /// The pgchaos version that ran it.
+    #[serde(default)]
+    pub pgchaos: String,
     /// `PostgreSQL 18.6 + PgBouncer 1.24.1 (declared 1.25.2)`, from the first run.
     pub versions: String,
+    /// Each server's version as it ran (`postgres`, `pgbouncer`), over the runs: what
+    /// `merge` compares (a partition of direct cells only ran no PgBouncer).
+    #[serde(default)]
+    pub servers: BTreeMap<String, String>,
     pub seeds: Vec<u64>,
     /// `--replicas`, when it overrode the profiles' own counts.
     pub replicas: Option<u32>,
+    /// Every duration of the profiles' scripts was multiplied by this many thousandths
+    /// (`--time-scale`; 1000: as the profiles are written).
+    #[serde(default = "as_written")]
+    pub time_scale_milli: u32,
+    /// `once`: a cell's runs shrink each violated invariant in the first seed's run that
+    /// violates it; `every`: each run shrinks its own.
+    #[serde(default)]
+    pub shrink: String,
+    #[serde(default)]
+    pub max_shrink_runs: u32,
     pub profiles: Vec<ProfileRow>,
     pub topologies: Vec<String>,
-    /// Row by row (profile), column by column (topology).
+    /// Every cell of the whole matrix in order, with a fingerprint of what it was composed
+    /// from: what `--partition` splits and `merge` checks.
+    #[serde(default)]
+    pub plan: Vec<PlannedCell>,
+    /// The share of the plan these cells are (`None`: all of it).
+    #[serde(default)]
+    pub partition: Option<Partition>,
+    /// Merged from this many partitions (0: not a merge).
+    #[serde(default)]
+    pub merged: u32,
+    /// Cells run at once (child processes).
+    #[serde(default)]
+    pub jobs: u32,
+    /// Row by row (profile), column by column (topology): the cells run (a partition's own).
     pub cells: Vec<Cell>,
+    /// Wall time (a merge: the longest partition's).
     pub run_ms: u64,
+}
+
+fn as_written() -> u32 {
+    1000
+}
+
+/// A cell of the plan: which profile on which topology, and a fingerprint of the two files
+/// it is composed from (their texts), so partitions made from different files are refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedCell {
+    pub profile: String,
+    pub topology: String,
+    pub fingerprint: String,
+}
+
+/// FNV-1a, 64 bits, in hex: a fingerprint of texts (not a security measure).
+pub fn fingerprint(texts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for t in texts {
+        for b in t.bytes().chain([0u8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -124,6 +181,40 @@ impl Cell {
 }
 
 impl Matrix {
+    /// `time scale 0.5; partition 2/4; 2 cells at a time; 312 s` (the parts that apply).
+    pub fn how_run(&self) -> String {
+        let mut parts = vec![];
+        if self.time_scale_milli != 1000 {
+            parts.push(format!(
+                "time scale {}",
+                f64::from(self.time_scale_milli) / 1000.0
+            ));
+        }
+        if let Some(p) = self.partition {
+            parts.push(format!(
+                "partition {p} ({} of {} cells)",
+                self.cells.len(),
+                self.plan.len()
+            ));
+        }
+        if self.merged > 0 {
+            parts.push(format!("merged from {} partitions", self.merged));
+        }
+        if self.jobs > 1 {
+            parts.push(format!("{} cells at a time", self.jobs));
+        }
+        parts.push(format!(
+            "{:.0} s{}",
+            self.run_ms as f64 / 1000.0,
+            if self.merged > 0 {
+                " (the longest partition)"
+            } else {
+                ""
+            }
+        ));
+        parts.join("; ")
+    }
+
     pub fn cell(&self, profile: &str, topology: &str) -> Option<&Cell> {
         self.cells
             .iter()
@@ -185,14 +276,14 @@ impl Matrix {
         let _ = writeln!(s, "# pgchaos matrix\n");
         let _ = writeln!(
             s,
-            "{}; seeds {}; {}; {:.0} s.\n",
+            "{}; seeds {}; {}; {}.\n",
             self.versions,
             seeds_text(&self.seeds),
             match self.replicas {
                 Some(n) => format!("{n} replicas"),
                 None => "each profile's replicas".into(),
             },
-            self.run_ms as f64 / 1000.0
+            self.how_run()
         );
         let _ = writeln!(
             s,
@@ -261,10 +352,10 @@ impl Matrix {
         let _ = writeln!(b, "<h1>pgchaos matrix</h1>");
         let _ = writeln!(
             b,
-            "<p>{}; seeds {}; {:.0} s.</p>",
+            "<p>{}; seeds {}; {}.</p>",
             esc(&self.versions),
             esc(&seeds_text(&self.seeds)),
-            self.run_ms as f64 / 1000.0
+            esc(&self.how_run())
         );
         let _ = writeln!(
             b,
@@ -378,6 +469,210 @@ impl Matrix {
                 time_s: c.runs.iter().map(|r| r.run_ms).sum::<u64>() as f64 / 1000.0,
             })
             .collect()
+    }
+}
+
+/// Combine partitions of one matrix (`(where it came from, its matrix.json)`) into the
+/// whole: refused, with the reason, when they come from different pgchaos versions or
+/// servers, from different plans (profiles, topologies, files, seeds, settings), when two
+/// hold the same cell or the same partition, or when a partition is missing.
+pub fn merge(parts: &[(String, Matrix)]) -> std::result::Result<Matrix, String> {
+    let Some((first_at, first)) = parts.first() else {
+        return Err("nothing to merge: give the partitions' directories".into());
+    };
+    for (at, m) in parts {
+        if m.pgchaos != first.pgchaos {
+            return Err(format!(
+                "different pgchaos versions: {} in {first_at}, {} in {at}",
+                or_unknown(&first.pgchaos),
+                or_unknown(&m.pgchaos)
+            ));
+        }
+        let same_plan = m.plan == first.plan
+            && m.seeds == first.seeds
+            && m.replicas == first.replicas
+            && m.time_scale_milli == first.time_scale_milli
+            && m.shrink == first.shrink
+            && m.max_shrink_runs == first.max_shrink_runs
+            && m.topologies == first.topologies
+            && m.profiles
+                .iter()
+                .map(|p| &p.name)
+                .eq(first.profiles.iter().map(|p| &p.name));
+        if !same_plan {
+            return Err(format!(
+                "{first_at} and {at} are not partitions of the same matrix: {}",
+                plan_difference(first, m)
+            ));
+        }
+        if m.merged > 0 {
+            return Err(format!(
+                "{at} is already a merge: merge the partitions themselves"
+            ));
+        }
+    }
+    let mut servers: BTreeMap<&String, (&String, &String)> = BTreeMap::new();
+    for (at, m) in parts {
+        for (server, v) in &m.servers {
+            match servers.get(server) {
+                Some((va, a)) if *va != v => {
+                    return Err(format!(
+                        "different servers: {server} {va} in {a}, {v} in {at}"
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    servers.insert(server, (v, at));
+                }
+            }
+        }
+    }
+    // The versions line of a partition that ran the most servers.
+    let versions = parts
+        .iter()
+        .max_by_key(|(_, m)| m.servers.len())
+        .map(|(_, m)| m.versions.clone())
+        .unwrap_or_default();
+    // Partitions: one N, each K once, none missing.
+    let n = match first.partition {
+        Some(p) => p.n,
+        None => 1,
+    };
+    let mut seen: BTreeMap<u32, &String> = BTreeMap::new();
+    for (at, m) in parts {
+        let p = m.partition.unwrap_or(Partition { k: 1, n: 1 });
+        if p.n != n {
+            return Err(format!(
+                "partitions of different splits: {first_at} is one of {n}, {at} is {p}"
+            ));
+        }
+        if let Some(other) = seen.insert(p.k, at) {
+            return Err(format!("partition {p} is given twice: {other} and {at}"));
+        }
+    }
+    let missing: Vec<String> = (1..=n)
+        .filter(|k| !seen.contains_key(k))
+        .map(|k| format!("{k}/{n}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "partition{} {} missing: the merged matrix would lack {} cells",
+            if missing.len() > 1 { "s" } else { "" },
+            missing.join(", "),
+            if missing.len() > 1 { "their" } else { "its" }
+        ));
+    }
+    // Cells: each in exactly one partition, and every cell of the plan somewhere.
+    let mut owner: BTreeMap<(&str, &str), &String> = BTreeMap::new();
+    for (at, m) in parts {
+        for c in &m.cells {
+            if !first
+                .plan
+                .iter()
+                .any(|p| p.profile == c.profile && p.topology == c.topology)
+            {
+                return Err(format!(
+                    "{at} has a cell the plan does not: {} on {}",
+                    c.profile, c.topology
+                ));
+            }
+            if let Some(other) = owner.insert((&c.profile, &c.topology), at) {
+                return Err(format!(
+                    "overlapping partitions: the cell {} on {} is in {other} and in {at}",
+                    c.profile, c.topology
+                ));
+            }
+        }
+    }
+    if let Some(p) = first
+        .plan
+        .iter()
+        .find(|p| !owner.contains_key(&(p.profile.as_str(), p.topology.as_str())))
+    {
+        return Err(format!(
+            "no partition holds the cell {} on {}: a partition ran without it",
+            p.profile, p.topology
+        ));
+    }
+    let mut cells = vec![];
+    for p in &first.plan {
+        let c = parts
+            .iter()
+            .flat_map(|(_, m)| &m.cells)
+            .find(|c| c.profile == p.profile && c.topology == p.topology)
+            .expect("checked above");
+        cells.push(c.clone());
+    }
+    Ok(Matrix {
+        versions,
+        servers: servers
+            .into_iter()
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
+            .collect(),
+        partition: None,
+        merged: n,
+        jobs: parts.iter().map(|(_, m)| m.jobs).max().unwrap_or(0),
+        run_ms: parts.iter().map(|(_, m)| m.run_ms).max().unwrap_or(0),
+        cells,
+        ..first.clone()
+    })
+}
+
+fn or_unknown(s: &str) -> &str {
+    if s.is_empty() { "(unknown)" } else { s }
+}
+
+/// What differs between two matrices' plans, in words.
+fn plan_difference(a: &Matrix, b: &Matrix) -> String {
+    let names = |m: &Matrix| {
+        m.profiles
+            .iter()
+            .map(|p| p.name.clone())
+            .collect::<Vec<_>>()
+    };
+    if names(a) != names(b) {
+        return format!(
+            "profiles {} against {}",
+            names(a).join(","),
+            names(b).join(",")
+        );
+    }
+    if a.topologies != b.topologies {
+        return format!(
+            "topologies {} against {}",
+            a.topologies.join(","),
+            b.topologies.join(",")
+        );
+    }
+    if a.seeds != b.seeds {
+        return format!(
+            "seeds {} against {}",
+            seeds_text(&a.seeds),
+            seeds_text(&b.seeds)
+        );
+    }
+    if a.replicas != b.replicas {
+        return format!("--replicas {:?} against {:?}", a.replicas, b.replicas);
+    }
+    if a.time_scale_milli != b.time_scale_milli {
+        return format!(
+            "--time-scale {} against {}",
+            f64::from(a.time_scale_milli) / 1000.0,
+            f64::from(b.time_scale_milli) / 1000.0
+        );
+    }
+    if a.shrink != b.shrink || a.max_shrink_runs != b.max_shrink_runs {
+        return format!(
+            "shrinking {} (max {}) against {} (max {})",
+            a.shrink, a.max_shrink_runs, b.shrink, b.max_shrink_runs
+        );
+    }
+    match a.plan.iter().zip(&b.plan).find(|(x, y)| x != y) {
+        Some((x, _)) => format!(
+            "the files of {} on {} differ (a profile or topology was edited between the runs)",
+            x.profile, x.topology
+        ),
+        None => "the plans differ".into(),
     }
 }
 
@@ -502,9 +797,18 @@ mod tests {
     #[test]
     fn renders_table_html_and_junit() {
         let m = Matrix {
+            pgchaos: "0.1.0".into(),
             versions: "PostgreSQL 18.6".into(),
+            servers: BTreeMap::new(),
             seeds: vec![1, 2, 3],
             replicas: None,
+            time_scale_milli: 1000,
+            shrink: "once".into(),
+            max_shrink_runs: 6,
+            plan: vec![],
+            partition: None,
+            merged: 0,
+            jobs: 1,
             profiles: vec![ProfileRow {
                 name: "rails".into(),
                 tool: "Rails <7.1> & co".into(),
@@ -543,5 +847,148 @@ mod tests {
             body.contains("seed 1: ran twice") && body.contains("steps: []"),
             "{body}"
         );
+    }
+
+    /// A whole matrix of `profiles x topologies` with one run per cell.
+    fn whole(profiles: &[&str], topologies: &[&str]) -> Matrix {
+        let mut plan = vec![];
+        let mut cells = vec![];
+        for p in profiles {
+            for t in topologies {
+                plan.push(PlannedCell {
+                    profile: p.to_string(),
+                    topology: t.to_string(),
+                    fingerprint: fingerprint(&[p, t]),
+                });
+                cells.push(Cell {
+                    profile: p.to_string(),
+                    topology: t.to_string(),
+                    ..cell(Class::Safe, vec![run(1, &[Class::Safe])])
+                });
+            }
+        }
+        Matrix {
+            pgchaos: "0.1.0".into(),
+            versions: "PostgreSQL 18.6 + PgBouncer 1.24.1".into(),
+            servers: BTreeMap::from([
+                ("postgres".to_string(), "18.6".to_string()),
+                ("pgbouncer".to_string(), "1.24.1".to_string()),
+            ]),
+            seeds: vec![1],
+            replicas: None,
+            time_scale_milli: 1000,
+            shrink: "once".into(),
+            max_shrink_runs: 6,
+            profiles: profiles
+                .iter()
+                .map(|p| ProfileRow {
+                    name: p.to_string(),
+                    tool: p.to_string(),
+                    file: format!("profiles/{p}.yaml"),
+                })
+                .collect(),
+            topologies: topologies.iter().map(|t| t.to_string()).collect(),
+            plan,
+            partition: None,
+            merged: 0,
+            jobs: 1,
+            cells,
+            run_ms: 1000,
+        }
+    }
+
+    /// Partition `k` of `n` of a whole matrix, as `matrix --partition` runs it.
+    fn part(m: &Matrix, k: u32, n: u32) -> (String, Matrix) {
+        let p = Partition { k, n };
+        (
+            format!("part{k}"),
+            Matrix {
+                partition: Some(p),
+                cells: p.pick(m.cells.clone()),
+                ..m.clone()
+            },
+        )
+    }
+
+    #[test]
+    fn partitions_merge_to_the_whole_matrix() {
+        let m = whole(
+            &["rails", "flyway", "prisma"],
+            &["direct", "transaction-mode"],
+        );
+        for n in 1..=4 {
+            let parts: Vec<(String, Matrix)> = (1..=n).rev().map(|k| part(&m, k, n)).collect();
+            let merged = merge(&parts).unwrap();
+            assert_eq!(merged.cells, m.cells, "n {n}: same cells, in plan order");
+            assert_eq!(merged.merged, n);
+            assert_eq!(merged.partition, None);
+            assert_eq!(merged.table(None), m.table(None));
+        }
+        // A partition that held no cell (more partitions than cells) still counts.
+        let small = whole(&["rails"], &["direct"]);
+        let parts: Vec<(String, Matrix)> = (1..=3).map(|k| part(&small, k, 3)).collect();
+        assert_eq!(parts[1].1.cells.len(), 0);
+        assert_eq!(merge(&parts).unwrap().cells, small.cells);
+    }
+
+    #[test]
+    fn merge_refuses_inconsistent_partitions() {
+        let m = whole(&["rails", "flyway"], &["direct", "transaction-mode"]);
+        let parts = |n| (1..=n).map(|k| part(&m, k, n)).collect::<Vec<_>>();
+        let e = merge(&parts(3)[..2]).unwrap_err();
+        assert!(e.contains("partition 3/3 missing"), "{e}");
+        let mut p = parts(2);
+        p.push(part(&m, 2, 2));
+        let e = merge(&p).unwrap_err();
+        assert!(e.contains("partition 2/2 is given twice"), "{e}");
+        let mut p = parts(2);
+        p[1].1.pgchaos = "0.2.0".into();
+        let e = merge(&p).unwrap_err();
+        assert!(
+            e.contains("different pgchaos versions: 0.1.0 in part1, 0.2.0 in part2"),
+            "{e}"
+        );
+        let mut p = parts(2);
+        p[1].1.servers.insert("postgres".into(), "17.2".into());
+        let e = merge(&p).unwrap_err();
+        assert!(
+            e.contains("different servers: postgres 18.6 in part1, 17.2 in part2"),
+            "{e}"
+        );
+        // A partition that ran no PgBouncer (direct cells only) is not a difference.
+        let mut p = parts(2);
+        p[1].1.servers.remove("pgbouncer");
+        p[1].1.versions = "PostgreSQL 18.6".into();
+        let merged = merge(&p).unwrap();
+        assert_eq!(merged.versions, "PostgreSQL 18.6 + PgBouncer 1.24.1");
+        assert_eq!(merged.servers.len(), 2);
+        // Overlap: a whole matrix merged with a partition of it.
+        let mut p = parts(2);
+        p[1].1.partition = Some(Partition { k: 2, n: 2 });
+        p[1].1.cells = m.cells.clone();
+        let e = merge(&p).unwrap_err();
+        assert!(e.contains("overlapping partitions: the cell"), "{e}");
+        let mut p = parts(2);
+        p[0].1.cells.pop();
+        let e = merge(&p).unwrap_err();
+        assert!(e.contains("no partition holds the cell"), "{e}");
+        let mut p = parts(2);
+        p[1].1.plan[0].fingerprint = "edited".into();
+        let e = merge(&p).unwrap_err();
+        assert!(
+            e.contains("not partitions of the same matrix") && e.contains("rails on direct differ"),
+            "{e}"
+        );
+        let mut p = parts(2);
+        p[1].1.seeds = vec![1, 2];
+        assert!(merge(&p).unwrap_err().contains("seeds 1 against 1, 2"));
+        let mut p = parts(2);
+        p[1].1.partition = Some(Partition { k: 2, n: 3 });
+        assert!(
+            merge(&p)
+                .unwrap_err()
+                .contains("partitions of different splits")
+        );
+        assert!(merge(&[]).unwrap_err().contains("nothing to merge"));
     }
 }

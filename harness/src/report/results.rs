@@ -111,6 +111,11 @@ pub struct FailureOut {
     pub minimal_steps: usize,
     pub original_steps: usize,
     pub shrink_runs: u32,
+    /// Not shrunk: the case file is the failing case as it ran (`--max-shrink-runs 0` in
+    /// the concurrent schedule, or `chaos --seeds --shrink once` after an earlier seed's
+    /// run shrank this invariant).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unshrunk: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -167,6 +172,7 @@ impl Results {
                     minimal_steps: f.minimal().map(|m| m.len()).unwrap_or(0),
                     original_steps: f.original.len(),
                     shrink_runs: f.shrink_runs,
+                    unshrunk: f.unshrunk(),
                 });
                 InvariantResult {
                     name: i.name,

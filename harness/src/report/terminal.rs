@@ -53,7 +53,13 @@ pub fn verdict_table(r: &Results) -> String {
                 minimal: i
                     .first_failure
                     .as_ref()
-                    .map(|f| format!("{} steps ({} shrink runs)", f.minimal_steps, f.shrink_runs))
+                    .map(|f| {
+                        if f.unshrunk {
+                            format!("{} steps (not shrunk)", f.minimal_steps)
+                        } else {
+                            format!("{} steps ({} shrink runs)", f.minimal_steps, f.shrink_runs)
+                        }
+                    })
                     .unwrap_or_default(),
             }
         })

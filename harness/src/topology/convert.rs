@@ -531,6 +531,7 @@ impl Cx<'_> {
             Some(r) => self.run(r)?,
             None => self.run(&RawRun::default())?,
         };
+        workload.scale_time(run.time_scale_milli);
         let app_pool = match &raw.app_pool.value {
             Some(p) => Some(self.app_pool(p, &raw.app_pool.referenced)?),
             None => None,
@@ -1610,7 +1611,25 @@ impl Cx<'_> {
             None,
             Duration::from_secs(DEFAULT_SHRINK_TIME_SECS),
         )?;
+        let time_scale_milli = match &raw.time_scale.value {
+            Node::Absent => 1000,
+            Node::Float(f) if (MIN_TIME_SCALE..=MAX_TIME_SCALE).contains(f) => {
+                (f * 1000.0).round() as u32
+            }
+            Node::Int(i) if (1..=MAX_TIME_SCALE as i128).contains(i) => *i as u32 * 1000,
+            _ => {
+                return Err(self.err(
+                    &raw.time_scale.referenced,
+                    format!(
+                        "`run.time_scale` must be a number from {MIN_TIME_SCALE} to {MAX_TIME_SCALE}, found {}",
+                        self.found(&raw.time_scale)
+                    ),
+                    vec!["every duration of the workload (its script's sleeps, migrations and pg_sleeps, `lock_timeout`, `think`) is multiplied by it: 0.5 runs the protocol twice as fast".into()],
+                ));
+            }
+        };
         Ok(RunSpec {
+            time_scale_milli,
             cases,
             seed,
             time_limit,
@@ -1717,6 +1736,7 @@ impl Default for RawRun {
             search_states: absent(),
             search_time: absent(),
             shrink_time: absent(),
+            time_scale: absent(),
         }
     }
 }

@@ -306,6 +306,35 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// Multiply every duration of the workload by `f` (`run.time_scale`): the script's
+    /// `sleep`, `pg_sleep` and `migrate` durations, `lock_timeout` and `think`. A nonzero
+    /// duration stays at least 1 ms.
+    pub fn scale_time(&mut self, milli: u32) {
+        if milli == 1000 {
+            return;
+        }
+        let f = f64::from(milli) / 1000.0;
+        let ms = |v: u64| {
+            if v == 0 {
+                0
+            } else {
+                ((v as f64 * f).round() as u64).max(1)
+            }
+        };
+        self.lock_timeout_ms = ms(self.lock_timeout_ms);
+        for g in &mut self.script {
+            for o in &mut g.ops {
+                if let Some(v) = &mut o.ms {
+                    *v = ms(*v);
+                }
+            }
+        }
+        if let Some((lo, hi)) = &mut self.think {
+            *lo = Duration::from_micros((lo.as_micros() as f64 * f).round() as u64);
+            *hi = Duration::from_micros((hi.as_micros() as f64 * f).round() as u64);
+        }
+    }
+
     /// Whether the workload (weights or script) runs this op.
     pub fn uses(&self, op: Op) -> bool {
         // A script runs its own ops: the weights are not drawn from.
@@ -346,6 +375,10 @@ impl Default for Faults {
 /// How long and how hard the chaos engine searches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunSpec {
+    /// Every duration of the workload was multiplied by this many thousandths
+    /// (`run.time_scale`, default 1 = 1000): script sleeps, migrations and pg_sleeps,
+    /// `lock_timeout`, `think`.
+    pub time_scale_milli: u32,
     /// Generated cases (> 0).
     pub cases: u32,
     /// `None`: pick a random seed (and report it).
@@ -408,6 +441,9 @@ pub mod limits {
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
     pub const DEFAULT_SHRINK_TIME_SECS: u64 = 60;
+    /// `run.time_scale` bounds.
+    pub const MIN_TIME_SCALE: f64 = 0.01;
+    pub const MAX_TIME_SCALE: f64 = 10.0;
     pub const DEFAULT_MAX_SHRINK_RUNS: u32 = 512;
     pub const DEFAULT_POOL_SIZE: u32 = 2;
     pub const DEFAULT_MAX_CLIENT_CONN: u32 = 100;

@@ -150,6 +150,7 @@ pub(super) const RUN_KEYS: &[&str] = &[
     "search_states",
     "search_time",
     "shrink_time",
+    "time_scale",
 ];
 
 /// Which section a serde "expected one of" list belongs to (`""` for the top level).
@@ -327,4 +328,6 @@ pub(super) struct RawRun {
     pub(super) search_time: Leaf,
     #[serde(default = "absent")]
     pub(super) shrink_time: Leaf,
+    #[serde(default = "absent")]
+    pub(super) time_scale: Leaf,
 }

@@ -340,6 +340,7 @@ fn shipped_topologies_parse() {
             "transaction-mode-faults",
             "transaction-mode-host-faults",
             "transaction-mode-lifetime",
+            "transaction-mode-partitions",
             "transaction-mode-reset-always",
             "transaction-mode-two-poolers",
             "transaction-mode-xact",
@@ -546,6 +547,7 @@ fn defaults_apply() {
     assert_eq!(
         t.run,
         RunSpec {
+            time_scale_milli: 1000,
             cases: 256,
             seed: None,
             time_limit: Duration::from_secs(60),
@@ -1658,4 +1660,32 @@ fn replicas_spread_the_clients_and_multiply_the_pool() {
         e.message().contains("`postgres.standby` with 2 replicas"),
         "{e}"
     );
+}
+
+#[test]
+fn time_scale_multiplies_every_workload_duration() {
+    let script = "workload:\n  lock_timeout: 3s\n  think: 10ms..20ms\n  script:\n    - clients: 2\n      ops: [lock: 42, sleep: 2s, migrate: 100ms, pg_sleep: 3ms, unlock: 42]\nrun:\n  schedule: concurrent\n";
+    let plain = ok(&format!("{MINIMAL}{script}"));
+    assert_eq!(plain.run.time_scale_milli, 1000);
+    let t = ok(&format!("{MINIMAL}{script}  time_scale: 0.25\n"));
+    assert_eq!(t.run.time_scale_milli, 250);
+    assert_eq!(t.workload.lock_timeout_ms, 750);
+    let ms: Vec<Option<u64>> = t.workload.script[0].ops.iter().map(|o| o.ms).collect();
+    // 2 s, 100 ms and 3 ms a quarter as long (3 ms -> 0.75, rounded to 1); lock and unlock
+    // have none.
+    assert_eq!(ms, vec![None, Some(500), Some(25), Some(1), None]);
+    assert_eq!(
+        t.workload.think,
+        Some((Duration::from_micros(2500), Duration::from_millis(5)))
+    );
+    let twice = ok(&format!("{MINIMAL}{script}  time_scale: 2\n"));
+    assert_eq!(twice.workload.lock_timeout_ms, 6000);
+    for bad in ["0", "0.001", "11", "fast", "-1"] {
+        err_at(
+            &format!("{MINIMAL}{script}  time_scale: {bad}\n"),
+            12,
+            15,
+            "`run.time_scale` must be a number from 0.01 to 10",
+        );
+    }
 }
