@@ -211,6 +211,16 @@ pub fn snapshot(role: &str) -> String {
 pub const ALL_ADVISORY_LOCKS: &str = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
+/// Advisory locks held by `role`'s backends in the current database (a deployment's reset
+/// verification: other roles' locks are not the run's).
+pub fn role_advisory_locks(role: &str) -> String {
+    format!(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND a.usename = '{role}' \
+         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+}
+
 /// Backends of the client role (reset verification).
 pub fn role_backends(role: &str) -> String {
     format!(

@@ -7,7 +7,7 @@
 //! alike; the medians and their ratios are printed and written to `OUT/bench/`.
 
 use super::{Exit, load};
-use crate::launch::{self, CLIENT_ROLE, Cluster, LaunchOptions};
+use crate::launch::{self, Cluster, LaunchOptions};
 use crate::observe::Observer;
 use crate::report;
 use crate::sql;
@@ -74,6 +74,12 @@ pub async fn bench(a: Args) -> Result<Exit> {
     if topo.app_pool.is_some() {
         bail!(
             "{}: bench measures clients of the pooler (or of PostgreSQL); this topology routes them through an application pool (app_pool), which pgbench cannot",
+            topo.source.display()
+        );
+    }
+    if topo.launcher == crate::topology::LauncherKind::External {
+        bail!(
+            "{}: bench compares with pgbench on servers it starts; launcher external has none (and a staging deployment is no place for a load test pgchaos did not agree with its owners)",
             topo.source.display()
         );
     }
@@ -306,11 +312,18 @@ async fn pgbench(
         .arg(script)
         .args(["-c", &clients.to_string(), "-j", &threads.to_string()])
         .args(["-T", &seconds.to_string()])
-        .args(["-h", &host, "-p", &port.to_string(), "-U", CLIENT_ROLE])
+        .args([
+            "-h",
+            &host,
+            "-p",
+            &port.to_string(),
+            "-U",
+            cluster.client_role(),
+        ])
         .arg(config.get_dbname().unwrap_or(launch::DB))
         .env("PGCONNECT_TIMEOUT", "10")
         .kill_on_drop(true);
-    if let Some(pw) = cluster.password(CLIENT_ROLE) {
+    if let Some(pw) = cluster.password(cluster.client_role()) {
         cmd.env("PGPASSWORD", pw);
     }
     let out = tokio::time::timeout(Duration::from_secs(seconds + 30), cmd.output())

@@ -35,7 +35,7 @@ pub struct Args {
     out: PathBuf,
     #[arg(long)]
     strict_versions: bool,
-    /// Start the servers with this launcher instead of the topology's (`native`, `docker`).
+    /// Start the servers with this launcher instead of the topology's (`native`, `docker`, `external`).
     #[arg(long, value_parser = super::parse_launcher)]
     launcher: Option<crate::topology::LauncherKind>,
     /// No progress bar.

@@ -29,7 +29,7 @@ pub struct Args {
     times: u32,
     #[arg(long)]
     strict_versions: bool,
-    /// Start the servers with this launcher instead of the topology's (`native`, `docker`).
+    /// Start the servers with this launcher instead of the topology's (`native`, `docker`, `external`).
     #[arg(long, value_parser = super::parse_launcher)]
     launcher: Option<crate::topology::LauncherKind>,
     /// Pin the harness and its servers to one CPU: `auto` (the one it runs on), `off`,

@@ -19,13 +19,19 @@ pub struct Args {
     json: bool,
     #[arg(long)]
     strict_versions: bool,
-    /// Start the servers with this launcher instead of the topology's (`native`, `docker`).
+    /// Start the servers with this launcher instead of the topology's (`native`, `docker`, `external`).
     #[arg(long, value_parser = super::parse_launcher)]
     launcher: Option<crate::topology::LauncherKind>,
 }
 
 pub async fn up(a: Args) -> Result<Exit> {
     let topo = load(&a.topology)?;
+    if a.launcher.unwrap_or(topo.launcher) == crate::topology::LauncherKind::External {
+        anyhow::bail!(
+            "{}: `up` starts servers, and launcher external has none to start (run `chaos` or `matrix` against the deployment)",
+            topo.source.display()
+        );
+    }
     // Never pinned: `up`'s servers serve other programs.
     let mut cluster = launch::launch(
         &topo,

@@ -69,9 +69,6 @@ impl Launcher for DockerLauncher {
 
 /// Why a topology cannot run in containers, if it cannot.
 pub fn unsupported(t: &Topology) -> Option<String> {
-    if t.postgres.standby {
-        return Some("postgres.standby (failover between containers is not built yet)".into());
-    }
     let link = super::faults_named(t, crate::vocab::fault::needs_link)?;
     Some(format!(
         "the link faults {link} (the link proxy is a loopback process of the harness)"
@@ -116,6 +113,16 @@ struct DockerServers {
     replicas: Vec<(Node, u16)>,
     pg_port: u16,
     pooler_port: Option<u16>,
+    /// The streaming standby (`postgres.standby`) and its host port, until it is promoted.
+    standby: Option<(Node, u16)>,
+    /// Primaries a promote fenced (killed and kept stopped until the run ends).
+    fenced: Vec<Node>,
+    /// Standbys made so far (each container gets its own name).
+    standbys_made: u32,
+    /// What a PostgreSQL container runs (the image and its `-c` arguments), for standbys.
+    pg_reference: String,
+    pg_args: Vec<String>,
+    topology_name: String,
     passwords: Vec<(String, String)>,
     pooler_kind: std::sync::Arc<dyn Pooler>,
     reaper: Option<Reaper>,
@@ -163,6 +170,12 @@ async fn launch(
         replicas: Vec::new(),
         pg_port: 0,
         pooler_port: None,
+        standby: None,
+        fenced: Vec::new(),
+        standbys_made: 0,
+        pg_reference: imgs.postgres.reference.clone(),
+        pg_args: Vec::new(),
+        topology_name: topology.name.clone(),
         passwords: vec![
             (SUPERUSER.to_string(), super::native::random_password()),
             (CLIENT_ROLE.to_string(), super::native::random_password()),
@@ -189,6 +202,9 @@ async fn launch(
     servers
         .start_postgres(topology, &imgs.postgres.reference)
         .await?;
+    if topology.postgres.standby {
+        servers.start_standby().await?;
+    }
     if let Some(b) = &imgs.pooler {
         servers.start_pooler(topology, &b.reference).await?;
         let at = servers.console_at().expect("a pooler with a console");
@@ -245,6 +261,7 @@ async fn launch(
         local: false,
         unix_sockets: false,
         servers: tokio::sync::Mutex::new(Box::new(servers)),
+        external: None,
     })
 }
 
@@ -264,6 +281,8 @@ impl DockerServers {
         }
         Some(crate::pooler::ConsoleAt {
             unix_dir: None,
+            host: None,
+            pool_user: None,
             port: self.pooler_port?,
             admin_port: None,
             user: SUPERUSER.to_string(),
@@ -288,6 +307,7 @@ impl DockerServers {
             args.push("-c".into());
             args.push(format!("{k}={v}"));
         }
+        self.pg_args = args.clone();
         let image = Postgres::default()
             .with_password(self.password(SUPERUSER))
             .with_init_sql(crate::container::compose::init_sql(t).into_bytes());
@@ -316,6 +336,174 @@ impl DockerServers {
         self.pooler = Some(node);
         self.pooler_port = Some(port);
         self.wait_ready(Which::Pooler).await
+    }
+
+    /// The pooler's main config file, pointing at the current primary's container, in the
+    /// directory mounted into its containers (readable by its server user, nothing secret
+    /// in it: the entrypoint writes what holds passwords from the environment).
+    fn write_pooler_conf(&self) -> Result<PathBuf> {
+        let recipe = self
+            .pooler_kind
+            .container()
+            .ok_or_else(|| anyhow!("{} has no container recipe", self.pooler_kind.name()))?;
+        let pg_name = self.pg.as_ref().map(|n| n.name.clone()).unwrap_or_default();
+        let no_passwords: Vec<(String, String)> = Vec::new();
+        let cx = ConfigContext {
+            topology_name: &self.topology_name,
+            run_dir: Path::new("/tmp"),
+            pg_port: 5432,
+            pg_host: Some(&pg_name),
+            listen_addr: "0.0.0.0",
+            listen_port: recipe.port,
+            admin_port: None,
+            database: DB,
+            superuser: SUPERUSER,
+            passwords: &no_passwords,
+        };
+        let main = self
+            .pooler_kind
+            .config_files(&cx)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|f| f.is_main)
+            .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
+        let conf = self.run_dir.join("pooler-conf");
+        fs::create_dir_all(&conf).with_context(|| format!("{}: creating", conf.display()))?;
+        fs::set_permissions(&conf, fs::Permissions::from_mode(0o755))?;
+        let main_path = conf.join(main.name);
+        fs::write(&main_path, &main.text)
+            .with_context(|| format!("{}: writing", main_path.display()))?;
+        fs::set_permissions(&main_path, fs::Permissions::from_mode(0o644))?;
+        Ok(conf)
+    }
+
+    /// A streaming standby of the current primary in a container of its own (the image's
+    /// entrypoint with `PGCHAOS_ROLE=standby`: a pg_basebackup of the primary, then
+    /// streaming), ready when it answers in recovery.
+    async fn start_standby(&mut self) -> Result<()> {
+        let (repo, tag) = split_reference(&self.pg_reference)?;
+        let (repo, tag) = (repo.to_string(), tag.to_string());
+        let port = super::free_port()?;
+        self.standbys_made += 1;
+        let name = match self.standbys_made {
+            1 => self.name("standby"),
+            n => self.name(&format!("standby-{n}")),
+        };
+        let primary = self
+            .pg
+            .as_ref()
+            .map(|n| n.name.clone())
+            .ok_or_else(|| anyhow!("no primary to copy"))?;
+        let request = GenericImage::new(repo, tag)
+            .with_wait_for(WaitFor::Nothing)
+            .with_cmd(self.pg_args.clone())
+            .with_env_var("POSTGRES_PASSWORD", self.password(SUPERUSER))
+            .with_env_var("PGCHAOS_ROLE", "standby")
+            .with_env_var("PRIMARY_HOST", &primary)
+            .with_container_name(&name)
+            .with_network(&self.network)
+            .with_label(RUN_LABEL, &self.run_id)
+            .with_mapped_port(port, 5432.tcp())
+            .with_host_config_modifier(loopback_only)
+            .with_startup_timeout(READY_TIMEOUT);
+        let c = request
+            .start()
+            .await
+            .with_context(|| format!("starting the standby (container {name})"))?;
+        let node = Node::of(c, name.clone());
+        let id = node.id.clone();
+        self.standby = Some((node, port));
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let probe = async {
+                let c = connect(&tcp(port, SUPERUSER, self.password(SUPERUSER), DB)).await?;
+                simple_first(&c, "SELECT pg_is_in_recovery()").await
+            };
+            match probe.await {
+                Ok(v) if v == "t" => return Ok(()),
+                r if Instant::now() > deadline => {
+                    let logs =
+                        container::docker(&["logs", "--tail", "15", &id]).unwrap_or_default();
+                    bail!(
+                        "the standby (container {name}) did not answer in recovery within {} s (last: {r:?})\n  last lines of its log:\n{logs}",
+                        READY_TIMEOUT.as_secs()
+                    );
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// Fail over: fence the primary (docker kill: gone before anything else happens, and
+    /// kept stopped), promote the standby (`pg_promote`) and wait until it is out of
+    /// recovery, then repoint the pooler at it (its config rewritten in the mounted
+    /// directory, reloaded on its console) and wait until a client through the pooler lands
+    /// on a server out of recovery (the old primary answers nobody).
+    async fn fail_over(&mut self) -> Result<()> {
+        let (standby, port) = self
+            .standby
+            .take()
+            .ok_or_else(|| anyhow!("no standby in this topology"))?;
+        if let Some(old) = self.pg.take() {
+            container::docker(&["kill", &old.id]).context("fencing the primary (docker kill)")?;
+            self.wait_stopped(&old.id, Duration::from_secs(10));
+            self.fenced.push(old);
+        }
+        let admin = connect(&tcp(port, SUPERUSER, self.password(SUPERUSER), DB))
+            .await
+            .context("connecting to the standby to promote it")?;
+        let answer = tokio::time::timeout(
+            Duration::from_secs(60),
+            admin.simple_query("SELECT pg_promote(true, 55)"),
+        )
+        .await
+        .map_err(|_| anyhow!("pg_promote on the standby gave no answer within 60 s"))?
+        .context("pg_promote on the standby")?;
+        let promoted = answer.into_iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        });
+        if promoted.as_deref() != Some("t") {
+            bail!("pg_promote on the standby returned {promoted:?}, not true");
+        }
+        self.pg = Some(standby);
+        self.pg_port = port;
+        if self.pooler.is_none() {
+            return Ok(());
+        }
+        self.write_pooler_conf()?;
+        let at = self.console_at().expect("a pooler with a console");
+        let console = self.pooler_kind.console(&at).await?;
+        for cmd in self.pooler_kind.reload_commands() {
+            console.command(&cmd).await.with_context(|| {
+                format!("{cmd} on the pooler's console to repoint it at the new primary")
+            })?;
+        }
+        let client = tcp(
+            self.pooler_port.expect("a pooler port"),
+            CLIENT_ROLE,
+            self.password(CLIENT_ROLE),
+            DB,
+        );
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let probe = async {
+                let c = connect(&client).await?;
+                simple_first(&c, "SELECT pg_is_in_recovery()").await
+            };
+            let last = match probe.await {
+                Ok(v) if v == "f" => return Ok(()),
+                Ok(v) => format!("a client landed on a server in recovery ({v})"),
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() > deadline {
+                bail!(
+                    "after the reload, a client through the pooler does not reach the new primary within {} s (last: {last})",
+                    READY_TIMEOUT.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Start replica `k` (k >= 1) of the pooler in a container of its own.
@@ -348,6 +536,8 @@ impl DockerServers {
     fn replica_console_at(&self, port: u16) -> crate::pooler::ConsoleAt {
         crate::pooler::ConsoleAt {
             unix_dir: None,
+            host: None,
+            pool_user: None,
             port,
             admin_port: None,
             user: SUPERUSER.to_string(),
@@ -372,36 +562,8 @@ impl DockerServers {
             0 => self.name(self.pooler_kind.name()),
             k => self.name(&format!("{}-{}", self.pooler_kind.name(), k + 1)),
         };
-        let pg_name = self.pg.as_ref().map(|n| n.name.clone()).unwrap_or_default();
-        let no_passwords: Vec<(String, String)> = Vec::new();
-        let cx = ConfigContext {
-            topology_name: &t.name,
-            run_dir: Path::new("/tmp"),
-            pg_port: 5432,
-            pg_host: Some(&pg_name),
-            listen_addr: "0.0.0.0",
-            listen_port: recipe.port,
-            admin_port: None,
-            database: DB,
-            superuser: SUPERUSER,
-            passwords: &no_passwords,
-        };
-        let main = self
-            .pooler_kind
-            .config_files(&cx)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|f| f.is_main)
-            .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
-        // Mounted into the container: readable by its server user, nothing secret in it
-        // (the entrypoint writes what holds passwords from the environment).
-        let conf = self.run_dir.join("pooler-conf");
-        fs::create_dir_all(&conf).with_context(|| format!("{}: creating", conf.display()))?;
-        fs::set_permissions(&conf, fs::Permissions::from_mode(0o755))?;
-        let main_path = conf.join(main.name);
-        fs::write(&main_path, &main.text)
-            .with_context(|| format!("{}: writing", main_path.display()))?;
-        fs::set_permissions(&main_path, fs::Permissions::from_mode(0o644))?;
+        let _ = t;
+        let conf = self.write_pooler_conf()?;
         let request = GenericImage::new(repo, tag)
             .with_wait_for(WaitFor::Nothing)
             .with_env_var("POSTGRES_PASSWORD", self.password(SUPERUSER))
@@ -624,6 +786,23 @@ impl Servers for DockerServers {
         Ok(())
     }
 
+    fn primary_port(&self) -> Option<u16> {
+        Some(self.pg_port)
+    }
+
+    fn promote(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.fail_over())
+    }
+
+    fn rebuild_standby(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            if self.standby.is_some() {
+                return Ok(());
+            }
+            self.start_standby().await
+        })
+    }
+
     fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool> {
         // The pid PostgreSQL reports is the container's own; dash's kill builtin, run as
         // the server user, signals it inside the container.
@@ -700,6 +879,8 @@ impl Servers for DockerServers {
             .into_iter()
             .flatten()
             .chain(self.replicas.iter().map(|(n, _)| n))
+            .chain(self.standby.iter().map(|(n, _)| n))
+            .chain(self.fenced.iter())
             .map(|n| n.id.clone())
             .collect();
         if !ids.is_empty() {
@@ -712,6 +893,8 @@ impl Servers for DockerServers {
             .into_iter()
             .flatten()
             .chain(self.replicas.iter_mut().map(|(n, _)| n))
+            .chain(self.standby.iter_mut().map(|(n, _)| n))
+            .chain(self.fenced.iter_mut())
         {
             if let Some(h) = n.handle.take() {
                 // Removed above; testcontainers' drop would ask the engine again from a

@@ -12,6 +12,7 @@
 
 pub mod cpu;
 pub mod docker;
+pub mod external;
 pub mod native;
 pub mod proxy;
 pub mod reaper;
@@ -160,6 +161,9 @@ pub struct Cluster {
     /// The harness reaches the servers over Unix sockets in the run directory (native);
     /// otherwise over loopback TCP with the run's passwords (containers).
     pub unix_sockets: bool,
+    /// `launcher: external`: the deployment's endpoints and roles (every connection is made
+    /// from them instead of the run's own ports and roles).
+    pub external: Option<external::Endpoints>,
 }
 
 impl Cluster {
@@ -167,12 +171,18 @@ impl Cluster {
     /// topology, over the Unix socket in the private run directory (the TCP listener, on
     /// loopback, is for people and tools; a socket costs less per connect and round trip).
     pub fn client_config(&self) -> Config {
+        if let Some(e) = &self.external {
+            return e.pooler.clone();
+        }
         let port = self.pooler_port.unwrap_or(self.pg_port_now());
         self.config(true, port, CLIENT_ROLE, DB, "pgchaos")
     }
 
     /// Logical client `c`'s connection: through the replica of the pooler it uses.
     pub fn client_config_for(&self, c: usize) -> Config {
+        if self.external.is_some() {
+            return self.client_config();
+        }
         let n = 1 + self.pooler_replicas.len();
         match c % n {
             0 => self.client_config(),
@@ -202,6 +212,8 @@ impl Cluster {
         for (port, dir) in &self.pooler_replicas {
             out.push(crate::pooler::ConsoleAt {
                 unix_dir: self.unix_sockets.then(|| dir.clone()),
+                host: None,
+                pool_user: None,
                 port: *port,
                 ..first.clone()
             });
@@ -212,23 +224,64 @@ impl Cluster {
     /// A direct PostgreSQL connection over TCP on loopback (what `up` prints) as `user`,
     /// with the run's password.
     pub fn direct_config(&self, user: &str) -> Config {
+        if let Some(e) = &self.external {
+            return self.external_direct(e, user);
+        }
         self.config(false, self.pg_port_now(), user, DB, "pgchaos")
     }
 
     /// A direct connection over PostgreSQL's Unix socket in the private run directory (the
     /// observer's, contender's and nemesis's path).
     pub fn socket_config(&self, user: &str) -> Config {
+        if let Some(e) = &self.external {
+            return self.external_direct(e, user);
+        }
         self.config(true, self.pg_port_now(), user, DB, "pgchaos-observer")
     }
 
+    /// A deployment's PostgreSQL as `user`: the observer's role, or the clients' (the
+    /// contender's outside connection).
+    fn external_direct(&self, e: &external::Endpoints, user: &str) -> Config {
+        if user == e.client_role {
+            e.client_direct()
+        } else {
+            e.postgres.clone()
+        }
+    }
+
+    /// The role the logical clients log in as.
+    pub fn client_role(&self) -> &str {
+        self.external
+            .as_ref()
+            .map_or(CLIENT_ROLE, |e| &e.client_role)
+    }
+
+    /// The role of the observer, the contender and the nemesis (the cluster's superuser
+    /// when the harness started it).
+    pub fn observer_role(&self) -> &str {
+        self.external
+            .as_ref()
+            .map_or(SUPERUSER, |e| &e.observer_role)
+    }
+
+    /// The database name the clients give the pooler (its pool's name on the console).
+    pub fn pool_database(&self) -> &str {
+        self.external.as_ref().map_or(DB, |e| &e.pooler_database)
+    }
+
     /// Where the pooler's admin console is (its Unix socket natively, loopback TCP with
-    /// the superuser's password in containers).
+    /// the superuser's password in containers, the admin DSN of a deployment).
     pub fn console_at(&self) -> Option<crate::pooler::ConsoleAt> {
         if !self.pooler.has_console() {
             return None;
         }
+        if let Some(e) = &self.external {
+            return e.console_at();
+        }
         Some(crate::pooler::ConsoleAt {
             unix_dir: self.unix_sockets.then(|| self.run_dir.clone()),
+            host: None,
+            pool_user: None,
             port: self.pooler_port?,
             admin_port: self.pooler_admin_port,
             user: SUPERUSER.to_string(),
@@ -452,16 +505,21 @@ pub fn binaries(
 /// thread per `opts.cpu` (after provisioning: a build uses every CPU; before the servers
 /// start, so they inherit it), and launch with the topology's launcher (or `opts.launcher`).
 pub async fn launch(topology: &Topology, opts: LaunchOptions) -> Result<Cluster> {
-    let (pg, bouncer) = binaries(topology, opts.strict_versions)?;
     let kind = opts.launcher.unwrap_or(topology.launcher);
+    if kind == crate::topology::LauncherKind::External {
+        // Nothing to provision: the deployment runs its own servers.
+        return external::ExternalLauncher.launch(topology).await;
+    }
+    let (pg, bouncer) = binaries(topology, opts.strict_versions)?;
     let launcher: Box<dyn Launcher> = match kind {
         crate::topology::LauncherKind::Native => Box::new(native::NativeLauncher::new(pg, bouncer)),
         crate::topology::LauncherKind::Docker => Box::new(docker::DockerLauncher::new(pg, bouncer)),
+        crate::topology::LauncherKind::External => unreachable!("launched above"),
     };
     let pinned = match kind {
         crate::topology::LauncherKind::Native => cpu::pin(opts.cpu)?,
-        // The servers run in the engine's containers, not as this thread's children.
-        crate::topology::LauncherKind::Docker => None,
+        // The servers run in the engine's containers, or are not ours.
+        crate::topology::LauncherKind::Docker | crate::topology::LauncherKind::External => None,
     };
     let mut cluster = launcher.launch(topology).await?;
     cluster.pinned_cpu = pinned;

@@ -397,6 +397,7 @@ async fn launch(
         local: servers.local(),
         unix_sockets: true,
         servers: tokio::sync::Mutex::new(Box::new(servers)),
+        external: None,
     })
 }
 
@@ -711,6 +712,8 @@ impl NativeServers {
         }
         Some(crate::pooler::ConsoleAt {
             unix_dir: Some(self.run_dir.clone()),
+            host: None,
+            pool_user: None,
             port: self.pooler_port?,
             admin_port: self.pooler_admin_port,
             user: SUPERUSER.to_string(),
@@ -800,6 +803,8 @@ impl NativeServers {
     fn replica_console_at(&self, dir: &Path, port: u16) -> crate::pooler::ConsoleAt {
         crate::pooler::ConsoleAt {
             unix_dir: Some(dir.to_path_buf()),
+            host: None,
+            pool_user: None,
             port,
             admin_port: None,
             user: SUPERUSER.to_string(),

@@ -16,7 +16,7 @@
 
 use crate::client::{Raw, run_raw};
 use crate::launch::proxy::LinkMode;
-use crate::launch::{Cluster, Control, DB, SUPERUSER, Which, connect};
+use crate::launch::{Cluster, Control, Which, connect};
 use crate::observe::{backoff, process_running, until_accepted};
 use crate::sql;
 use crate::vocab::fault::{self, Down, Host, HostAction};
@@ -91,7 +91,7 @@ fn signal(pid: i32, sig: i32) -> bool {
 
 impl Nemesis {
     pub async fn connect(cluster: &Cluster) -> Result<Nemesis> {
-        let config = cluster.socket_config(SUPERUSER);
+        let config = cluster.socket_config(cluster.observer_role());
         Ok(Nemesis {
             pg: std::cell::RefCell::new(std::rc::Rc::new(
                 connect(&config)
@@ -149,7 +149,7 @@ impl Nemesis {
             let running = !self.local_processes || process_running(t.pid);
             Ok((!present.is_empty() && running).then_some(t.pid))
         };
-        if let Some(cf) = cluster.pooler.console_fault(op, DB) {
+        if let Some(cf) = cluster.pooler.console_fault(op, cluster.pool_database()) {
             match &cf.heal {
                 // A fault that holds: started, held, healed whatever became of the start (a
                 // PAUSE returns once every server is released and closed; a client holding
@@ -206,7 +206,7 @@ impl Nemesis {
             }
             Op::Promote => {
                 cluster.promote().await?;
-                *self.config.borrow_mut() = cluster.socket_config(SUPERUSER);
+                *self.config.borrow_mut() = cluster.socket_config(cluster.observer_role());
             }
             Op::BackendKill => {
                 let Some(pid) = backend_pid().await? else {

@@ -9,7 +9,7 @@
 
 use crate::client::{Raw, run_raw};
 use crate::history::{BackendRow, LockRow, Observation, ServerState};
-use crate::launch::{CLIENT_ROLE, Cluster, DB, SUPERUSER, connect, timed};
+use crate::launch::{Cluster, connect, timed};
 use crate::pooler::Pooler;
 use crate::pooler::view::Look;
 use crate::sql;
@@ -74,6 +74,7 @@ impl Conns {
         direct: &tokio_postgres::Config,
         pooler: &dyn Pooler,
         consoles: &[crate::pooler::ConsoleAt],
+        client_role: &str,
     ) -> Result<Conns> {
         let pg = connect(direct)
             .await
@@ -101,8 +102,8 @@ impl Conns {
                     .context("observer: connecting to the pooler's admin console")?,
             );
         }
-        let snap = timed(pg.prepare(&sql::snapshot(CLIENT_ROLE))).await?;
-        let sample_stmt = timed(pg.prepare(&sql::sample(CLIENT_ROLE))).await?;
+        let snap = timed(pg.prepare(&sql::snapshot(client_role))).await?;
+        let sample_stmt = timed(pg.prepare(&sql::sample(client_role))).await?;
         let probe_big = timed(contender.prepare(sql::CONTENDER_PROBE_BIG)).await?;
         let probe_pair = timed(contender.prepare(sql::CONTENDER_PROBE_PAIR)).await?;
         Ok(Conns {
@@ -141,14 +142,22 @@ pub struct Observer {
     outside_config: std::cell::RefCell<tokio_postgres::Config>,
     /// The workload migrates (its tables are reset between cases).
     migrations: bool,
+    /// The clients' role, and the database name their pool has on the pooler's console.
+    client_role: String,
+    pool_db: String,
+    /// A deployment pgchaos did not start (`launcher: external`): a case is reset only by
+    /// terminating the clients' backends (no console command), and only the clients'
+    /// advisory locks must be gone.
+    foreign: bool,
 }
 
 impl Observer {
     pub async fn connect(cluster: &Cluster) -> Result<Observer> {
         let conns = Conns::open(
-            &cluster.socket_config(SUPERUSER),
+            &cluster.socket_config(cluster.observer_role()),
             cluster.pooler.as_ref(),
             &cluster.consoles_at(),
+            cluster.client_role(),
         )
         .await?;
         Ok(Observer {
@@ -156,8 +165,11 @@ impl Observer {
             pools: std::cell::Cell::new(false),
             pooler: cluster.pooler.clone(),
             local_processes: cluster.local,
-            outside_config: std::cell::RefCell::new(cluster.socket_config(CLIENT_ROLE)),
+            outside_config: std::cell::RefCell::new(cluster.socket_config(cluster.client_role())),
             migrations: cluster.topology.workload.uses(crate::vocab::Op::Migrate),
+            client_role: cluster.client_role().to_string(),
+            pool_db: cluster.pool_database().to_string(),
+            foreign: cluster.external.is_some(),
         })
     }
 
@@ -187,11 +199,15 @@ impl Observer {
     /// Open every connection again (a look failed though none reads as closed yet),
     /// retrying while PostgreSQL recovers (bounded: 30 s).
     pub async fn reopen(&self, cluster: &Cluster) -> Result<()> {
-        *self.outside_config.borrow_mut() = cluster.socket_config(CLIENT_ROLE);
+        *self.outside_config.borrow_mut() = cluster.socket_config(cluster.client_role());
         let at = cluster.consoles_at();
-        let direct = cluster.socket_config(SUPERUSER);
+        let direct = cluster.socket_config(cluster.observer_role());
         let pooler = cluster.pooler.clone();
-        let c = until_accepted("observer", || Conns::open(&direct, pooler.as_ref(), &at)).await?;
+        let role = cluster.client_role().to_string();
+        let c = until_accepted("observer", || {
+            Conns::open(&direct, pooler.as_ref(), &at, &role)
+        })
+        .await?;
         *self.conns.borrow_mut() = std::rc::Rc::new(c);
         Ok(())
     }
@@ -311,10 +327,11 @@ impl Observer {
 
     /// The pooler's view of the harness database's connections (empty without a pooler).
     async fn pooler_look(&self, conns: &Conns, pools: bool) -> Result<Look> {
-        let mut looks =
-            futures_util::future::try_join_all(conns.admin.iter().map(|a| a.look(DB, pools)))
-                .await?
-                .into_iter();
+        let mut looks = futures_util::future::try_join_all(
+            conns.admin.iter().map(|a| a.look(&self.pool_db, pools)),
+        )
+        .await?
+        .into_iter();
         let mut out = looks.next().unwrap_or_default();
         for (k, l) in looks.enumerate() {
             out.merge(k as u8 + 1, l);
@@ -376,13 +393,16 @@ impl Observer {
         for admin in &c.admin {
             pids.extend(
                 admin
-                    .look(DB, false)
+                    .look(&self.pool_db, false)
                     .await?
                     .servers
                     .iter()
                     .filter_map(|s| s.pid),
             );
-            for cmd in self.pooler.reset_commands(DB) {
+            if self.foreign {
+                continue;
+            }
+            for cmd in self.pooler.reset_commands(&self.pool_db) {
                 admin
                     .command(&cmd)
                     .await
@@ -393,14 +413,18 @@ impl Observer {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let terminated = Self::raw_ok(&c.pg, &sql::terminate_role(CLIENT_ROLE)).await?;
+            let terminated = Self::raw_ok(&c.pg, &sql::terminate_role(&self.client_role)).await?;
             pids.extend(
                 terminated
                     .iter()
                     .filter_map(|r| r[0].as_deref()?.parse::<i32>().ok()),
             );
-            let backends = Self::raw_ok(&c.pg, &sql::role_backends(CLIENT_ROLE)).await?;
-            let locks = Self::raw_ok(&c.pg, sql::ALL_ADVISORY_LOCKS).await?;
+            let backends = Self::raw_ok(&c.pg, &sql::role_backends(&self.client_role)).await?;
+            let locks = if self.foreign {
+                Self::raw_ok(&c.pg, &sql::role_advisory_locks(&self.client_role)).await?
+            } else {
+                Self::raw_ok(&c.pg, sql::ALL_ADVISORY_LOCKS).await?
+            };
             let n = |rows: &Vec<Vec<Option<String>>>| {
                 rows.first().and_then(|r| r[0].clone()).unwrap_or_default()
             };
@@ -415,8 +439,18 @@ impl Observer {
             };
             if n(&backends) == "0" && n(&locks) == "0" && pool_empty && exiting.is_empty() {
                 if self.migrations {
-                    // Nobody is left to hold the migration's tables: start it afresh.
-                    Self::raw_ok(&c.pg, &sql::migrations_reset()).await?;
+                    // Nobody is left to hold the migration's tables: start it afresh. In a
+                    // deployment, as the clients' role (the tables are its own; the observer
+                    // may not touch them).
+                    if self.foreign {
+                        let config = self.outside_config.borrow().clone();
+                        let own = connect(&config).await.context(
+                            "connecting as the clients' role to reset the migration's tables",
+                        )?;
+                        Self::raw_ok(&own, &sql::migrations_reset()).await?;
+                    } else {
+                        Self::raw_ok(&c.pg, &sql::migrations_reset()).await?;
+                    }
                 }
                 return Ok(());
             }
@@ -543,10 +577,12 @@ where
 
 /// Whether a snapshot shows the state [`Observer::settle`] waits for.
 pub fn settled(obs: &Observation, waits: &Waits) -> bool {
-    let gone_ok = waits
-        .gone
-        .iter()
-        .all(|g| !obs.alive(*g) && obs.server_of(g.pid).is_none());
+    // The pooler's view names a server by pid alone: a server row with `b`'s pid is `b`'s
+    // unless PostgreSQL shows another backend (another backend_start) with that pid now (a
+    // restarted server's, or a new primary container's, pids start over).
+    let pid_reused = |b: &BackendId| obs.backends.iter().any(|r| r.id.pid == b.pid && r.id != *b);
+    let no_server = |b: &BackendId| obs.server_of(b.pid).is_none() || pid_reused(b);
+    let gone_ok = waits.gone.iter().all(|g| !obs.alive(*g) && no_server(g));
     // A released server is out of the `active` (linked) state and not mid-reset once its
     // backend is idle; a backend still in a transaction stays linked.
     let released_ok = waits.released.iter().chain(&waits.reset).all(|b| {
@@ -556,8 +592,7 @@ pub fn settled(obs: &Observation, waits: &Waits) -> bool {
                 .is_none_or(|s| s == ServerState::Idle)
     });
     let closing_ok = waits.closing.iter().all(|b| {
-        obs.backend(*b).is_some_and(|row| row.in_transaction())
-            || (!obs.alive(*b) && obs.server_of(b.pid).is_none())
+        obs.backend(*b).is_some_and(|row| row.in_transaction()) || (!obs.alive(*b) && no_server(b))
     });
     let transient = obs.pooler_busy();
     let quiet_ok = waits
@@ -651,6 +686,31 @@ mod tests {
             !plain.ordered(),
             "a release without a reset needs no ordered read"
         );
+    }
+
+    #[test]
+    fn a_server_row_with_a_reused_pid_is_not_the_gone_backend() {
+        // Backend (23, t1) ended with its container; the new primary's backend has pid 23
+        // again, with another backend_start, and the pooler lists a server of pid 23.
+        let old = BackendId {
+            pid: 23,
+            start_us: 1,
+        };
+        let gone = Waits {
+            gone: vec![old],
+            ..Default::default()
+        };
+        let mut newer = row(23, "idle");
+        newer.id.start_us = 2;
+        let mut o = Observation {
+            backends: vec![newer],
+            servers: vec![server(23, "idle")],
+            ..Default::default()
+        };
+        assert!(settled(&o, &gone), "pid 23's server is the new backend's");
+        // Without PostgreSQL's word that pid 23 is someone else's, the row is the old one's.
+        o.backends.clear();
+        assert!(!settled(&o, &gone));
     }
 
     #[test]

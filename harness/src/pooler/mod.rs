@@ -223,6 +223,11 @@ pub trait Pooler: Send + Sync {
 #[derive(Clone, Debug)]
 pub struct ConsoleAt {
     pub unix_dir: Option<std::path::PathBuf>,
+    /// The TCP host when there is no Unix directory (`None`: loopback).
+    pub host: Option<String>,
+    /// Read only this user's connections (a deployment's pool database may be shared by
+    /// other roles; `None`: the harness's own cluster, where the clients are the only users).
+    pub pool_user: Option<String>,
     pub port: u16,
     pub admin_port: Option<u16>,
     pub user: String,
@@ -238,7 +243,7 @@ impl ConsoleAt {
                 c.host_path(d);
             }
             None => {
-                c.host("127.0.0.1");
+                c.host(self.host.as_deref().unwrap_or("127.0.0.1"));
                 if let Some(pw) = &self.password {
                     c.password(pw);
                 }

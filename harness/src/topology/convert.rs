@@ -400,7 +400,7 @@ impl Cx<'_> {
             let s = self.string(
                 &raw.launcher,
                 "launcher",
-                &["launcher: native", "launcher: docker"],
+                &["launcher: native", "launcher: docker", "launcher: external"],
             )?;
             match LauncherKind::from_name(&s) {
                 Some(k) => k,
@@ -410,7 +410,7 @@ impl Cx<'_> {
                     if !close.is_empty() {
                         hints.push(did_you_mean(&close));
                     }
-                    hints.push("launchers: native, docker".into());
+                    hints.push("launchers: native, docker, external".into());
                     return Err(self.err(
                         &raw.launcher.referenced,
                         format!("unknown launcher `{s}`"),
@@ -421,6 +421,38 @@ impl Cx<'_> {
         } else {
             LauncherKind::Native
         };
+
+        let external = match &raw.external.value {
+            Some(e) => Some(self.external(e, &raw.external.referenced)?),
+            None if section_given(&raw.external) => {
+                return Err(self.null_section(
+                    &raw.external.referenced,
+                    "external",
+                    EXTERNAL_EXAMPLE,
+                ));
+            }
+            None => None,
+        };
+        match (launcher, &external) {
+            (LauncherKind::External, None) => {
+                return Err(self.err(
+                    &raw.launcher.referenced,
+                    "`launcher: external` needs an `external:` section naming the deployment's DSNs",
+                    vec![format!("for example:\n{EXTERNAL_EXAMPLE}")],
+                ));
+            }
+            (LauncherKind::Native | LauncherKind::Docker, Some(_)) => {
+                return Err(self.err(
+                    &raw.external.referenced,
+                    format!(
+                        "an `external:` section is for `launcher: external`, and this topology's launcher is {}",
+                        launcher.as_str()
+                    ),
+                    vec!["add `launcher: external`, or remove the section".into()],
+                ));
+            }
+            _ => {}
+        }
 
         const PG_EXAMPLE: &str = "postgres: { version: \"18.6\" }";
         let (postgres, pg_settings) = match &raw.postgres.value {
@@ -579,6 +611,7 @@ impl Cx<'_> {
             name,
             description,
             launcher,
+            external,
             postgres,
             pooler,
             app_pool,
@@ -816,6 +849,55 @@ impl Cx<'_> {
             format!("unknown {what} `{}`", name.value),
             hints,
         )
+    }
+
+    /// `external:`: each DSN a string that parses as a libpq URL or key=value string once
+    /// its `${VAR}` references are set aside (they are expanded at launch), naming its user
+    /// and database.
+    pub(super) fn external(&self, raw: &RawExternal, at: &Location) -> Res<ExternalSpec> {
+        let dsn = |leaf: &Leaf, key: &str, required: bool| -> Res<Option<String>> {
+            if !is_given(leaf) {
+                if required {
+                    return Err(self.missing(
+                        at,
+                        key.trim_start_matches("external."),
+                        "external",
+                        EXTERNAL_EXAMPLE,
+                    ));
+                }
+                return Ok(None);
+            }
+            let text = self.string(leaf, key, &[EXTERNAL_EXAMPLE])?;
+            let placeholder = match ExternalSpec::expand_with(&text, key, |_| Some("x".into())) {
+                Ok(p) => p,
+                Err(e) => return Err(self.err(&leaf.referenced, e, vec![])),
+            };
+            let config: tokio_postgres::Config = placeholder.parse().map_err(|e| {
+                self.err(
+                    &leaf.referenced,
+                    format!("`{key}` is not a PostgreSQL connection string: {e}"),
+                    vec![EXTERNAL_EXAMPLE.into()],
+                )
+            })?;
+            for (what, given) in [
+                ("user", config.get_user().is_some()),
+                ("database", config.get_dbname().is_some()),
+            ] {
+                if !given {
+                    return Err(self.err(
+                        &leaf.referenced,
+                        format!("`{key}` names no {what}"),
+                        vec![EXTERNAL_EXAMPLE.into()],
+                    ));
+                }
+            }
+            Ok(Some(text))
+        };
+        Ok(ExternalSpec {
+            pooler: dsn(&raw.pooler, "external.pooler", true)?.unwrap_or_default(),
+            postgres: dsn(&raw.postgres, "external.postgres", true)?.unwrap_or_default(),
+            admin: dsn(&raw.admin, "external.admin", false)?,
+        })
     }
 
     pub(super) fn app_pool(&self, raw: &RawAppPool, at: &Location) -> Res<AppPool> {
@@ -1759,3 +1841,6 @@ fn standby_conflict(name: &str, value: &str) -> Option<&'static str> {
         _ => None,
     }
 }
+
+/// What an `external:` section looks like (hints of its errors).
+const EXTERNAL_EXAMPLE: &str = "external:\n  pooler: postgresql://pgchaos_client:${PGCHAOS_CLIENT_PASSWORD}@pgbouncer.staging:6432/app\n  postgres: postgresql://pgchaos_observer:${PGCHAOS_OBSERVER_PASSWORD}@db.staging:5432/app\n  admin: postgresql://pgchaos_admin:${PGCHAOS_ADMIN_PASSWORD}@pgbouncer.staging:6432/pgbouncer   # optional";

@@ -56,6 +56,9 @@ pub struct Topology {
     pub description: Option<String>,
     /// Where the servers run: local processes (default) or containers.
     pub launcher: LauncherKind,
+    /// `launcher: external`: the deployment's endpoints (`external:`), instead of servers
+    /// to start.
+    pub external: Option<ExternalSpec>,
     pub postgres: PostgresSpec,
     /// The pooler in front of PostgreSQL (its section, read by the pooler: `pgbouncer:`);
     /// `None`: clients connect straight to PostgreSQL.
@@ -88,15 +91,23 @@ pub enum LauncherKind {
     Native,
     /// Containers of the images built from them (`launch/docker.rs`).
     Docker,
+    /// A deployment the harness did not start, named by DSNs (`external:`,
+    /// `launch/external.rs`).
+    External,
 }
 
 impl LauncherKind {
-    pub const ALL: [LauncherKind; 2] = [LauncherKind::Native, LauncherKind::Docker];
+    pub const ALL: [LauncherKind; 3] = [
+        LauncherKind::Native,
+        LauncherKind::Docker,
+        LauncherKind::External,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             LauncherKind::Native => "native",
             LauncherKind::Docker => "docker",
+            LauncherKind::External => "external",
         }
     }
 
@@ -198,6 +209,64 @@ impl Api {
 impl fmt::Display for Api {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A deployment the harness did not start (`external:`): DSNs as written, `${VAR}`
+/// references expanded from the environment at launch (so no password sits in the file).
+/// The pooler DSN's role and database are the clients'; the PostgreSQL DSN's role is the
+/// observer's (it reads `pg_locks` and `pg_stat_activity`, and terminates the clients'
+/// backends between cases).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalSpec {
+    /// The clients' way in: through the pooler (or PostgreSQL itself, without a pooler).
+    pub pooler: String,
+    /// PostgreSQL directly, as the observer's role.
+    pub postgres: String,
+    /// The pooler's admin console (PgBouncer's `pgbouncer` database), if the team grants it:
+    /// its view of servers and clients, the running settings checked, console faults.
+    pub admin: Option<String>,
+}
+
+impl ExternalSpec {
+    /// Every `${NAME}` in `dsn` replaced by the environment's value; an error names the
+    /// variable and the key when one is not set or a reference is not closed.
+    pub fn expand(dsn: &str, key: &str) -> Result<String, String> {
+        Self::expand_with(dsn, key, |name| std::env::var(name).ok())
+    }
+
+    /// [`ExternalSpec::expand`] with the values from `lookup`.
+    pub fn expand_with(
+        dsn: &str,
+        key: &str,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<String, String> {
+        let mut out = String::new();
+        let mut rest = dsn;
+        while let Some(i) = rest.find("${") {
+            out.push_str(&rest[..i]);
+            let after = &rest[i + 2..];
+            let Some(end) = after.find('}') else {
+                return Err(format!("`{key}`: `${{` without a closing `}}`"));
+            };
+            let name = &after[..end];
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(format!(
+                    "`{key}`: `${{{name}}}` is not an environment variable's name"
+                ));
+            }
+            match lookup(name) {
+                Some(v) => out.push_str(&v),
+                None => {
+                    return Err(format!(
+                        "`{key}` refers to ${{{name}}}, which is not set in the environment"
+                    ));
+                }
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
     }
 }
 

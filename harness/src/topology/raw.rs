@@ -115,6 +115,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "name",
     "description",
     "launcher",
+    "external",
     "postgres",
     "app_pool",
     "workload",
@@ -125,6 +126,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
 ];
 pub(super) const POSTGRES_KEYS: &[&str] = &["version", "bin_dir", "settings", "standby"];
 pub(super) const APP_POOL_KEYS: &[&str] = &["max_open", "pin"];
+pub(super) const EXTERNAL_KEYS: &[&str] = &["pooler", "postgres", "admin"];
 pub(super) const WORKLOAD_KEYS: &[&str] = &[
     "clients",
     "keys",
@@ -159,6 +161,7 @@ pub(super) fn section_of(expected: &[&str]) -> Option<&'static str> {
         ("", TOP_KEYS),
         ("postgres", POSTGRES_KEYS),
         ("app_pool", APP_POOL_KEYS),
+        ("external", EXTERNAL_KEYS),
         ("workload", WORKLOAD_KEYS),
         ("faults", FAULTS_KEYS),
         ("run", RUN_KEYS),
@@ -186,6 +189,7 @@ pub(super) struct RawTopology {
     pub(super) name: Leaf,
     pub(super) description: Leaf,
     pub(super) launcher: Leaf,
+    pub(super) external: Section<RawExternal>,
     pub(super) postgres: Section<RawPostgres>,
     pub(super) app_pool: Section<RawAppPool>,
     pub(super) workload: Section<RawWorkload>,
@@ -209,6 +213,7 @@ impl<'de> Deserialize<'de> for RawTopology {
                     name: absent(),
                     description: absent(),
                     launcher: absent(),
+                    external: absent_section(),
                     postgres: absent_section(),
                     app_pool: absent_section(),
                     workload: absent_section(),
@@ -223,6 +228,7 @@ impl<'de> Deserialize<'de> for RawTopology {
                         "name" => t.name = map.next_value()?,
                         "description" => t.description = map.next_value()?,
                         "launcher" => t.launcher = map.next_value()?,
+                        "external" => t.external = map.next_value()?,
                         "postgres" => t.postgres = map.next_value()?,
                         "app_pool" => t.app_pool = map.next_value()?,
                         "workload" => t.workload = map.next_value()?,
@@ -288,6 +294,17 @@ pub(super) struct RawFaults {
     pub(super) hold: Leaf,
     #[serde(default = "absent")]
     pub(super) delay: Leaf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExternal {
+    #[serde(default = "absent")]
+    pub(super) pooler: Leaf,
+    #[serde(default = "absent")]
+    pub(super) postgres: Leaf,
+    #[serde(default = "absent")]
+    pub(super) admin: Leaf,
 }
 
 #[derive(Deserialize)]

@@ -180,10 +180,9 @@ fn hints_say_what_is_valid() {
         "{e}"
     );
     assert!(
-        e.hints().iter().any(
-            |h| h.contains("name, description, launcher, postgres, app_pool")
-                && h.ends_with(", pgbouncer")
-        ),
+        e.hints().iter().any(|h| h
+            .contains("name, description, launcher, external, postgres, app_pool")
+            && h.ends_with(", pgbouncer")),
         "{e}"
     );
 
@@ -301,6 +300,8 @@ fn shipped_topologies_parse() {
         // A topology for containers runs a quarter of the cases in twice the time: each host
         // fault is the engine's kill and start (about 2 s, against milliseconds native).
         let (cases, limit) = match t.launcher {
+            // Partitions and freezes held 3 s each: half as many cases again, in 3 minutes.
+            LauncherKind::Docker if t.name == "transaction-mode-partitions" => (32, 180),
             LauncherKind::Docker => (64, 120),
             _ => (256, 60),
         };
@@ -1688,4 +1689,79 @@ fn time_scale_multiplies_every_workload_duration() {
             "`run.time_scale` must be a number from 0.01 to 10",
         );
     }
+}
+
+#[test]
+fn an_external_deployment_names_its_dsns() {
+    let dsns = "external:\n  pooler: postgresql://pgchaos_client:${PW1}@pgbouncer.staging:6432/app\n  postgres: \"host=db.staging port=5432 user=pgchaos_observer dbname=app password=${PW2}\"\n";
+    let t = ok(&format!("{MINIMAL}launcher: external\n{dsns}"));
+    assert_eq!(t.launcher, LauncherKind::External);
+    let e = t.external.as_ref().unwrap();
+    assert_eq!(
+        e.pooler,
+        "postgresql://pgchaos_client:${PW1}@pgbouncer.staging:6432/app"
+    );
+    assert!(e.postgres.contains("user=pgchaos_observer") && e.admin.is_none());
+    // The section and the launcher go together.
+    err_at(
+        &format!("{MINIMAL}{dsns}"),
+        5,
+        3,
+        "an `external:` section is for `launcher: external`",
+    );
+    err_at(
+        &format!("{MINIMAL}launcher: external\n"),
+        4,
+        11,
+        "`launcher: external` needs an `external:` section",
+    );
+    // Each DSN parses and names its role and database; `postgres` is required.
+    err_at(
+        &format!(
+            "{MINIMAL}launcher: external\nexternal:\n  pooler: postgresql://h:6432/app\n  postgres: postgresql://o@h/app\n"
+        ),
+        6,
+        11,
+        "`external.pooler` names no user",
+    );
+    err_at(
+        &format!(
+            "{MINIMAL}launcher: external\nexternal:\n  pooler: postgresql://u@h/app\n  postgres: \"host=h port=notaport user=o dbname=app\"\n"
+        ),
+        7,
+        13,
+        "`external.postgres` is not a PostgreSQL connection string",
+    );
+    let e = err(&format!(
+        "{MINIMAL}launcher: external\nexternal:\n  pooler: postgresql://u@h/app\n"
+    ));
+    assert!(e.message().contains("postgres"), "{}", e.message());
+    err_at(
+        &format!(
+            "{MINIMAL}launcher: external\nexternal:\n  pooler: postgresql://u:${{PW@h/app\n  postgres: postgresql://o@h/app\n"
+        ),
+        6,
+        11,
+        "`${` without a closing `}`",
+    );
+}
+
+#[test]
+fn external_passwords_come_from_the_environment() {
+    let lookup = |n: &str| (n == "SET_ONE").then(|| "s3cret".to_string());
+    assert_eq!(
+        ExternalSpec::expand_with("postgresql://u:${SET_ONE}@h/db", "external.pooler", lookup),
+        Ok("postgresql://u:s3cret@h/db".to_string())
+    );
+    assert_eq!(
+        ExternalSpec::expand_with("postgresql://u@h/db", "external.pooler", lookup),
+        Ok("postgresql://u@h/db".to_string())
+    );
+    let unset = ExternalSpec::expand_with("x=${NOT_SET}", "external.admin", lookup).unwrap_err();
+    assert!(
+        unset.contains("`external.admin` refers to ${NOT_SET}, which is not set"),
+        "{unset}"
+    );
+    let bad = ExternalSpec::expand_with("x=${a-b}", "external.admin", lookup).unwrap_err();
+    assert!(bad.contains("not an environment variable's name"), "{bad}");
 }

@@ -12,6 +12,8 @@ pub const ADMIN_DB: &str = "pgbouncer";
 /// only: `admin.c` answers anything else with 08P01 and closes the connection).
 pub struct Console {
     pub(super) client: tokio_postgres::Client,
+    /// Only this user's connections (a deployment's pool database that other roles share).
+    pub(super) user: Option<String>,
 }
 
 impl crate::pooler::Console for Console {
@@ -24,7 +26,7 @@ impl crate::pooler::Console for Console {
         db: &'a str,
         pools: bool,
     ) -> BoxFuture<'a, anyhow::Result<crate::pooler::view::Look>> {
-        Box::pin(view::look(&self.client, db, pools))
+        Box::pin(view::look(&self.client, db, self.user.as_deref(), pools))
     }
 
     fn settings(&self) -> BoxFuture<'_, anyhow::Result<Vec<(String, String)>>> {

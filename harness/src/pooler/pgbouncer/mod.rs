@@ -87,7 +87,10 @@ impl Pooler for PgBouncer {
     ) -> super::BoxFuture<'a, anyhow::Result<Box<dyn super::Console>>> {
         Box::pin(async move {
             let client = super::connect_pg(&at.pg_config(ADMIN_DB)).await?;
-            Ok(Box::new(Console { client }) as Box<dyn super::Console>)
+            Ok(Box::new(Console {
+                client,
+                user: at.pool_user.clone(),
+            }) as Box<dyn super::Console>)
         })
     }
 

@@ -114,8 +114,9 @@ pub fn pool(raw: PoolerRow) -> PoolRow {
     }
 }
 
-/// One `SHOW` command's rows of database `db`, the kept columns only.
-async fn show(admin: &Client, cmd: &str, db: &str) -> Result<Vec<PoolerRow>> {
+/// One `SHOW` command's rows of database `db` (and of `user`, when given), the kept columns
+/// only.
+async fn show(admin: &Client, cmd: &str, db: &str, user: Option<&str>) -> Result<Vec<PoolerRow>> {
     let msgs = crate::pooler::admin_query(admin, cmd)
         .await
         .with_context(|| format!("PgBouncer admin {cmd}"))?;
@@ -129,16 +130,22 @@ async fn show(admin: &Client, cmd: &str, db: &str) -> Result<Vec<PoolerRow>> {
         if let SimpleQueryMessage::Row(row) = m {
             let mut map = PoolerRow::new();
             let mut database = None;
+            let mut row_user = None;
             for (i, col) in row.columns().iter().enumerate() {
                 let value = row.get(i).unwrap_or("");
                 if col.name() == "database" {
                     database = Some(value.to_string());
                 }
+                if col.name() == "user" {
+                    row_user = Some(value.to_string());
+                }
                 if keep.contains(&col.name()) {
                     map.insert(col.name().to_string(), value.to_string());
                 }
             }
-            if database.as_deref() == Some(db) {
+            if database.as_deref() == Some(db)
+                && user.is_none_or(|u| row_user.as_deref() == Some(u))
+            {
                 out.push(map);
             }
         }
@@ -147,13 +154,13 @@ async fn show(admin: &Client, cmd: &str, db: &str) -> Result<Vec<PoolerRow>> {
 }
 
 /// The views, pipelined on the console connection (one round trip's wait for all).
-pub async fn look(admin: &Client, db: &str, pools: bool) -> Result<Look> {
+pub async fn look(admin: &Client, db: &str, user: Option<&str>, pools: bool) -> Result<Look> {
     let (s, c, p) = tokio::join!(
-        show(admin, SHOW_SERVERS, db),
-        show(admin, SHOW_CLIENTS, db),
+        show(admin, SHOW_SERVERS, db, user),
+        show(admin, SHOW_CLIENTS, db, user),
         async {
             if pools {
-                show(admin, SHOW_POOLS, db).await
+                show(admin, SHOW_POOLS, db, user).await
             } else {
                 Ok(vec![])
             }
