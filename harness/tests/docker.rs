@@ -536,6 +536,63 @@ fn docker_runs_give_the_native_verdicts() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// Failover between two PostgreSQL containers (a primary and a streaming standby): the
+/// nemesis's `promote` fences the primary (docker kill), promotes the standby and repoints
+/// PgBouncer's container, each invocation answered `ok`; the lock held on the old primary is
+/// lost (`app.no_lost_lock` violated, as natively), with no `pg.*` violation, and nothing is
+/// left. Eight cases (each failover makes a new standby: about 10 s).
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn failover_runs_between_containers() {
+    use std::io::Read;
+    let _s = serial();
+    let name = "failover";
+    let out = tmp("docker-failover");
+    let o = pgchaos(&[
+        "chaos",
+        name,
+        "--seed",
+        "1",
+        "--cases",
+        "8",
+        "--launcher",
+        "docker",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let (dir, r) = common::latest(&out, name);
+    assert_eq!(r["launcher"], "docker");
+    let v = verdicts(&r);
+    for (inv, verdict) in &v {
+        if inv.starts_with("pg.") {
+            assert_ne!(verdict, "violated", "{inv}: {}", text(&o));
+        }
+    }
+    assert_eq!(v["app.no_lost_lock"], "violated", "{}", text(&o));
+    let mut history = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(dir.join("history.jsonl.gz")).unwrap())
+        .read_to_string(&mut history)
+        .unwrap();
+    let promotes: Vec<serde_json::Value> = history
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["p"] == "nemesis" && e["f"] == "promote" && e["type"] != "invoke")
+        .collect();
+    assert!(!promotes.is_empty(), "no promote in {}", dir.display());
+    for e in &promotes {
+        assert_eq!(e["type"], "ok", "{e}");
+        assert_eq!(e["value"]["kind"], "ok", "{e}");
+    }
+    assert_eq!(
+        run_leftovers(),
+        (String::new(), String::new()),
+        "left behind"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// The faults of whole hosts on containers: a sequential run of the topology that names the
 /// six freeze, kill and restart kinds meets its `expect` (exit 0), judges every case, has no `pg.*` violation, and its
 /// history shows the nemesis invoking every kind, each answered `ok`. Launcher native

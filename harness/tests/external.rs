@@ -183,6 +183,50 @@ async fn an_external_deployment_is_refused_when_not_its_own_and_runs_a_matrix_ce
     .unwrap();
     assert_eq!(results["launcher"], "external", "{results}");
 
+    // SIGKILL mid-run, while a client's backend holds an advisory lock: the reaper ends the
+    // clients' backends (transaction pooling would keep the lock on a pooled server).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pgchaos"))
+        .args([
+            "chaos", &topo_s, "--cases", "100000", "--seed", "2", "--out",
+        ])
+        .arg(dir.join("killed"))
+        .current_dir(common::root())
+        .env("PGCHAOS_QUIET", "1")
+        .env("T_CLIENT_PW", cluster.password(CLIENT_ROLE).unwrap())
+        .env("T_OBSERVER_PW", "observer-pw")
+        .env("T_ADMIN_PW", cluster.password(SUPERUSER).unwrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = format!(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+         WHERE l.locktype = 'advisory' AND a.usename = '{CLIENT_ROLE}'"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while count(&su, &held).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no client lock within 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let backends = format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{CLIENT_ROLE}'");
+    loop {
+        let (n, locks) = (count(&su, &backends).await, count(&su, &held).await);
+        if n == 0 && locks == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "15 s after SIGKILL: {n} client backends, {locks} locks"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
     // Nothing of the run is left: no backend of the clients' role; the bystander's session
     // (another role) was never terminated.
     assert_eq!(

@@ -76,6 +76,10 @@ enum Cmd {
     Images(containers::ImagesArgs),
     /// Write a compose file that starts a topology's servers from the local images.
     Compose(containers::ComposeArgs),
+    /// (Internal: the reaper of a `launcher: external` run.) Terminate the backends of the
+    /// role in PGCHAOS_REAP_ROLE on the PostgreSQL of PGCHAOS_REAP_DSN.
+    #[command(hide = true)]
+    ReapExternal,
 }
 
 /// Exit code for an outcome.
@@ -260,13 +264,16 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::Mutate(a) => mutate::mutate(a),
         Cmd::Images(a) => containers::images(a),
         Cmd::Compose(a) => containers::compose(a),
+        Cmd::ReapExternal => crate::launch::external::reap_from_env()
+            .await
+            .map(|()| Exit::Ok),
     }
 }
 
 /// `--launcher NAME`.
 fn parse_launcher(s: &str) -> std::result::Result<crate::topology::LauncherKind, String> {
     crate::topology::LauncherKind::from_name(s)
-        .ok_or_else(|| format!("unknown launcher `{s}` (launchers: native, docker)"))
+        .ok_or_else(|| format!("unknown launcher `{s}` (launchers: native, docker, external)"))
 }
 
 fn all_topologies() -> Result<Vec<String>> {

@@ -165,6 +165,27 @@ pub fn unsupported(t: &Topology, has_admin: bool) -> Option<String> {
     None
 }
 
+/// The reaper's environment: the observer's DSN (expanded) and the clients' role.
+const REAP_DSN: &str = "PGCHAOS_REAP_DSN";
+const REAP_ROLE: &str = "PGCHAOS_REAP_ROLE";
+
+/// `pgchaos reap-external` (run by the reaper when the harness is gone): terminate the
+/// clients' role's backends on the PostgreSQL of `PGCHAOS_REAP_DSN`, bounded by the
+/// connect and query timeouts.
+pub async fn reap_from_env() -> Result<()> {
+    let dsn = std::env::var(REAP_DSN).map_err(|_| anyhow!("{REAP_DSN} is not set"))?;
+    let role = std::env::var(REAP_ROLE).map_err(|_| anyhow!("{REAP_ROLE} is not set"))?;
+    if !plain_identifier(&role) {
+        bail!("{REAP_ROLE} {role:?} is not a plain identifier");
+    }
+    let mut c: Config = dsn.parse().context("PGCHAOS_REAP_DSN")?;
+    c.connect_timeout(super::IO_TIMEOUT)
+        .application_name("pgchaos-reaper");
+    let client = connect(&c).await?;
+    super::timed(client.simple_query(&crate::sql::terminate_role(&role))).await?;
+    Ok(())
+}
+
 /// Launches nothing: connects to the deployment.
 pub struct ExternalLauncher;
 
@@ -329,11 +350,20 @@ async fn launch(topology: &Topology) -> Result<Cluster> {
         ));
     }
     let run_dir = super::runtime::make_run_dir(None)?;
+    // However the harness ends (SIGKILL included), the reaper terminates the clients'
+    // backends: a lock a client left on a pooled server must not outlive the run.
+    let expanded = ExternalSpec::expand(&spec.postgres, "external.postgres")
+        .map_err(|e| anyhow!("{src}: {e}"))?;
+    let reaper = super::reaper::Reaper::spawn_with_reap(
+        &run_dir,
+        &[(REAP_DSN, expanded), (REAP_ROLE, e.client_role.clone())],
+    )?;
     let servers = ExternalServers {
         observer: e.postgres.clone(),
         client_role: e.client_role.clone(),
         run_dir: run_dir.clone(),
         down: false,
+        reaper: Some(reaper),
     };
     let port = |c: &Config| c.get_ports().first().copied().unwrap_or(5432);
     Ok(Cluster {
@@ -365,6 +395,7 @@ struct ExternalServers {
     client_role: String,
     run_dir: PathBuf,
     down: bool,
+    reaper: Option<super::reaper::Reaper>,
 }
 
 impl Servers for ExternalServers {
@@ -418,6 +449,9 @@ impl Servers for ExternalServers {
             );
         }
         let _ = std::fs::remove_dir_all(&self.run_dir);
+        if let Some(mut r) = self.reaper.take() {
+            r.finish();
+        }
     }
     fn signal_backend(&mut self, pid: i32, _sig: i32) -> Result<bool> {
         bail!("launcher external sends no signal to a backend (pid {pid}): it is not on this host")

@@ -5,8 +5,9 @@
 //! harness stopped and reaped itself); when the pipe closes (the
 //! harness exited, crashed or was killed) it kills those process groups, waits for them to
 //! go, removes the System V segments the postmasters (primary and standby) registered in
-//! their `postmaster.pid`, removes a docker run's labelled containers and network, and
-//! deletes the run directory. After a normal teardown there is nothing left for it to do.
+//! their `postmaster.pid`, removes a docker run's labelled containers and network, runs
+//! `pgchaos reap-external` for a deployment it did not start (terminating the clients' role's
+//! backends), and deletes the run directory. After a normal teardown there is nothing left for it to do.
 //! It ignores SIGINT, SIGTERM and SIGHUP and runs in a session of its own, so a signal meant
 //! for the harness (or its process group) does not stop it before it has cleaned up.
 
@@ -22,6 +23,7 @@ dir=$1
 keep=$2
 label=$3
 docker=$4
+after=$5
 pids=
 while read -r pid; do
     case $pid in
@@ -58,6 +60,9 @@ if [ -n "$label" ]; then
     nets=$("$docker" network ls -q --filter "label=pgchaos.run=$label" 2>/dev/null)
     [ -n "$nets" ] && "$docker" network rm $nets >/dev/null 2>&1
 fi
+# A deployment pgchaos did not start: the program that ends what the run left there (its
+# clients' backends), with what it needs in the environment.
+[ -n "$after" ] && "$after" reap-external >/dev/null 2>&1
 if [ "$keep" != 1 ]; then
     rm -rf "$dir" 2>/dev/null || { sleep 0.2; rm -rf "$dir" 2>/dev/null; }
 fi
@@ -74,7 +79,14 @@ impl Reaper {
     /// Start the reaper for `run_dir` (`keep`: leave the directory, as `PGCHAOS_KEEP_RUN_DIR`
     /// asks).
     pub fn spawn(run_dir: &Path, keep: bool) -> Result<Reaper> {
-        Self::spawn_inner(run_dir, keep, "", "")
+        Self::spawn_inner(run_dir, keep, "", "", &[])
+    }
+
+    /// The same for a `launcher: external` run: at the end, `pgchaos reap-external` (this
+    /// executable) with `env` (the observer's DSN and the clients' role: secrets stay out
+    /// of the process list).
+    pub fn spawn_with_reap(run_dir: &Path, env: &[(&str, String)]) -> Result<Reaper> {
+        Self::spawn_inner(run_dir, false, "", "", env)
     }
 
     /// The same for a docker run: also removes every container and network labelled
@@ -85,11 +97,28 @@ impl Reaper {
         label: &str,
         docker: &str,
     ) -> Result<Reaper> {
-        Self::spawn_inner(run_dir, keep, label, docker)
+        Self::spawn_inner(run_dir, keep, label, docker, &[])
     }
 
-    fn spawn_inner(run_dir: &Path, keep: bool, label: &str, docker: &str) -> Result<Reaper> {
+    fn spawn_inner(
+        run_dir: &Path,
+        keep: bool,
+        label: &str,
+        docker: &str,
+        env: &[(&str, String)],
+    ) -> Result<Reaper> {
+        let after = if env.is_empty() {
+            String::new()
+        } else {
+            std::env::current_exe()
+                .context("locating pgchaos for the reaper")?
+                .display()
+                .to_string()
+        };
         let mut cmd = Command::new("sh");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         cmd.arg("-c")
             .arg(SCRIPT)
             .arg("pgchaos-reaper")
@@ -97,6 +126,7 @@ impl Reaper {
             .arg(if keep { "1" } else { "0" })
             .arg(label)
             .arg(docker)
+            .arg(after)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
