@@ -290,6 +290,23 @@ impl DockerServers {
         })
     }
 
+    /// A container of the run: its name, the run's network and label, `ports.1` inside
+    /// mapped to `ports.0` on the host, the start bounded.
+    fn of_run<I: testcontainers_modules::testcontainers::Image>(
+        &self,
+        image: impl Into<testcontainers_modules::testcontainers::ContainerRequest<I>>,
+        name: &str,
+        ports: (u16, u16),
+    ) -> testcontainers_modules::testcontainers::ContainerRequest<I> {
+        image
+            .into()
+            .with_container_name(name)
+            .with_network(&self.network)
+            .with_label(RUN_LABEL, &self.run_id)
+            .with_mapped_port(ports.0, ports.1.tcp())
+            .with_startup_timeout(READY_TIMEOUT)
+    }
+
     fn name(&self, which: &str) -> String {
         format!("pgchaos-{}-{which}", self.run_id)
     }
@@ -311,17 +328,17 @@ impl DockerServers {
         let image = Postgres::default()
             .with_password(self.password(SUPERUSER))
             .with_init_sql(crate::container::compose::init_sql(t).into_bytes());
-        let request = image
-            .with_name(repo)
-            .with_tag(tag)
-            .with_cmd(args)
-            .with_env_var("CHAOS_PASSWORD", self.password(CLIENT_ROLE))
-            .with_container_name(&name)
-            .with_network(&self.network)
-            .with_label(RUN_LABEL, &self.run_id)
-            .with_mapped_port(port, 5432.tcp())
-            .with_host_config_modifier(loopback_only)
-            .with_startup_timeout(READY_TIMEOUT);
+        let request = self
+            .of_run(
+                image
+                    .with_name(repo)
+                    .with_tag(tag)
+                    .with_cmd(args)
+                    .with_env_var("CHAOS_PASSWORD", self.password(CLIENT_ROLE)),
+                &name,
+                (port, 5432),
+            )
+            .with_host_config_modifier(loopback_only);
         let c = request
             .start()
             .await
@@ -394,18 +411,18 @@ impl DockerServers {
             .as_ref()
             .map(|n| n.name.clone())
             .ok_or_else(|| anyhow!("no primary to copy"))?;
-        let request = GenericImage::new(repo, tag)
-            .with_wait_for(WaitFor::Nothing)
-            .with_cmd(self.pg_args.clone())
-            .with_env_var("POSTGRES_PASSWORD", self.password(SUPERUSER))
-            .with_env_var("PGCHAOS_ROLE", "standby")
-            .with_env_var("PRIMARY_HOST", &primary)
-            .with_container_name(&name)
-            .with_network(&self.network)
-            .with_label(RUN_LABEL, &self.run_id)
-            .with_mapped_port(port, 5432.tcp())
-            .with_host_config_modifier(loopback_only)
-            .with_startup_timeout(READY_TIMEOUT);
+        let request = self
+            .of_run(
+                GenericImage::new(repo, tag)
+                    .with_wait_for(WaitFor::Nothing)
+                    .with_cmd(self.pg_args.clone())
+                    .with_env_var("POSTGRES_PASSWORD", self.password(SUPERUSER))
+                    .with_env_var("PGCHAOS_ROLE", "standby")
+                    .with_env_var("PRIMARY_HOST", &primary),
+                &name,
+                (port, 5432),
+            )
+            .with_host_config_modifier(loopback_only);
         let c = request
             .start()
             .await
@@ -564,20 +581,20 @@ impl DockerServers {
         };
         let _ = t;
         let conf = self.write_pooler_conf()?;
-        let request = GenericImage::new(repo, tag)
-            .with_wait_for(WaitFor::Nothing)
-            .with_env_var("POSTGRES_PASSWORD", self.password(SUPERUSER))
-            .with_env_var("CHAOS_PASSWORD", self.password(CLIENT_ROLE))
-            .with_mount(Mount::bind_mount(
-                conf.to_string_lossy().to_string(),
-                recipe.config_dir,
-            ))
-            .with_container_name(&name)
-            .with_network(&self.network)
-            .with_label(RUN_LABEL, &self.run_id)
-            .with_mapped_port(port, recipe.port.tcp())
-            .with_host_config_modifier(pooler_host_config)
-            .with_startup_timeout(READY_TIMEOUT);
+        let request = self
+            .of_run(
+                GenericImage::new(repo, tag)
+                    .with_wait_for(WaitFor::Nothing)
+                    .with_env_var("POSTGRES_PASSWORD", self.password(SUPERUSER))
+                    .with_env_var("CHAOS_PASSWORD", self.password(CLIENT_ROLE))
+                    .with_mount(Mount::bind_mount(
+                        conf.to_string_lossy().to_string(),
+                        recipe.config_dir,
+                    )),
+                &name,
+                (port, recipe.port),
+            )
+            .with_host_config_modifier(pooler_host_config);
         let c = request
             .start()
             .await
