@@ -49,7 +49,7 @@ fn pid(v: &Value, path: &str) -> i32 {
 fn server_procs(v: &Value) -> Vec<Proc> {
     let mut procs = tree(pid(v, "/postgres/pid"));
     if v["pooler"].is_object() {
-        procs.extend(tree(pid(v, "/pgbouncer/pid")));
+        procs.extend(tree(pid(v, "/pooler/pid")));
     }
     procs.retain(Proc::alive);
     procs
@@ -192,7 +192,7 @@ fn timeout_stops_a_chaos_run_cleanly() {
 fn a_server_that_dies_is_reported() {
     let (mut child, v) = spawn_up("transaction-mode");
     let pg = pid(&v, "/postgres/pid");
-    let bouncer = pid(&v, "/pgbouncer/pid");
+    let bouncer = pid(&v, "/pooler/pid");
     // SAFETY: signalling a process this test's child started.
     unsafe { libc::kill(pg, libc::SIGKILL) };
     let status = child.wait().unwrap();
