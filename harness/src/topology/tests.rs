@@ -414,6 +414,7 @@ fn shipped_topologies_expect_what_was_decided() {
         [
             "app.mutual_exclusion",
             "app.no_orphans",
+            "app.no_stale_holder",
             "app.settings_stay_put"
         ]
     );
