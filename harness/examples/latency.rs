@@ -28,7 +28,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let t = Instant::now();
     for i in 0..n {
-        c.run(Op::TryXactLock, Some(k), None, i, B).await;
+        c.run(Op::TryXactLock, Some(k), None, None, i, B).await;
     }
     time("op (try_xact_lock)", t);
     let mut many: Vec<LogicalClient> = (0..4).map(LogicalClient::new).collect();
@@ -37,8 +37,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let t = Instant::now();
     for i in 0..n {
-        many[i % 4].run(Op::TryLock, Some(k), None, i, B).await;
-        many[i % 4].run(Op::Unlock, Some(k), None, i, B).await;
+        many[i % 4]
+            .run(Op::TryLock, Some(k), None, None, i, B)
+            .await;
+        many[i % 4].run(Op::Unlock, Some(k), None, None, i, B).await;
     }
     println!(
         "{:<24} {:>8.3} ms/op",
@@ -75,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
     time("contender probe", t);
     let t = Instant::now();
     for i in 0..n {
-        let (_, served) = c.run(Op::TryXactLock, Some(k), None, i, B).await;
+        let (_, served) = c.run(Op::TryXactLock, Some(k), None, None, i, B).await;
         let waits = Waits {
             quiet: served.into_iter().collect(),
             ..Default::default()
@@ -102,7 +104,7 @@ async fn main() -> anyhow::Result<()> {
         obs.reset().await?;
         let mut c = LogicalClient::new(0);
         c.connect(&cluster.client_config()).await?;
-        c.run(Op::TryLock, Some(k), None, i, B).await;
+        c.run(Op::TryLock, Some(k), None, None, i, B).await;
     }
     println!(
         "{:<24} {:>8.3} ms/op",

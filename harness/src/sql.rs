@@ -8,7 +8,7 @@
 //! that the observer can find in `pg_stat_activity.query` for ops that cannot report their
 //! identity in-band (`DISCARD ALL` must run alone; a failed statement returns no row).
 
-use crate::vocab::{Key, Op};
+use crate::vocab::{Guc, Key, Op};
 
 /// The identity of the backend running the statement: pid and `backend_start` as the server
 /// prints it (ISO DateStyle, pinned for the client role by the launcher; the harness turns it
@@ -33,7 +33,20 @@ pub fn op_sql(op: Op, key: Option<Key>, step: usize) -> Option<String> {
 
 /// [`op_sql`] for ops that take a duration (`pg_sleep`).
 pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> Option<String> {
+    op_sql_full(op, key, ms_arg, None, step)
+}
+
+/// [`op_sql_ms`] for every op, the settings' too (`set`, `set_local` and `show` name a
+/// setting; a `set`'s value is `ms_arg`).
+pub fn op_sql_full(
+    op: Op,
+    key: Option<Key>,
+    ms_arg: Option<u64>,
+    guc: Option<Guc>,
+    step: usize,
+) -> Option<String> {
     let t = tag(step);
+    let g = || guc.expect("op names a setting").name();
     let k = || key.expect("op takes a key").sql_args();
     // Ops that can fail on their own (lock timeout, the failing statement) report identity
     // in a first statement of the same message, so an error still leaves it; the others
@@ -49,6 +62,19 @@ pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> 
         Op::TryXactLock => with_id(format!("pg_try_advisory_xact_lock({})", k())),
         Op::FailStatement => id_then("SELECT 1/0".into()),
         Op::Ping => with_id("1::text".into()),
+        // The statement applications send (Airflow: `SET LOCK_TIMEOUT`), after the identity
+        // in the same message. Outside a transaction block the message is its own implicit
+        // transaction: a SET stays after it, a SET LOCAL ends with it.
+        Op::Set => id_then(format!("SET {} = '{}ms'", g(), ms_arg.unwrap_or(0))),
+        Op::SetLocal => id_then(format!("SET LOCAL {} = '{}ms'", g(), ms_arg.unwrap_or(0))),
+        // The value in milliseconds when this session set it (`SET` or `SET LOCAL`: source
+        // `session`), else `default` (the role's or the server's).
+        Op::Show => with_id(format!(
+            "(SELECT CASE WHEN source = 'session' THEN setting ELSE '{}' END \
+             FROM pg_settings WHERE name = '{}')",
+            crate::vocab::setting::DEFAULT,
+            g()
+        )),
         Op::PgSleep => id_then(format!(
             "SELECT pg_sleep({})::text",
             ms_arg.unwrap_or(0) as f64 / 1000.0
@@ -293,7 +319,7 @@ mod tests {
     /// its own: the connection ops (`disconnect`, `reconnect`, `open`, `release`), the
     /// nemesis's faults, the client-side `sleep` and `raise`, and `migrate` (its own
     /// statements, `migrate_*` below).
-    const STATEMENTS: [Op; 13] = [
+    const STATEMENTS: [Op; 16] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -307,6 +333,9 @@ mod tests {
         Op::FailStatement,
         Op::Ping,
         Op::PgSleep,
+        Op::Set,
+        Op::SetLocal,
+        Op::Show,
     ];
 
     #[test]
@@ -319,8 +348,9 @@ mod tests {
         let mut with_sql = 0;
         for op in every {
             let key = op.takes_key().then_some(Key::Big(4242424242));
-            let ms = op.takes_duration().then_some(250);
-            let sql = op_sql_ms(op, key, ms, 7);
+            let ms = (op.takes_duration() || op.sets()).then_some(250);
+            let guc = op.takes_guc().then_some(Guc::LockTimeout);
+            let sql = op_sql_full(op, key, ms, guc, 7);
             if !STATEMENTS.contains(&op) {
                 assert_eq!(sql, None, "{op} sends no statement of its own");
                 continue;
@@ -330,6 +360,12 @@ mod tests {
             assert!(sql.starts_with("/*pgchaos s7*/"), "{op}: {sql}");
             if op.takes_key() {
                 assert!(sql.contains("(4242424242)"), "{op}: {sql}");
+            }
+            if op.takes_guc() {
+                assert!(sql.contains("lock_timeout"), "{op}: {sql}");
+            }
+            if op.sets() {
+                assert!(sql.ends_with("lock_timeout = '250ms'"), "{op}: {sql}");
             }
             if op != Op::DiscardAll {
                 assert!(sql.contains("pg_backend_pid()"), "{op} reports identity");

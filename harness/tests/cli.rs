@@ -871,6 +871,43 @@ fn failover_loss_is_found_shrunk_and_reproduced() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// A SET left on a shared server (transaction-mode-settings, docs/session-state.md): found,
+/// shrunk to a SET and another client's read of it, and reproduced; the model explains every
+/// read (no `pg.*`).
+#[test]
+fn a_leaked_setting_is_found_shrunk_and_reproduced() {
+    let _serial = serial();
+    let out = tmp("settings");
+    let o = pgchaos(&[
+        "chaos",
+        "transaction-mode-settings",
+        "--seed",
+        "5",
+        "--cases",
+        "64",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let (dir, results) = latest(&out, "transaction-mode-settings");
+    assert_no_pg_violation(&results);
+    assert_analyze_agrees(&dir, &results);
+    assert_eq!(invariant(&results, "pg.show_matches")["verdict"], "holds");
+    let leak = invariant(&results, "app.settings_stay_put");
+    assert_eq!(leak["verdict"], "violated", "{}\n{leak}", text(&o));
+    let minimal = leak["first_failure"]["minimal_steps"].as_u64().unwrap();
+    assert!(minimal <= 3, "minimal case of {minimal} steps: {leak}");
+    let case = dir.join(leak["first_failure"]["case_file"].as_str().unwrap());
+    let yaml = std::fs::read_to_string(&case).unwrap();
+    assert_eq!(yaml.matches("op: set\n").count(), 1, "{yaml}");
+    assert_eq!(yaml.matches("op: show\n").count(), 1, "{yaml}");
+    assert!(yaml.contains("(the value C1 sets)"), "{yaml}");
+    let o = pgchaos(&["reproduce", case.to_str().unwrap(), "--times", "10"]);
+    assert!(text(&o).contains("reproduced 10/10 times"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// The fault topologies under both schedules (a few cases each): faults run, no `pg.*`
 /// violation, and a fault's lost lock is found where the topology expects it.
 #[test]

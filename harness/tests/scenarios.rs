@@ -138,6 +138,11 @@ scenario! {
     handoff_transaction_mode => "handoff-transaction-mode",
     handoff_session_mode => "handoff-session-mode",
     reset_always_drops_session_locks => "reset-always-drops-session-locks",
+    // Session state beyond locks: settings (docs/session-state.md).
+    settings_leak_transaction_mode => "settings-leak-transaction-mode",
+    settings_reset_session_mode => "settings-reset-session-mode",
+    settings_local_does_not_leak => "settings-local-does-not-leak",
+    settings_reset_always => "settings-reset-always",
     // Faults of the servers: each kind's effect on locks, by identity.
     fault_pooler_reconnect => "fault-pooler-reconnect",
     fault_pooler_reconnect_at_release => "fault-pooler-reconnect-at-release",

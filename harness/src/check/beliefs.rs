@@ -11,7 +11,8 @@
 
 use super::model::{Act, Entry};
 use crate::vocab::reply::code;
-use crate::vocab::{BackendId, Key, Op, Reply};
+use crate::vocab::setting::SessionSettings;
+use crate::vocab::{BackendId, Guc, Key, Op, Reply};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A client's belief in one key.
@@ -118,6 +119,69 @@ pub enum Seen {
         backend: Option<BackendId>,
         taken: Vec<Key>,
     },
+    /// A `show` read a setting: what the client expects from its own session (`None`: it
+    /// cannot know, an op of unknown outcome came before), and what it read, where.
+    Shown {
+        client: usize,
+        guc: Guc,
+        expected: Option<String>,
+        shown: String,
+        backend: Option<BackendId>,
+    },
+}
+
+/// The settings a client expects its session to have, from its own ops and replies, as if
+/// its connection were its own backend (what an application assumes).
+#[derive(Clone, Debug, Default)]
+struct Expect {
+    settings: SessionSettings,
+    /// Its transaction failed: it ends as a rollback.
+    aborted: bool,
+    /// Settings an op of unknown outcome may have changed.
+    unsure: BTreeSet<Guc>,
+}
+
+impl Expect {
+    /// The client's op `op` completed with `reply` (`unknown`: no reply in time).
+    fn complete(&mut self, op: Op, setting: Option<(Guc, u64)>, reply: &Reply, unknown: bool) {
+        if ends_connection(reply) || matches!(op, Op::Disconnect | Op::Reconnect | Op::Release) {
+            // A new connection, a new session.
+            *self = Expect::default();
+            return;
+        }
+        if unknown {
+            self.unsure.extend(Guc::ALL);
+            return;
+        }
+        if reply.is_error() {
+            if reply.code() != Some(code::RAISED) && self.settings.at_begin.is_some() {
+                self.aborted = true;
+            }
+            return;
+        }
+        match (op, setting) {
+            (Op::Begin, _) => {
+                self.settings.begin();
+                self.aborted = false;
+            }
+            (Op::Commit | Op::Rollback, _) => {
+                self.settings.end(op == Op::Commit && !self.aborted);
+                self.aborted = false;
+            }
+            (Op::DiscardAll, _) => {
+                self.settings.reset_all();
+                self.unsure.clear();
+            }
+            (Op::Set, Some((g, v))) => {
+                self.settings.set(g, v);
+                if self.settings.at_begin.is_none() {
+                    self.unsure.remove(&g);
+                }
+            }
+            (Op::SetLocal, Some((g, v))) => self.settings.set_local(g, v),
+            _ => {}
+        }
+    }
 }
 
 /// Every client's beliefs, fed mark by mark.
@@ -129,6 +193,8 @@ pub struct Beliefs {
     unlocks: BTreeMap<usize, Option<Vec<BackendId>>>,
     /// Beliefs that have ended (either view): the key, the backends, and when it ended.
     past: Vec<(Key, BTreeSet<Option<BackendId>>, u64)>,
+    /// The settings each client expects.
+    expect: Vec<Expect>,
 }
 
 /// The beliefs of `before` that `after` no longer has, ended at `t`.
@@ -162,6 +228,7 @@ impl Beliefs {
             wide: vec![View::default(); clients],
             unlocks: BTreeMap::new(),
             past: vec![],
+            expect: vec![Expect::default(); clients],
         }
     }
 
@@ -211,6 +278,13 @@ impl Beliefs {
         let Some((c, op, key, reply, served)) = client_op(entry) else {
             return;
         };
+        if entry.unknown {
+            // No completion will say what it did: any setting may have changed.
+            if self.expect.len() <= c {
+                self.expect.resize(c + 1, Expect::default());
+            }
+            self.expect[c].unsure.extend(Guc::ALL);
+        }
         let before = Self::view(&mut self.narrow, c).clone();
         self.invoke_narrow(e, entry, c, op, key, reply);
         ended(&before, &self.narrow[c], entry.inv, &mut self.past);
@@ -280,9 +354,37 @@ impl Beliefs {
             Self::view(&mut self.narrow, c).clone(),
             Self::view(&mut self.wide, c).clone(),
         );
-        let seen = self.complete_views(e, entry, t);
+        let mut seen = self.complete_views(e, entry, t);
         ended(&n0, &self.narrow[c], t, &mut self.past);
         ended(&w0, &self.wide[c], t, &mut self.past);
+        seen.extend(self.complete_settings(entry));
+        seen
+    }
+
+    /// What a client expects of its settings, and a `show` judged against it.
+    fn complete_settings(&mut self, entry: &Entry) -> Option<Seen> {
+        let (c, op, _, reply, served) = client_op(entry)?;
+        let setting = match &entry.act {
+            Act::Stmt(st) => st.setting,
+            _ => None,
+        };
+        if self.expect.len() <= c {
+            self.expect.resize(c + 1, Expect::default());
+        }
+        let x = &mut self.expect[c];
+        let mut seen = None;
+        if let (Op::Show, Some((g, _)), Reply::Text { value }, false) =
+            (op, setting, reply, entry.unknown)
+        {
+            seen = Some(Seen::Shown {
+                client: c,
+                guc: g,
+                expected: (!x.unsure.contains(&g)).then(|| x.settings.shown(g)),
+                shown: value.clone(),
+                backend: served,
+            });
+        }
+        x.complete(op, setting, reply, entry.unknown);
         seen
     }
 

@@ -21,6 +21,8 @@ pub type Needs = &'static [&'static [Op]];
 
 const ACQUIRES: &[Op] = &[Op::TryLock, Op::Lock, Op::XactLock, Op::TryXactLock];
 const SESSION_ACQUIRES: &[Op] = &[Op::TryLock, Op::Lock];
+const SHOWS: &[Op] = &[Op::Show];
+const SETS: &[Op] = &[Op::Set, Op::SetLocal];
 const STATEMENTS: &[Op] = &[
     Op::TryLock,
     Op::Lock,
@@ -35,6 +37,9 @@ const STATEMENTS: &[Op] = &[
     Op::FailStatement,
     Op::Ping,
     Op::PgSleep,
+    Op::Set,
+    Op::SetLocal,
+    Op::Show,
 ];
 
 /// One moment of a case: a mark, with what the application saw there and every state the
@@ -190,6 +195,13 @@ pg_invariant!(
     "pg.cancel_keeps_session_locks",
     &[SESSION_ACQUIRES, &[Op::Cancel]],
     "pg_cancel_backend aborts the running statement but the backend keeps its session locks"
+);
+
+pg_invariant!(
+    ShowMatches,
+    "pg.show_matches",
+    &[SHOWS],
+    "every setting read back (show) is the value some order of the case's operations leaves on the backend that served it: what its sessions SET (SET LOCAL until its transaction ends, a rolled-back SET undone), or the default after a reset that clears settings (DISCARD ALL, RESET ALL)"
 );
 
 invariant!(
@@ -576,6 +588,54 @@ impl Invariant for AppliedOnce {
     }
 }
 
+invariant!(
+    SettingsStayPut,
+    "app.settings_stay_put",
+    App,
+    &[SETS, SHOWS],
+    "a client reads back the settings it set on its connection (SET, SET LOCAL inside its transaction) and none that another client set"
+);
+impl Invariant for SettingsStayPut {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn needs(&self) -> Needs {
+        &[SETS, SHOWS]
+    }
+    fn history_only(&self) -> bool {
+        true
+    }
+    fn judge(&self, m: &Moment, out: &mut Vec<String>) {
+        for s in m.seen {
+            let Seen::Shown {
+                client,
+                guc,
+                expected: Some(expected),
+                shown,
+                backend,
+            } = s
+            else {
+                continue;
+            };
+            if expected == shown {
+                continue;
+            }
+            let whose = shown
+                .parse::<u64>()
+                .ok()
+                .and_then(|v| guc.setter_of(v))
+                .filter(|c| c != client)
+                .map(|c| format!(" (the value C{} sets)", c + 1))
+                .unwrap_or_default();
+            let on = backend.map(|b| format!(" on {b}")).unwrap_or_default();
+            out.push(format!(
+                "C{} read {guc} = {shown}{whose}{on}, but its own session has {expected}",
+                client + 1
+            ));
+        }
+    }
+}
+
 /// Every invariant, in report order: `pg.*` first, then `app.*`.
 pub static ALL: &[&dyn Invariant] = &[
     &Exclusion,
@@ -586,6 +646,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &Stacking,
     &TerminateReleases,
     &CancelKeepsSessionLocks,
+    &ShowMatches,
     &MutualExclusion,
     &NoOrphans,
     &FailedLockNotHeld,
@@ -595,6 +656,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &NoLostLock,
     &Progress,
     &AppliedOnce,
+    &SettingsStayPut,
 ];
 
 static CATALOG: LazyLock<Vec<InvariantInfo>> =
@@ -618,7 +680,7 @@ mod tests {
     fn the_catalog_is_well_formed() {
         let names: BTreeSet<&str> = catalog().iter().map(|i| i.name).collect();
         assert_eq!(names.len(), ALL.len(), "names are unique");
-        assert_eq!(ALL.len(), 17);
+        assert_eq!(ALL.len(), 19);
         let mut seen_app = false;
         for i in catalog() {
             assert!(i.name.starts_with(&format!("{}.", i.tier)), "{}", i.name);
@@ -693,6 +755,13 @@ mod tests {
                 key: k,
                 backends: vec![b, b],
             },
+            Why::Reply {
+                predicted: Reply::Text {
+                    value: "default".into(),
+                },
+                backend: b,
+                holders: vec![],
+            },
         ];
         let expected = [
             "pg.exclusion",
@@ -704,6 +773,7 @@ mod tests {
             "pg.stacking",
             "pg.cancel_keeps_session_locks",
             "pg.exclusion",
+            "pg.show_matches",
         ];
         for (w, name) in whys.iter().zip(expected) {
             assert_eq!(w.invariant(), name, "{w:?}");

@@ -404,6 +404,12 @@ fn label(e: &Entry) -> String {
             if let Some(k) = s.key {
                 l.push_str(&format!(" {k}"));
             }
+            if let Some((g, v)) = s.setting {
+                l.push_str(&format!(" {g}"));
+                if s.op.sets() {
+                    l.push_str(&format!(" = {v}ms"));
+                }
+            }
             l.push_str(&format!(" replied {}", s.reply));
             if let Some(b) = s.served {
                 l.push_str(&format!(" on {b}"));
@@ -448,6 +454,7 @@ const RANK: &[&str] = &[
     "pg.session_survives_rollback",
     "pg.stacking",
     "pg.cancel_keeps_session_locks",
+    "pg.show_matches",
     "pg.locks_match_model",
     "pg.replies_match_model",
 ];
@@ -1224,6 +1231,16 @@ mod tests {
             "C1 believes it holds 7, but the backend that granted it (pid 101 (backend_start 2026-11-30 00:53:20.000001+00)) was terminated",
         ),
         (
+            "show-matches",
+            "pg.show_matches",
+            "C2 show lock_timeout replied default on pid 101 (backend_start 2026-11-30 00:53:20.000001+00) at 0.008 ms: no order of the case's operations explains it: the model predicts 1100 on pid 101",
+        ),
+        (
+            "settings-stay-put",
+            "app.settings_stay_put",
+            "C2 read lock_timeout = 1100 (the value C1 sets) on pid 101 (backend_start 2026-11-30 00:53:20.000001+00), but its own session has default",
+        ),
+        (
             "no-lost-lock",
             "app.no_lost_lock",
             "C1 believes it holds 7, but pooler_reconnect closed the backend that granted it (pid 101 (backend_start 2026-11-30 00:53:20.000001+00))",
@@ -1291,6 +1308,41 @@ mod tests {
             "{:?}",
             two.violations
         );
+    }
+
+    /// The settings fixtures turn on the reset rule: the default C2 reads after C1's SET is
+    /// explained exactly when a reset that clears settings ran between them (session mode when
+    /// C1 leaves; transaction mode only with `server_reset_query_always`).
+    #[test]
+    fn a_reset_that_clears_settings_is_what_explains_the_default() {
+        let judged = |name: &str, edit: &dyn Fn(&mut crate::pooler::PoolRules)| {
+            let mut events = events_of(name);
+            let Body::Run(h) = &mut events[0].body else {
+                panic!("a run header first")
+            };
+            edit(&mut h.rules);
+            let ctx = CheckContext::of(h);
+            let case = crate::history::view::cases(&events)[0].to_vec();
+            check_case(&ctx, &case).unwrap().violations
+        };
+        let shows = |v: &[Violation]| v.iter().any(|v| v.invariant == "pg.show_matches");
+        // Session mode: DISCARD ALL at C1's disconnect; a reset that leaves settings alone
+        // (`SELECT pg_advisory_unlock_all()`) cannot explain C2's default.
+        assert!(!shows(&judged("settings-stay-put-holds", &|_| {})));
+        assert!(shows(&judged("settings-stay-put-holds", &|r| {
+            r.reset_clears_settings = false
+        })));
+        // Transaction mode: no reset between clients, unless at every release.
+        assert!(shows(&judged("show-matches-violated", &|_| {})));
+        assert!(!shows(&judged("show-matches-violated", &|r| {
+            r.reset_always = true
+        })));
+        // Histories written before settings were modelled read as resets that clear none.
+        let old: crate::pooler::PoolRules = serde_json::from_str(
+            r#"{"mode":"session","pool_size":1,"reset_releases_locks":true,"reset_always":false}"#,
+        )
+        .unwrap();
+        assert!(!old.reset_clears_settings);
     }
 
     #[test]
@@ -1366,6 +1418,7 @@ mod tests {
                         f: i.f,
                         key: i.key,
                         ms: None,
+                        guc: None,
                         when: Default::default(),
                         message: None,
                         reason: "skipped by the test".into(),

@@ -17,8 +17,9 @@ use crate::history::Observation;
 use crate::pooler::{PoolRules, ServerFate};
 use crate::vocab::fault::{Breaks, By, Down, Ends, meaning};
 use crate::vocab::reply::code;
+use crate::vocab::setting::SessionSettings;
 use crate::vocab::timeout::{Effect as Timer, Timeouts};
-use crate::vocab::{BackendId, Key, Op, Reply};
+use crate::vocab::{BackendId, Guc, Key, Op, Reply};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Why a backend ended (what a client that believed it held a lock there lost it to).
@@ -148,6 +149,9 @@ pub struct Backend {
     /// The replica of the pooler that opened it (`PoolRules::replicas`): only that replica's
     /// clients can be handed it.
     pub replica: u8,
+    /// Its session's settings (`SET`, `SET LOCAL`): they stay with the backend, whoever the
+    /// pooler hands it to next, until a reset that clears them (`DISCARD ALL`, `RESET ALL`).
+    pub settings: SessionSettings,
 }
 
 impl Backend {
@@ -253,6 +257,8 @@ pub struct Stmt<'e> {
     pub client: usize,
     pub op: Op,
     pub key: Option<Key>,
+    /// `set`, `set_local`, `show`: the setting, and the value a set sets.
+    pub setting: Option<(Guc, u64)>,
     pub reply: &'e Reply,
     /// The backend that reported itself (in-band, or found by its tag).
     pub served: Option<BackendId>,
@@ -470,6 +476,11 @@ impl Why {
             Why::Probe {
                 available, after, ..
             } => probe_invariant(*available, *after),
+            // A setting read back that no order explains.
+            Why::Reply {
+                predicted: Reply::Text { .. },
+                ..
+            } => "pg.show_matches",
             _ => "pg.replies_match_model",
         }
     }
@@ -970,7 +981,7 @@ impl<'e> Case<'e> {
             // A server the model has not heard of: it holds nothing and has no transaction.
             let fresh = Backend::default();
             let mut tmp = fresh.clone();
-            let (pred, _) = exec(&mut tmp, st.op, st.key, true);
+            let (pred, _) = exec(&mut tmp, st.op, st.key, st.setting, true);
             if let Some(p) = pred
                 && !p.same_as(st.reply)
             {
@@ -988,7 +999,7 @@ impl<'e> Case<'e> {
             .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
             .unwrap_or_default();
         let x = s.backends.get_mut(&b).expect("assigned");
-        let (pred, released) = exec(x, st.op, st.key, available);
+        let (pred, released) = exec(x, st.op, st.key, st.setting, available);
         if let Some(p) = pred
             && !p.same_as(st.reply)
         {
@@ -1036,7 +1047,7 @@ impl<'e> Case<'e> {
 
     /// A server went back to the pool.
     fn released(&self, s: &mut State, b: BackendId) {
-        let resets = self.rules.resets_on_release() && self.rules.reset_releases_locks;
+        let resets = self.rules.resets_on_release() && self.rules.reset_does_something();
         let Some(x) = s.backends.get_mut(&b) else {
             return;
         };
@@ -1186,7 +1197,7 @@ impl<'e> Case<'e> {
                 let mut ran = s.clone();
                 let available = st.key.is_none_or(|k| ran.available_to(b, k));
                 let rx = ran.backends.get_mut(&b).unwrap();
-                let (_, mut rel) = exec(rx, st.op, st.key, available);
+                let (_, mut rel) = exec(rx, st.op, st.key, st.setting, available);
                 if st.op.acquires()
                     && available
                     && let Some(k) = st.key
@@ -1265,7 +1276,7 @@ impl<'e> Case<'e> {
             let mut s3 = s2;
             let available = st.key.is_none_or(|k| s3.available_to(b, k));
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, available);
+            let (_, rel) = exec(x, st.op, st.key, st.setting, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             out.extend(wake_all(s3, &rel));
@@ -1299,7 +1310,7 @@ impl<'e> Case<'e> {
                 continue;
             }
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, available);
+            let (_, rel) = exec(x, st.op, st.key, st.setting, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             for s4 in wake_all(s3, &rel) {
@@ -1322,7 +1333,7 @@ impl<'e> Case<'e> {
             let mut ran = s.clone();
             let available = st.key.is_none_or(|k| ran.available_to(*b, k));
             let y = ran.backends.get_mut(b).expect("known");
-            let (_, rel) = exec(y, st.op, st.key, available);
+            let (_, rel) = exec(y, st.op, st.key, st.setting, available);
             // Closed with the client gone ...
             let mut closed = ran.clone();
             if let Some(z) = closed.backends.get_mut(b) {
@@ -1468,7 +1479,7 @@ impl<'e> Case<'e> {
                     }
                 }
                 ServerFate::Released { .. } => {
-                    let resets = self.rules.reset_releases_locks;
+                    let resets = self.rules.reset_does_something();
                     if let Some(x) = s.backends.get_mut(&b) {
                         if let Some(c2) = x.close_at_release {
                             close(x, c2);
@@ -1960,6 +1971,7 @@ pub fn exec(
     x: &mut Backend,
     op: Op,
     key: Option<Key>,
+    setting: Option<(Guc, u64)>,
     available: bool,
 ) -> (Option<Reply>, Vec<Key>) {
     let mut released = vec![];
@@ -2013,11 +2025,14 @@ pub fn exec(
         }
         (Op::Begin, _) => {
             x.tx = Tx::Open;
+            x.settings.begin();
             Some(Reply::Ok)
         }
         (Op::Commit | Op::Rollback, _) => {
             released.extend(x.xact.keys().copied());
             x.xact.clear();
+            // COMMIT of an aborted transaction rolls it back.
+            x.settings.end(op == Op::Commit && x.tx == Tx::Open);
             x.tx = Tx::Idle;
             Some(Reply::Ok)
         }
@@ -2028,8 +2043,25 @@ pub fn exec(
                 released.extend(x.session.keys().copied());
                 x.session.clear();
                 x.tainted.clear();
+                x.settings.reset_all();
                 Some(Reply::Ok)
             }
+        }
+        (Op::Set, _) => {
+            let (g, v) = setting.expect("set names a setting");
+            x.settings.set(g, v);
+            Some(Reply::Ok)
+        }
+        (Op::SetLocal, _) => {
+            let (g, v) = setting.expect("set_local names a setting");
+            x.settings.set_local(g, v);
+            Some(Reply::Ok)
+        }
+        (Op::Show, _) => {
+            let (g, _) = setting.expect("show names a setting");
+            Some(Reply::Text {
+                value: x.settings.shown(g),
+            })
         }
         (Op::FailStatement, _) => Some(Reply::error(code::DIVISION_BY_ZERO)),
         (Op::Ping | Op::PgSleep, _) => Some(Reply::Ok),
@@ -2180,9 +2212,15 @@ impl<'e> Spec for Case<'e> {
             if x.reset_pending && x.life.is_alive() {
                 let mut s2 = s.clone();
                 let y = s2.backends.get_mut(id).unwrap();
-                let rel: Vec<Key> = y.session.keys().copied().collect();
-                y.session.clear();
-                y.tainted.clear();
+                let mut rel: Vec<Key> = vec![];
+                if self.rules.reset_releases_locks {
+                    rel = y.session.keys().copied().collect();
+                    y.session.clear();
+                    y.tainted.clear();
+                }
+                if self.rules.reset_clears_settings {
+                    y.settings.reset_all();
+                }
                 y.reset_pending = false;
                 out.extend(wake_all(s2, &rel));
             }

@@ -16,7 +16,7 @@ use crate::sql;
 use crate::topology::Pin;
 use crate::vocab::backend::parse_timestamptz;
 use crate::vocab::reply::code;
-use crate::vocab::{BackendId, Key, Op, Reply};
+use crate::vocab::{BackendId, Guc, Key, Op, Reply};
 use futures_util::{StreamExt, pin_mut};
 use std::time::Duration;
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
@@ -288,13 +288,14 @@ impl LogicalClient {
         op: Op,
         key: Option<Key>,
         ms: Option<u64>,
+        guc: Option<Guc>,
         step: usize,
         bound: Duration,
     ) -> (Reply, Option<BackendId>) {
         if op == Op::Migrate {
             return self.migrate(ms.unwrap_or(0), step, bound).await;
         }
-        let Some(sql) = sql::op_sql_ms(op, key, ms, step) else {
+        let Some(sql) = sql::op_sql_full(op, key, ms, guc, step) else {
             return (
                 Reply::Error {
                     code: code::HARNESS.into(),
@@ -336,6 +337,13 @@ impl LogicalClient {
                         },
                     }
                 }
+                Op::Show => match result.as_ref().and_then(|r| r[0].clone()) {
+                    Some(value) => Reply::Text { value },
+                    None => Reply::Error {
+                        code: code::HARNESS.into(),
+                        message: format!("no value for {op}"),
+                    },
+                },
                 _ => Reply::Ok,
             },
         };

@@ -181,7 +181,7 @@ impl Default for Bounds {
 impl Bounds {
     /// The bound of one op, in nanoseconds.
     pub fn of(&self, op: Op, ms: Option<u64>) -> u64 {
-        let mut b = self.op_deadline_ms + ms.unwrap_or(0);
+        let mut b = self.op_deadline_ms + ms.filter(|_| op.takes_duration()).unwrap_or(0);
         if op.waits_for_lock() {
             b += self.lock_timeout_ms;
         }
@@ -241,6 +241,9 @@ pub struct Invoke {
     /// Milliseconds, for ops that take a duration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ms: Option<u64>,
+    /// The setting of a `set`, `set_local`, `show` (a `set`'s value is `ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guc: Option<crate::vocab::Guc>,
     /// Faults: the backend acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<BackendId>,
@@ -276,6 +279,8 @@ pub struct Skip {
     pub key: Option<Key>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guc: Option<crate::vocab::Guc>,
     #[serde(default, skip_serializing_if = "When::is_default")]
     pub when: When,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -292,6 +297,7 @@ impl Skip {
             f: step.op,
             key: step.key,
             ms: step.ms,
+            guc: step.guc,
             when: step.when,
             message: step.message.clone(),
             reason,
@@ -412,6 +418,7 @@ mod tests {
                 f: Op::TryLock,
                 key: Some(Key::Big(4242424242)),
                 ms: None,
+                guc: None,
                 target: None,
                 client: None,
                 when: Default::default(),

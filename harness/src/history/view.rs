@@ -17,6 +17,7 @@ pub struct StepView<'e> {
     pub op: Option<Op>,
     pub key: Option<Key>,
     pub ms: Option<u64>,
+    pub guc: Option<crate::vocab::Guc>,
     /// Scripts: the step's guard and (`raise`) message.
     pub when: crate::vocab::When,
     pub message: Option<&'e str>,
@@ -64,6 +65,9 @@ impl StepView<'_> {
         );
         if let Some(k) = self.key {
             s.push_str(&format!(" {k}"));
+        }
+        if let Some(g) = self.guc {
+            s.push_str(&format!(" {g}"));
         }
         if let Some(ms) = self.ms {
             s.push_str(&format!(" {ms}ms"));
@@ -126,6 +130,7 @@ impl<'e> CaseView<'e> {
                         s.op = Some(f);
                         s.key = inv.key;
                         s.ms = inv.ms;
+                        s.guc = inv.guc;
                         s.when = inv.when;
                         s.message = inv.message.as_deref();
                         s.invoke = Some(inv);
@@ -150,6 +155,7 @@ impl<'e> CaseView<'e> {
                     s.op = Some(sk.f);
                     s.key = sk.key;
                     s.ms = sk.ms;
+                    s.guc = sk.guc;
                     s.when = sk.when;
                     s.message = sk.message.as_deref();
                     s.skip = Some(sk);
@@ -207,6 +213,7 @@ impl<'e> CaseView<'e> {
                     op: s.op?,
                     key: s.key,
                     ms: s.ms,
+                    guc: s.guc,
                     when: s.when,
                     message: s.message.map(str::to_string),
                 })
@@ -279,6 +286,7 @@ mod tests {
                     f: Op::Open,
                     key: None,
                     ms: None,
+                    guc: None,
                     target: None,
                     client: None,
                     when: Default::default(),
@@ -293,6 +301,7 @@ mod tests {
                     f: Op::TryLock,
                     key: Some(Key::Big(7)),
                     ms: None,
+                    guc: None,
                     target: None,
                     client: None,
                     when: Default::default(),
@@ -327,6 +336,7 @@ mod tests {
                     f: Op::Terminate,
                     key: None,
                     ms: None,
+                    guc: None,
                     reason: "nothing served C2".into(),
                     when: Default::default(),
                     message: None,

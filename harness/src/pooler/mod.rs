@@ -442,6 +442,10 @@ pub struct PoolRules {
     /// The reset query releases session advisory locks (`DISCARD ALL` or
     /// `pg_advisory_unlock_all()`); an empty or other reset query releases nothing.
     pub reset_releases_locks: bool,
+    /// The reset query resets the session's settings (`DISCARD ALL`, `RESET ALL`). Histories
+    /// written before settings were modelled lack it (they have no `set`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_clears_settings: bool,
     /// `server_reset_query_always`: the reset also runs at every release in transaction and
     /// statement mode.
     pub reset_always: bool,
@@ -483,10 +487,17 @@ impl PoolRules {
             mode: None,
             pool_size: usize::MAX,
             reset_releases_locks: false,
+            reset_clears_settings: false,
             reset_always: false,
             app_pin: None,
             replicas: 1,
         }
+    }
+
+    /// The reset query changes something the model keeps (locks, settings): the server must
+    /// be reset before it is handed out again.
+    pub fn reset_does_something(&self) -> bool {
+        self.reset_releases_locks || self.reset_clears_settings
     }
 
     pub fn is_pooled(&self) -> bool {
@@ -543,6 +554,7 @@ mod tests {
             mode: Some(mode),
             pool_size: 2,
             reset_releases_locks: true,
+            reset_clears_settings: true,
             reset_always: always,
             app_pin: None,
             replicas: 1,

@@ -96,6 +96,7 @@ impl CaseFile {
                         op: s.op.expect("filtered"),
                         key: s.key,
                         ms: s.ms,
+                        guc: s.guc,
                         when: s.when,
                         message: s.message.map(str::to_string),
                     },

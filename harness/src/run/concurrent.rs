@@ -273,6 +273,7 @@ async fn client_task(
             f: step.op,
             key: step.key,
             ms: step.ms,
+            guc: step.guc,
             target,
             client: step.op.is_fault().then_some(c),
             when: step.when,
@@ -320,7 +321,9 @@ async fn client_task(
                 {
                     (connect_error(&e), None)
                 } else {
-                    client.run(step.op, step.key, step.ms, i, give_up).await
+                    client
+                        .run(step.op, step.key, step.ms, step.guc, i, give_up)
+                        .await
                 }
             }
         };
@@ -351,6 +354,7 @@ async fn client_task(
             f: Op::Release,
             key: None,
             ms: None,
+            guc: None,
             target: None,
             client: None,
             when: Default::default(),

@@ -186,6 +186,7 @@ impl<'a> Runner<'a> {
                         f: step.op,
                         key: None,
                         ms: None,
+                        guc: None,
                         target: Some(t),
                         client: Some(c),
                         when: Default::default(),
@@ -212,6 +213,7 @@ impl<'a> Runner<'a> {
                         f: op,
                         key: None,
                         ms: None,
+                        guc: None,
                         target,
                         client: Some(c),
                         when: Default::default(),
@@ -247,8 +249,9 @@ impl<'a> Runner<'a> {
                     }
                     self.invoke(rec, p, i, step, None);
                     let bound = self.op_bound(step, IO_TIMEOUT);
-                    let (reply, mut served) =
-                        clients[c].run(step.op, step.key, step.ms, i, bound).await;
+                    let (reply, mut served) = clients[c]
+                        .run(step.op, step.key, step.ms, step.guc, i, bound)
+                        .await;
                     // No in-band identity (DISCARD ALL must run alone): find the step's tag.
                     if served.is_none() && !reply.is_closed() {
                         let obs = self.observer.snapshot().await?;
@@ -361,7 +364,7 @@ impl<'a> Runner<'a> {
     pub fn bounds(&self) -> crate::history::Bounds {
         let t = &self.cluster.topology;
         crate::history::Bounds {
-            lock_timeout_ms: t.workload.lock_timeout_ms,
+            lock_timeout_ms: t.workload.lock_wait_ms(),
             op_deadline_ms: t.run.op_deadline.as_millis() as u64,
         }
     }
@@ -429,9 +432,10 @@ impl<'a> Runner<'a> {
     /// answer), plus the lock wait for ops that wait on a lock, plus the op's own duration.
     pub fn op_bound(&self, step: &Step, base: Duration) -> Duration {
         let w = &self.cluster.topology.workload;
-        let mut b = base + Duration::from_millis(step.ms.unwrap_or(0));
+        let own = step.ms.filter(|_| step.op.takes_duration()).unwrap_or(0);
+        let mut b = base + Duration::from_millis(own);
         if step.op.waits_for_lock() {
-            b += Duration::from_millis(w.lock_timeout_ms);
+            b += Duration::from_millis(w.lock_wait_ms());
         }
         b
     }
@@ -450,6 +454,7 @@ impl<'a> Runner<'a> {
             f: step.op,
             key: step.key,
             ms: step.ms,
+            guc: step.guc,
             target,
             client: None,
             when: Default::default(),
@@ -471,6 +476,7 @@ impl<'a> Runner<'a> {
             f: Op::Open,
             key: None,
             ms: None,
+            guc: None,
             target: None,
             client: None,
             when: Default::default(),

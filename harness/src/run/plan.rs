@@ -354,6 +354,7 @@ mod tests {
             mode: Some(PoolMode::Transaction),
             pool_size: size,
             reset_releases_locks: true,
+            reset_clears_settings: true,
             reset_always: false,
             app_pin: None,
             replicas: 1,

@@ -1222,6 +1222,7 @@ impl Cx<'_> {
                 op,
                 key: None,
                 ms: None,
+                guc: None,
                 when: When::Ok,
                 message: None,
             };
@@ -1283,6 +1284,27 @@ impl Cx<'_> {
                 out.push(step);
                 continue;
             }
+            if op.takes_guc() {
+                // `set: lock_timeout`: each replica sets its own value (`vocab::setting`).
+                let names: Vec<&str> = crate::vocab::setting::GUCS.iter().map(|r| r.name).collect();
+                let Some(a) = arg else {
+                    return Err(self.err(
+                        &at,
+                        format!("`{name}` needs a setting: `{name}: lock_timeout`"),
+                        vec![format!("settings: {}", names.join(", "))],
+                    ));
+                };
+                let text = self.string(a, &name, &[])?;
+                step.guc = Some(crate::vocab::Guc::from_name(&text).ok_or_else(|| {
+                    self.err(
+                        &a.referenced,
+                        format!("unknown setting `{text}`"),
+                        vec![format!("settings: {}", names.join(", "))],
+                    )
+                })?);
+                out.push(step);
+                continue;
+            }
             match (op.takes_key(), op.takes_duration(), arg) {
                 (true, _, Some(a)) => step.key = Some(self.key(a)?),
                 (_, true, Some(a)) => {
@@ -1334,6 +1356,7 @@ impl Cx<'_> {
                         op: Op::Sleep,
                         key: None,
                         ms: Some(pause.as_millis() as u64),
+                        guc: None,
                         when: again,
                         message: None,
                     });

@@ -333,6 +333,8 @@ pub struct ScriptOp {
     pub key: Option<Key>,
     /// Milliseconds, for `sleep`, `pg_sleep`, `migrate`.
     pub ms: Option<u64>,
+    /// The setting of a `set`, `set_local`, `show` (a replica sets its own value).
+    pub guc: Option<crate::vocab::Guc>,
     /// When it runs (`when: held`, ...; default: unless the replica has failed).
     pub when: crate::vocab::When,
     /// `raise`: the tool's error message.
@@ -375,6 +377,24 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// The longest a lock wait may take: `lock_timeout`, or the largest `lock_timeout` a
+    /// client of the workload sets (`vocab::setting`) if it sets one.
+    pub fn lock_wait_ms(&self) -> u64 {
+        use crate::vocab::Guc;
+        let sets = self.ops.iter().any(|(op, w)| op.sets() && *w > 0)
+            || self.script.iter().any(|g| {
+                g.ops
+                    .iter()
+                    .any(|o| o.op.sets() && o.guc == Some(Guc::LockTimeout))
+            });
+        if sets {
+            self.lock_timeout_ms
+                .max(Guc::LockTimeout.largest(self.clients as usize))
+        } else {
+            self.lock_timeout_ms
+        }
+    }
+
     /// Multiply every duration of the workload by `f` (`run.time_scale`): the script's
     /// `sleep`, `pg_sleep` and `migrate` durations, `lock_timeout` and `think`. A nonzero
     /// duration stays at least 1 ms.

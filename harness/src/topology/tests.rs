@@ -343,6 +343,7 @@ fn shipped_topologies_parse() {
             "transaction-mode-lifetime",
             "transaction-mode-partitions",
             "transaction-mode-reset-always",
+            "transaction-mode-settings",
             "transaction-mode-two-poolers",
             "transaction-mode-xact",
         ]
@@ -408,6 +409,16 @@ fn shipped_topologies_expect_what_was_decided() {
         ]
     );
     assert_eq!(violated("transaction-mode-xact"), ["app.no_stale_holder"]);
+    // A SET outside a transaction stays on the shared server (docs/session-state.md).
+    assert_eq!(
+        violated("transaction-mode-settings"),
+        [
+            "app.mutual_exclusion",
+            "app.no_orphans",
+            "app.no_stale_holder",
+            "app.settings_stay_put"
+        ]
+    );
     // Faults add lost locks to what each pooling mode already breaks.
     assert_eq!(
         violated("failover"),

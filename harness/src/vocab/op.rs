@@ -38,6 +38,13 @@ pub enum Op {
     FailStatement,
     /// `SELECT 1`: any statement at all (the article's "SELECT 1 cannot run").
     Ping,
+    /// `SET <guc> = '<ms>ms'` (a setting of `vocab::setting`): for the session, or, inside a
+    /// transaction, until it ends (kept at commit, undone at rollback).
+    Set,
+    /// `SET LOCAL <guc> = '<ms>ms'`: until the transaction ends (outside one, no effect).
+    SetLocal,
+    /// Reads a setting back (`pg_settings`): the value the session set, or `default`.
+    Show,
     /// Script only: the client thinks for `ms`, holding whatever it holds (no statement).
     Sleep,
     /// Script only: `SELECT pg_sleep(ms / 1000)` on its connection (server-side work).
@@ -125,7 +132,7 @@ impl Op {
     pub const SCRIPT_ONLY: [Op; 4] = [Op::Sleep, Op::PgSleep, Op::Migrate, Op::Raise];
 
     /// Ops a random workload can weigh.
-    pub const ALL: [Op; 16] = [
+    pub const ALL: [Op; 19] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -142,6 +149,9 @@ impl Op {
         Op::Cancel,
         Op::FailStatement,
         Op::Ping,
+        Op::Set,
+        Op::SetLocal,
+        Op::Show,
     ];
 
     /// Faults of the servers a topology's `faults` section can weigh.
@@ -208,6 +218,9 @@ impl Op {
             Op::Cancel => "cancel",
             Op::FailStatement => "fail_statement",
             Op::Ping => "ping",
+            Op::Set => "set",
+            Op::SetLocal => "set_local",
+            Op::Show => "show",
             Op::Sleep => "sleep",
             Op::PgSleep => "pg_sleep",
             Op::Migrate => "migrate",
@@ -268,6 +281,16 @@ impl Op {
             self,
             Op::TryLock | Op::Lock | Op::Unlock | Op::XactLock | Op::TryXactLock
         )
+    }
+
+    /// Names a setting (`vocab::setting`): `set`, `set_local`, `show`.
+    pub fn takes_guc(self) -> bool {
+        matches!(self, Op::Set | Op::SetLocal | Op::Show)
+    }
+
+    /// Sets a setting (its value is the step's `ms`).
+    pub fn sets(self) -> bool {
+        matches!(self, Op::Set | Op::SetLocal)
     }
 
     /// Session-level lock API (`api: session`).

@@ -39,6 +39,10 @@ pub enum Reply {
         value: bool,
     },
     Ok,
+    /// A value read (`show`: a setting's value, or `default`).
+    Text {
+        value: String,
+    },
     /// `code` is the SQLSTATE, or `closed` (connection gone), `timeout`, `harness`.
     Error {
         code: String,
@@ -72,6 +76,7 @@ impl Reply {
         match (self, other) {
             (Reply::Bool { value: a }, Reply::Bool { value: b }) => a == b,
             (Reply::Ok, Reply::Ok) => true,
+            (Reply::Text { value: a }, Reply::Text { value: b }) => a == b,
             (Reply::Error { code: a, .. }, Reply::Error { code: b, .. }) => a == b,
             _ => false,
         }
@@ -126,6 +131,7 @@ impl fmt::Display for Reply {
         match self {
             Reply::Bool { value } => write!(f, "{value}"),
             Reply::Ok => write!(f, "ok"),
+            Reply::Text { value } => write!(f, "{value}"),
             Reply::Error { code, .. } => write!(f, "error {code}"),
         }
     }

@@ -135,7 +135,7 @@ impl Replica {
         // release); a `migrate` that found its migration applied did its job.
         let failed = match reply {
             Reply::Bool { value } => !value && (op.acquires() || op == Op::Unlock),
-            Reply::Ok => false,
+            Reply::Ok | Reply::Text { .. } => false,
             Reply::Error { .. } => true,
         };
         let granted = op.acquires() && !failed;

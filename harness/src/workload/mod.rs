@@ -8,7 +8,7 @@
 pub mod keys;
 
 use crate::topology::Workload;
-use crate::vocab::{Key, Op, When};
+use crate::vocab::{Guc, Key, Op, When};
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, Union, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -24,9 +24,12 @@ pub struct Step {
     pub op: Op,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub key: Option<Key>,
-    /// Milliseconds, for the ops that take a duration.
+    /// Milliseconds, for the ops that take a duration (and the value a `set` sets).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ms: Option<u64>,
+    /// The setting a `set`, `set_local` or `show` names.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub guc: Option<Guc>,
     /// Scripts: when the step runs (a client profile's control flow).
     #[serde(skip_serializing_if = "When::is_default", default)]
     pub when: When,
@@ -54,6 +57,9 @@ impl fmt::Display for Step {
         if let Some(k) = self.key {
             write!(f, " {k}")?;
         }
+        if let Some(g) = self.guc {
+            write!(f, " {g}")?;
+        }
         if let Some(ms) = self.ms {
             write!(f, " {ms}ms")?;
         }
@@ -69,7 +75,7 @@ impl fmt::Display for Step {
 
 /// Ops in shrinking order: proptest shrinks a union towards its first alternatives, so the
 /// simplest ops come first.
-const SIMPLICITY: [Op; 16] = [
+const SIMPLICITY: [Op; 19] = [
     Op::TryLock,
     Op::Ping,
     Op::Unlock,
@@ -86,6 +92,9 @@ const SIMPLICITY: [Op; 16] = [
     Op::FailStatement,
     Op::Cancel,
     Op::Terminate,
+    Op::Show,
+    Op::Set,
+    Op::SetLocal,
 ];
 
 /// A strategy for one step of this workload.
@@ -111,14 +120,20 @@ pub fn step_strategy(w: &Workload) -> BoxedStrategy<Step> {
     }
     let op = Union::new_weighted(ops);
     let keys = w.keys.clone();
-    (0..w.clients as usize, op, 0..keys.len())
-        .prop_map(move |(client, op, k)| Step {
-            client,
-            op,
-            key: op.takes_key().then(|| keys[k]),
-            ms: None,
-            when: When::Ok,
-            message: None,
+    (0..w.clients as usize, op, 0..keys.len(), 0..Guc::ALL.len())
+        .prop_map(move |(client, op, k, g)| {
+            let guc = op.takes_guc().then(|| Guc::ALL[g]);
+            Step {
+                client,
+                op,
+                key: op.takes_key().then(|| keys[k]),
+                // A client sets its own value (`vocab::setting`), so a value read says who
+                // set it.
+                ms: guc.filter(|_| op.sets()).map(|g| g.value_of(client)),
+                guc,
+                when: When::Ok,
+                message: None,
+            }
         })
         .boxed()
 }
@@ -271,9 +286,17 @@ pub fn relabel_clients(steps: &[Step]) -> Vec<Step> {
     }
     steps
         .iter()
-        .map(|s| Step {
-            client: order.iter().position(|c| *c == s.client).expect("seen"),
-            ..s.clone()
+        .map(|s| {
+            let client = order.iter().position(|c| *c == s.client).expect("seen");
+            Step {
+                client,
+                // A client sets its own value.
+                ms: match s.guc {
+                    Some(g) if s.op.sets() => Some(g.value_of(client)),
+                    _ => s.ms,
+                },
+                ..s.clone()
+            }
         })
         .collect()
 }
@@ -294,7 +317,12 @@ pub fn script_steps(w: &Workload) -> Vec<Step> {
                     client,
                     op: op.op,
                     key: op.key,
-                    ms: op.ms,
+                    ms: op
+                        .guc
+                        .filter(|_| op.op.sets())
+                        .map(|g| g.value_of(client))
+                        .or(op.ms),
+                    guc: op.guc,
                     when: op.when,
                     message: op.message.clone(),
                 });
@@ -493,6 +521,7 @@ mod tests {
                     op: Op::Lock,
                     key: Some(Key::Big(7)),
                     ms: None,
+                    guc: None,
                     when: Default::default(),
                     message: None,
                 },
@@ -500,6 +529,7 @@ mod tests {
                     op: Op::Sleep,
                     key: None,
                     ms: Some(100),
+                    guc: None,
                     when: Default::default(),
                     message: None,
                 },
@@ -507,6 +537,7 @@ mod tests {
                     op: Op::Unlock,
                     key: Some(Key::Big(7)),
                     ms: None,
+                    guc: None,
                     when: Default::default(),
                     message: None,
                 },
@@ -550,6 +581,41 @@ mod tests {
         );
     }
 
+    /// `set`, `set_local` and `show` name a setting; a set sets its client's own value, also
+    /// after shrinking renumbers the clients.
+    #[test]
+    fn settings_ops_name_a_setting_and_their_client_s_value() {
+        let mut w = workload();
+        w.ops = BTreeMap::from([
+            (Op::Set, 2),
+            (Op::SetLocal, 1),
+            (Op::Show, 2),
+            (Op::TryLock, 1),
+        ]);
+        let steps: Vec<Step> = (0..30).flat_map(|s| case(&w, s)).collect();
+        let gucs: std::collections::BTreeSet<Guc> = steps.iter().filter_map(|s| s.guc).collect();
+        assert_eq!(gucs.len(), Guc::ALL.len(), "every setting is drawn");
+        for s in &steps {
+            assert_eq!(s.guc.is_some(), s.op.takes_guc(), "{s}");
+            match (s.op.sets(), s.guc) {
+                (true, Some(g)) => assert_eq!(s.ms, Some(g.value_of(s.client)), "{s}"),
+                _ => assert_eq!(s.ms, None, "{s}"),
+            }
+        }
+        let set = |client| Step {
+            client,
+            op: Op::Set,
+            key: None,
+            ms: Some(Guc::LockTimeout.value_of(client)),
+            guc: Some(Guc::LockTimeout),
+            when: Default::default(),
+            message: None,
+        };
+        let r = relabel_clients(&[set(2), set(0)]);
+        assert_eq!(r[0].ms, Some(1100));
+        assert_eq!(r[1].ms, Some(1200));
+    }
+
     #[test]
     fn clients_are_renumbered_in_order_of_first_appearance() {
         let s = |client, op| Step {
@@ -557,6 +623,7 @@ mod tests {
             op,
             key: None,
             ms: None,
+            guc: None,
             when: Default::default(),
             message: None,
         };
@@ -575,6 +642,7 @@ mod tests {
             op: Op::TryLock,
             key: Some(Key::Big(7)),
             ms: None,
+            guc: None,
             when: Default::default(),
             message: None,
         };

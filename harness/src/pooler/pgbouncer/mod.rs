@@ -146,6 +146,8 @@ impl Pooler for PgBouncer {
             mode: Some(self.spec.pool_mode),
             pool_size: self.spec.default_pool_size as usize,
             reset_releases_locks: q.contains("discard all") || q.contains("pg_advisory_unlock_all"),
+            // DISCARD ALL runs RESET ALL (docs/session-state.md).
+            reset_clears_settings: q.contains("discard all") || q.contains("reset all"),
             reset_always: self.spec.server_reset_query_always,
             app_pin: None,
             replicas: 1,
@@ -225,5 +227,14 @@ mod tests {
                 .rules()
                 .reset_releases_locks
         );
+    }
+
+    #[test]
+    fn discard_all_and_reset_all_clear_settings() {
+        let clears = |q: &str| PgBouncer::new("t", spec(q)).rules().reset_clears_settings;
+        assert!(clears("DISCARD ALL"));
+        assert!(clears("RESET ALL"));
+        assert!(!clears(""));
+        assert!(!clears("SELECT pg_advisory_unlock_all()"));
     }
 }
