@@ -63,6 +63,10 @@ pub fn would_wait(
         return None;
     }
     let slot = &slots[c];
+    if rules.links_at_connect && slot.connected {
+        // It was handed its server when it connected.
+        return None;
+    }
     let needs_server = !slot.connected || !linked(rules, slot, obs);
     if !needs_server || slot.broken {
         return None;
@@ -355,6 +359,8 @@ mod tests {
             pool_size: size,
             reset_releases_locks: true,
             reset_always: false,
+            abort_on_disconnect: false,
+            links_at_connect: false,
             app_pin: None,
             replicas: 1,
         }

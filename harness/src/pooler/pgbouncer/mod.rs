@@ -144,6 +144,8 @@ impl Pooler for PgBouncer {
             pool_size: self.spec.default_pool_size as usize,
             reset_releases_locks: q.contains("discard all") || q.contains("pg_advisory_unlock_all"),
             reset_always: self.spec.server_reset_query_always,
+            abort_on_disconnect: false,
+            links_at_connect: false,
             app_pin: None,
             replicas: 1,
         }
