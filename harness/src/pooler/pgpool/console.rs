@@ -133,7 +133,7 @@ impl crate::pooler::Console for Console {
         Box::pin(async move {
             let text = self.pcp("pcp_proc_info", &["--verbose"]).await?;
             let mut look = super::view::look(&text, db);
-            super::view::mark_exited(&mut look, |pid| {
+            super::view::drop_exited(&mut look, |pid| {
                 std::path::Path::new(&format!("/proc/{pid}")).exists()
             });
             Ok(look)

@@ -104,20 +104,21 @@ pub fn look(text: &str, db: &str) -> Look {
     look
 }
 
-/// Slots whose backend has exited, in other words. pgpool-II does not notice that an idle
-/// cached backend died (a terminate, a crash) until its next client: it lists the slot with
-/// the dead pid until then, and replaces it silently (docs/pgpool.md §10, K1). Such a row
-/// names no backend (`pid` none, its `Backend PID` kept in `raw`) and is neither linked nor
-/// free (`Other`). `alive` says whether a backend process exists (native runs: same host).
-pub fn mark_exited(look: &mut Look, alive: impl Fn(i32) -> bool) {
-    for s in &mut look.servers {
-        if let Some(pid) = s.pid
-            && !alive(pid)
-        {
-            s.pid = None;
-            s.state = ServerState::Other;
-        }
-    }
+/// Drop the slots whose backend has exited. pgpool-II does not notice that an idle cached
+/// backend died (a terminate, a crash) until its next client: it lists the slot with the dead
+/// pid until then, and replaces it silently (docs/pgpool.md §10, K1). Such a slot is no server
+/// connection any more (nothing can run on it), so it is not in the view, nor the client row
+/// that names it; `alive` says whether a backend process exists (native runs: same host).
+pub fn drop_exited(look: &mut Look, alive: impl Fn(i32) -> bool) {
+    let dead: Vec<String> = look
+        .servers
+        .iter()
+        .filter(|s| s.pid.is_some_and(|p| !alive(p)))
+        .map(|s| s.id.clone())
+        .collect();
+    look.servers.retain(|s| !dead.contains(&s.id));
+    look.clients
+        .retain(|c| c.server.as_ref().is_none_or(|s| !dead.contains(s)));
 }
 
 /// The child pids of `pcp_proc_info --verbose`'s blocks, and whether a client is attached to
@@ -223,15 +224,13 @@ Status                    : Execute command
             [(4001, true), (4002, false), (4003, true)]
         );
         let mut l = l;
-        mark_exited(&mut l, |pid| pid != 4102);
+        drop_exited(&mut l, |pid| pid != 4102);
         assert_eq!(
-            (l.servers[0].pid, l.servers[1].pid, l.servers[1].state),
-            (Some(4101), None, ServerState::Other),
-            "the idle slot whose backend exited names no backend"
+            l.servers.iter().map(|s| s.pid).collect::<Vec<_>>(),
+            [Some(4101)],
+            "the idle slot whose backend exited is not a server any more"
         );
-        assert_eq!(
-            l.servers[1].raw.get("Backend PID").map(String::as_str),
-            Some("4102")
-        );
+        drop_exited(&mut l, |pid| pid != 4101);
+        assert!(l.servers.is_empty() && l.clients.is_empty(), "{l:?}");
     }
 }
