@@ -412,6 +412,37 @@ mod tests {
     }
 
     #[test]
+    fn a_client_handed_its_server_at_connect_never_waits_for_one() {
+        // pgpool-II: every child is attached to a client; C3's child is one of them, though
+        // no statement of C3's has named its backend yet.
+        let rules = PoolRules {
+            mode: Some(PoolMode::Session),
+            links_at_connect: true,
+            ..tx_rules(2)
+        };
+        let obs = Observation {
+            backends: vec![row(1, "idle", &[]), row(2, "idle", &[])],
+            servers: vec![server(1, "active"), server(2, "active")],
+            ..Default::default()
+        };
+        let fresh = Slot {
+            connected: true,
+            last: None,
+            latest_on_last: false,
+            broken: false,
+        };
+        let slots = [slot(1), fresh, Slot::default()];
+        assert!(would_wait(&rules, &slots, 1, Op::TryLock, &obs).is_none());
+        // Not connected: its connect waits for a child like any client's.
+        assert!(would_wait(&rules, &slots, 2, Op::TryLock, &obs).is_some());
+        let bouncer = PoolRules {
+            links_at_connect: false,
+            ..rules
+        };
+        assert!(would_wait(&bouncer, &slots, 1, Op::TryLock, &obs).is_some());
+    }
+
+    #[test]
     fn a_disconnect_closes_a_server_left_in_a_transaction_and_releases_a_session_server() {
         let rules = tx_rules(2);
         let obs = Observation {
