@@ -1470,7 +1470,14 @@ impl<'e> Case<'e> {
             && let Some(x) = s.backends.get(&b)
         {
             let in_tx = x.tx != Tx::Idle || x.busy.is_some();
-            match self.rules.on_disconnect(true, in_tx) {
+            // With `abort_on_disconnect` the reset's ABORT ends an idle or failed transaction;
+            // a statement still running has nobody to answer to: its server is closed.
+            let fate = if x.busy.is_some() && self.rules.abort_on_disconnect {
+                ServerFate::Closed
+            } else {
+                self.rules.on_disconnect(true, in_tx)
+            };
+            match fate {
                 ServerFate::Closed => {
                     if let Some(x) = s.backends.get_mut(&b)
                         && x.life.is_alive()
@@ -1483,7 +1490,8 @@ impl<'e> Case<'e> {
                     if let Some(x) = s.backends.get_mut(&b) {
                         if let Some(c2) = x.close_at_release {
                             close(x, c2);
-                        } else if resets {
+                        } else if resets || x.tx != Tx::Idle {
+                            // The reset: ABORT of a transaction left open, then the rest.
                             x.reset_pending = true;
                         }
                     }
@@ -2213,8 +2221,16 @@ impl<'e> Spec for Case<'e> {
                 let mut s2 = s.clone();
                 let y = s2.backends.get_mut(id).unwrap();
                 let mut rel: Vec<Key> = vec![];
+                if y.tx != Tx::Idle {
+                    // Released inside a transaction (`abort_on_disconnect`): ABORT first
+                    // (its transaction's settings undone with it).
+                    rel.extend(y.xact.keys().copied());
+                    y.xact.clear();
+                    y.tx = Tx::Idle;
+                    y.settings.end(false);
+                }
                 if self.rules.reset_releases_locks {
-                    rel = y.session.keys().copied().collect();
+                    rel.extend(y.session.keys().copied());
                     y.session.clear();
                     y.tainted.clear();
                 }
@@ -2298,5 +2314,79 @@ impl<'e> Case<'e> {
                 out.push(s2);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod abort_on_disconnect_tests {
+    use super::*;
+    use crate::pooler::PoolMode;
+
+    /// A session-mode pooler without a releasing reset, and a client that leaves inside a
+    /// transaction holding a session lock (1) and a transaction lock (2).
+    fn leave_in_tx(abort_on_disconnect: bool) -> (Case<'static>, State) {
+        let case = Case {
+            rules: PoolRules {
+                mode: Some(PoolMode::Session),
+                pool_size: 1,
+                reset_releases_locks: false,
+                abort_on_disconnect,
+                ..PoolRules::direct()
+            },
+            timeouts: Timeouts::new(),
+            case_start: 0,
+            entries: vec![],
+            listed: BTreeSet::new(),
+        };
+        let b = BackendId {
+            pid: 7,
+            start_us: 1,
+        };
+        let mut s = case.initial(1);
+        s.backends.insert(
+            b,
+            Backend {
+                pooled: true,
+                tx: Tx::Open,
+                session: BTreeMap::from([(Key::Big(1), 1)]),
+                xact: BTreeMap::from([(Key::Big(2), 1)]),
+                ..Default::default()
+            },
+        );
+        s.clients[0].conn = Conn::Up;
+        s.clients[0].linked = Some(b);
+        let gone = case.client_gone(&s, 0, Cause::Disconnect);
+        (case, gone)
+    }
+
+    #[test]
+    fn a_pooler_that_aborts_keeps_the_server_and_its_session_locks() {
+        let (case, gone) = leave_in_tx(true);
+        let b = BackendId {
+            pid: 7,
+            start_us: 1,
+        };
+        let x = &gone.backends[&b];
+        assert!(
+            x.life.is_alive() && x.reset_pending,
+            "released, reset pending: {x:?}"
+        );
+        let after: Vec<State> = case
+            .internal(&gone, 0)
+            .into_iter()
+            .filter(|s| !s.backends[&b].reset_pending)
+            .collect();
+        assert_eq!(after.len(), 1);
+        let y = &after[0].backends[&b];
+        assert_eq!(y.tx, Tx::Idle, "ABORT ended the transaction");
+        assert!(y.xact.is_empty(), "and released its transaction lock");
+        assert_eq!(
+            y.count(Key::Big(1)),
+            1,
+            "the session lock stays for the next client"
+        );
+        // PgBouncer's rule: the server is closed, and everything goes with its backend.
+        let (_, closed) = leave_in_tx(false);
+        assert_eq!(closed.backends[&b].life, Life::Closing(Cause::Disconnect));
     }
 }

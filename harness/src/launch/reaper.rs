@@ -5,9 +5,11 @@
 //! harness stopped and reaped itself); when the pipe closes (the
 //! harness exited, crashed or was killed) it kills those process groups, waits for them to
 //! go, removes the System V segments the postmasters (primary and standby) registered in
-//! their `postmaster.pid`, removes a docker run's labelled containers and network, runs
-//! `pgchaos reap-external` for a deployment it did not start (terminating the clients' role's
-//! backends), and deletes the run directory. After a normal teardown there is nothing left for it to do.
+//! their `postmaster.pid` and those the killed processes (their groups' members too) created
+//! or last used (a SIGKILLed pgpool-II leaks a segment and a semaphore set), removes a docker
+//! run's labelled containers and network, runs `pgchaos reap-external` for a deployment it did
+//! not start (terminating the clients' role's backends), and deletes the run directory. After a
+//! normal teardown there is nothing left for it to do.
 //! It ignores SIGINT, SIGTERM and SIGHUP and runs in a session of its own, so a signal meant
 //! for the harness (or its process group) does not stop it before it has cleaned up.
 
@@ -39,7 +41,11 @@ for p in /proc/[0-9]*; do
         "$dir"|"$dir"/*) kill -KILL "${p#/proc/}" 2>/dev/null ;;
     esac
 done
-for p in $pids; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+# Every member of the servers' process groups, before they go (a pooler's children).
+members=$(ps -eo pid=,pgid= 2>/dev/null | awk -v g=" $pids " 'index(g, " " $2 " ") { print $1 }')
+# dash's kill takes a process group as `-PGID` after the signal; `kill -KILL -- -PGID`
+# fails there ("Illegal number"), which left a SIGKILLed pgpool-II's children serving.
+for p in $pids; do kill -KILL "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
 running() {
     state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
     [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
@@ -47,6 +53,17 @@ running() {
 for p in $pids; do
     n=0
     while running "$p" && [ $n -lt 1000 ]; do sleep 0.01; n=$((n + 1)); done
+done
+# System V objects a killed process cannot remove: a segment one of them created, a
+# semaphore set one of them last operated on (a SIGKILLed pgpool-II leaves both).
+for m in $members $pids; do
+    ipcs -m -p 2>/dev/null | awk -v p="$m" '$3 == p { print $1 }' | while read -r id; do ipcrm -m "$id" 2>/dev/null; done
+done
+for sem in $(ipcs -s 2>/dev/null | awk '$2 ~ /^[0-9]+$/ { print $2 }'); do
+    last=$(ipcs -s -i "$sem" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $5 }')
+    for m in $members $pids; do
+        case " $(echo $last) " in *" $m "*) ipcrm -s "$sem" 2>/dev/null; break ;; esac
+    done
 done
 for pidfile in "$dir/data/postmaster.pid" "$dir/standby/postmaster.pid"; do
     [ -f "$pidfile" ] || continue

@@ -14,6 +14,7 @@
 //! launcher, observer, nemesis, runner, model and reports ask it.
 
 pub mod pgbouncer;
+pub mod pgpool;
 pub mod view;
 
 use crate::topology::{PoolerSection, Topology};
@@ -81,7 +82,7 @@ pub trait Kind: Sync {
 }
 
 /// Every pooler pgchaos knows. Adding a pooler is its folder and one line here.
-pub const KINDS: &[&dyn Kind] = &[&pgbouncer::PGBOUNCER];
+pub const KINDS: &[&dyn Kind] = &[&pgbouncer::PGBOUNCER, &pgpool::PGPOOL];
 
 /// A pooler's name as people write it (`pgbouncer` -> `PgBouncer`); an unknown name as it
 /// is.
@@ -449,6 +450,17 @@ pub struct PoolRules {
     /// `server_reset_query_always`: the reset also runs at every release in transaction and
     /// statement mode.
     pub reset_always: bool,
+    /// A client that leaves cleanly inside a transaction gets its transaction aborted and its
+    /// server released as after any disconnect (pgpool-II's `reset_query_list` starts with
+    /// `ABORT`); otherwise (PgBouncer) that server is closed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abort_on_disconnect: bool,
+    /// A client is handed its server when it connects, and keeps it until it leaves
+    /// (pgpool-II: a child accepts the connection with its cached backend); otherwise
+    /// (PgBouncer) at its first statement. A connected client never waits for a server; a
+    /// connecting one may.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub links_at_connect: bool,
     /// An application-side pool in front (direct topologies): `none` hands out any
     /// connection per op, `session` keeps one per client; a client's disconnect gives its
     /// connection back as it is.
@@ -489,6 +501,8 @@ impl PoolRules {
             reset_releases_locks: false,
             reset_clears_settings: false,
             reset_always: false,
+            abort_on_disconnect: false,
+            links_at_connect: false,
             app_pin: None,
             replicas: 1,
         }
@@ -538,7 +552,7 @@ impl PoolRules {
         }
         match self.mode {
             None => ServerFate::Closed,
-            Some(_) if in_tx => ServerFate::Closed,
+            Some(_) if in_tx && !self.abort_on_disconnect => ServerFate::Closed,
             Some(PoolMode::Session) => ServerFate::Released { resets: true },
             Some(_) => ServerFate::Untouched,
         }
@@ -556,6 +570,8 @@ mod tests {
             reset_releases_locks: true,
             reset_clears_settings: true,
             reset_always: always,
+            abort_on_disconnect: false,
+            links_at_connect: false,
             app_pin: None,
             replicas: 1,
         }

@@ -174,6 +174,12 @@ impl<'a> Runner<'a> {
                             .connect(&self.cluster.client_config_for(c))
                             .await?;
                         slots[c].connected = true;
+                        if self.rules.links_at_connect {
+                            // Waited for; the new connection may hold that server again at
+                            // once, or another, which no statement has named yet.
+                            waits = Waits::default();
+                            slots[c].latest_on_last = false;
+                        }
                     }
                     (Reply::Ok, None)
                 }
@@ -246,6 +252,9 @@ impl<'a> Runner<'a> {
                     if !slots[c].connected {
                         self.open(rec, &mut clients[c], Some(i)).await?;
                         slots[c].connected = true;
+                        if self.rules.links_at_connect {
+                            slots[c].latest_on_last = false;
+                        }
                     }
                     self.invoke(rec, p, i, step, None);
                     let bound = self.op_bound(step, IO_TIMEOUT);

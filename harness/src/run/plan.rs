@@ -63,6 +63,10 @@ pub fn would_wait(
         return None;
     }
     let slot = &slots[c];
+    if rules.links_at_connect && slot.connected {
+        // It was handed its server when it connected.
+        return None;
+    }
     let needs_server = !slot.connected || !linked(rules, slot, obs);
     if !needs_server || slot.broken {
         return None;
@@ -356,6 +360,8 @@ mod tests {
             reset_releases_locks: true,
             reset_clears_settings: true,
             reset_always: false,
+            abort_on_disconnect: false,
+            links_at_connect: false,
             app_pin: None,
             replicas: 1,
         }
@@ -404,6 +410,37 @@ mod tests {
         let mut broken = slots;
         broken[2].broken = true;
         assert!(would_wait(&rules, &broken, 2, Op::TryLock, &obs).is_none());
+    }
+
+    #[test]
+    fn a_client_handed_its_server_at_connect_never_waits_for_one() {
+        // pgpool-II: every child is attached to a client; C3's child is one of them, though
+        // no statement of C3's has named its backend yet.
+        let rules = PoolRules {
+            mode: Some(PoolMode::Session),
+            links_at_connect: true,
+            ..tx_rules(2)
+        };
+        let obs = Observation {
+            backends: vec![row(1, "idle", &[]), row(2, "idle", &[])],
+            servers: vec![server(1, "active"), server(2, "active")],
+            ..Default::default()
+        };
+        let fresh = Slot {
+            connected: true,
+            last: None,
+            latest_on_last: false,
+            broken: false,
+        };
+        let slots = [slot(1), fresh, Slot::default()];
+        assert!(would_wait(&rules, &slots, 1, Op::TryLock, &obs).is_none());
+        // Not connected: its connect waits for a child like any client's.
+        assert!(would_wait(&rules, &slots, 2, Op::TryLock, &obs).is_some());
+        let bouncer = PoolRules {
+            links_at_connect: false,
+            ..rules
+        };
+        assert!(would_wait(&bouncer, &slots, 1, Op::TryLock, &obs).is_some());
     }
 
     #[test]

@@ -182,7 +182,7 @@ fn hints_say_what_is_valid() {
     assert!(
         e.hints().iter().any(|h| h
             .contains("name, description, launcher, external, postgres, app_pool")
-            && h.ends_with(", pgbouncer")),
+            && h.ends_with(", pgbouncer, pgpool")),
         "{e}"
     );
 
@@ -334,6 +334,8 @@ fn shipped_topologies_parse() {
             "direct",
             "failover",
             "network-faults",
+            "pgpool-caching",
+            "pgpool-caching-no-discard",
             "session-mode",
             "session-mode-faults",
             "session-mode-no-reset",
@@ -382,6 +384,13 @@ fn shipped_topologies_expect_what_was_decided() {
     let direct = ["app.rollback_releases", "app.no_stale_holder"];
     assert_eq!(violated("direct"), direct);
     assert_eq!(violated("session-mode"), direct);
+    // pgpool-II's cache with DISCARD ALL in its reset list is session pooling like PgBouncer's;
+    // without it, its next client inherits a departed client's locks (docs/pgpool.md §4).
+    assert_eq!(violated("pgpool-caching"), direct);
+    assert_eq!(
+        violated("pgpool-caching-no-discard"),
+        violated("session-mode-no-reset")
+    );
     assert_eq!(
         violated("session-mode-no-reset"),
         [

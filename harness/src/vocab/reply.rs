@@ -21,6 +21,10 @@ pub mod code {
     /// PgBouncer's own fatal errors (`server conn crashed?`, `database removed`, ...) carry
     /// `protocol_violation`.
     pub const PROTOCOL_VIOLATION: &str = "08P01";
+    /// pgpool-II's fatal `unable to read data from DB node N` (`internal_error`, pool_stream.c)
+    /// when the backend under a client ended: the child closes the client's connection
+    /// (docs/pgpool.md §10, K5).
+    pub const INTERNAL_ERROR: &str = "XX000";
     /// Not a SQLSTATE: the client's connection is gone.
     pub const CLOSED: &str = "closed";
     /// Not a SQLSTATE: no reply within the bound (a cancel was sent).
@@ -101,8 +105,8 @@ impl Reply {
 
     /// The connection was ended under the statement: found `closed`, or the server's last
     /// word read first and passed on: PostgreSQL's 57P01 (`pg_terminate_backend`, a fast
-    /// shutdown), 57P02 (a crash reset), 57P03 (shutting down, starting up), or PgBouncer's
-    /// fatal 08P01.
+    /// shutdown), 57P02 (a crash reset), 57P03 (shutting down, starting up), PgBouncer's
+    /// fatal 08P01, or pgpool-II's fatal XX000.
     pub fn ended_by_server(&self) -> bool {
         self.is_closed()
             || matches!(
@@ -112,6 +116,7 @@ impl Reply {
                         | code::CRASH_SHUTDOWN
                         | code::CANNOT_CONNECT_NOW
                         | code::PROTOCOL_VIOLATION
+                        | code::INTERNAL_ERROR
                 )
             )
     }

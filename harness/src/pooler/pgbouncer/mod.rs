@@ -149,6 +149,8 @@ impl Pooler for PgBouncer {
             // DISCARD ALL runs RESET ALL (docs/session-state.md).
             reset_clears_settings: q.contains("discard all") || q.contains("reset all"),
             reset_always: self.spec.server_reset_query_always,
+            abort_on_disconnect: false,
+            links_at_connect: false,
             app_pin: None,
             replicas: 1,
         }

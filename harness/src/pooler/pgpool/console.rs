@@ -1,0 +1,207 @@
+//! pgpool-II's admin console: PCP on its own loopback port, through the PCP tools unpacked
+//! beside the running `pgpool` (found from the main process: the pid file in the run
+//! directory, then `/proc/<pid>/exe`), with the run's `pcppass` file; and `SHOW POOL_VERSION`
+//! on the pool port to database `postgres` (pgpool never caches a connection to it, so the
+//! probe leaves no server behind; docs/pgpool.md §4). Every call is bounded by
+//! `ADMIN_TIMEOUT`.
+//!
+//! Commands the harness sends ([`crate::pooler::Console::command`]):
+//! - `CLOSE_IDLE`: SIGUSR1 to every child with no client attached, which closes its idle
+//!   cached connections (`close_idle_connection`, child.c:1142 of V4_3_5): the reset between
+//!   cases;
+//! - `RELOAD`: `pcp_reload_config`.
+
+use super::config::{PCPPASS, PID_FILE};
+use crate::pooler::{ADMIN_TIMEOUT, BoxFuture, ConsoleAt};
+use anyhow::{Context, Result, anyhow, bail};
+use std::path::{Path, PathBuf};
+
+pub const CLOSE_IDLE: &str = "close idle connections";
+pub const RELOAD: &str = "pcp_reload_config";
+pub const SHOW_VERSION: &str = "SHOW POOL_VERSION";
+pub const POOL_STATUS: &str = "pcp_pool_status";
+
+/// An open console: where the PCP tools are, and how to reach PCP and the pool port.
+pub struct Console {
+    main_pid: i32,
+    /// Where the packages were unpacked (`<root>/usr/sbin/pgpool`).
+    sbin: PathBuf,
+    libs: String,
+    at: ConsoleAt,
+    pcppass: PathBuf,
+}
+
+/// The main process's pid from the pid file (the pid and a NUL byte, main.c:686).
+fn main_pid(dir: &Path) -> Result<i32> {
+    let path = dir.join(PID_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{}: pgpool has not written its pid file", path.display()))?;
+    text.trim_matches(|c: char| c == '\0' || c.is_whitespace())
+        .parse()
+        .with_context(|| format!("{}: not a pid: {text:?}", path.display()))
+}
+
+impl Console {
+    pub async fn open(at: &ConsoleAt) -> Result<Console> {
+        let dir = at.unix_dir.clone().ok_or_else(|| {
+            anyhow!("pgpool-II's console needs the run directory (the native launcher)")
+        })?;
+        let main_pid = main_pid(&dir)?;
+        let exe = std::fs::read_link(format!("/proc/{main_pid}/exe"))
+            .with_context(|| format!("pgpool main process {main_pid} is not running"))?;
+        let sbin = exe
+            .parent()
+            .ok_or_else(|| anyhow!("{}: no directory", exe.display()))?
+            .to_path_buf();
+        // <root>/usr/sbin/pgpool: the libraries are under <root>/usr/lib.
+        let root = sbin
+            .parent()
+            .and_then(Path::parent)
+            .ok_or_else(|| anyhow!("{}: not under <root>/usr/sbin", exe.display()))?;
+        Ok(Console {
+            main_pid,
+            libs: super::provision::library_path(root),
+            sbin,
+            pcppass: dir.join(PCPPASS),
+            at: at.clone(),
+        })
+    }
+
+    /// Run PCP tool `tool` (its stdout).
+    async fn pcp(&self, tool: &str, args: &[&str]) -> Result<String> {
+        let port = self
+            .at
+            .admin_port
+            .ok_or_else(|| anyhow!("pgpool-II's PCP port is not known"))?;
+        let mut cmd = tokio::process::Command::new(self.sbin.join(tool));
+        cmd.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            &self.at.user,
+            "-w",
+        ])
+        .args(args)
+        .env("PCPPASSFILE", &self.pcppass)
+        .env("LD_LIBRARY_PATH", &self.libs)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+        let out = tokio::time::timeout(ADMIN_TIMEOUT, cmd.output())
+            .await
+            .map_err(|_| anyhow!("{tool} timed out after {ADMIN_TIMEOUT:?}"))?
+            .with_context(|| format!("running {tool}"))?;
+        if !out.status.success() {
+            bail!(
+                "{tool} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    async fn close_idle(&self) -> Result<()> {
+        let text = self.pcp("pcp_proc_info", &["--verbose", "--all"]).await?;
+        for (pid, connected) in super::view::children(&text) {
+            if !connected && pid > 0 {
+                // SAFETY: a signal to a pgpool child this run started (listed by its PCP).
+                unsafe { libc::kill(pid, libc::SIGUSR1) };
+            }
+        }
+        Ok(())
+    }
+}
+
+impl crate::pooler::Console for Console {
+    fn command<'a>(&'a self, cmd: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            match cmd {
+                CLOSE_IDLE => self.close_idle().await,
+                RELOAD => self.pcp("pcp_reload_config", &[]).await.map(|_| ()),
+                _ => bail!("pgpool-II's console has no command {cmd:?}"),
+            }
+        })
+    }
+
+    fn look<'a>(
+        &'a self,
+        db: &'a str,
+        _pools: bool,
+    ) -> BoxFuture<'a, Result<crate::pooler::view::Look>> {
+        Box::pin(async move {
+            let text = self.pcp("pcp_proc_info", &["--verbose"]).await?;
+            let mut look = super::view::look(&text, db);
+            super::view::drop_exited(&mut look, |pid| {
+                std::path::Path::new(&format!("/proc/{pid}")).exists()
+            });
+            Ok(look)
+        })
+    }
+
+    fn settings(&self) -> BoxFuture<'_, Result<Vec<(String, String)>>> {
+        Box::pin(async move {
+            let text = self.pcp(POOL_STATUS, &[]).await?;
+            Ok(pool_status(&text))
+        })
+    }
+
+    fn version(&self) -> BoxFuture<'_, Result<String>> {
+        Box::pin(async move {
+            // Ready means both: PCP answers (the harness's view), and the pool port (clients).
+            self.pcp("pcp_node_count", &[]).await?;
+            let client = crate::pooler::connect_pg(&self.at.pg_config("postgres")).await?;
+            for m in crate::pooler::admin_query(&client, SHOW_VERSION).await? {
+                if let tokio_postgres::SimpleQueryMessage::Row(row) = m {
+                    let text = row.get(0).unwrap_or_default();
+                    return Ok(text.split_whitespace().next().unwrap_or("").to_string());
+                }
+            }
+            bail!("{SHOW_VERSION} returned no row")
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        !crate::provision::process_alive(self.main_pid)
+    }
+}
+
+/// `pcp_pool_status`'s `name : X` / `value: Y` / `desc : Z` blocks as `(name, value)`.
+pub fn pool_status(text: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    let mut name: Option<String> = None;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        match k.trim() {
+            "name" => name = Some(v.trim().to_string()),
+            "value" => {
+                if let Some(n) = name.take() {
+                    out.push((n, v.trim().to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pool_status_pairs_names_with_values() {
+        let text = "name : reset_query_list\nvalue: ABORT; DISCARD ALL\ndesc : queries issued at the end of session\n\nname : num_init_children\nvalue: 4\ndesc : x\n";
+        assert_eq!(
+            super::pool_status(text),
+            [
+                (
+                    "reset_query_list".to_string(),
+                    "ABORT; DISCARD ALL".to_string()
+                ),
+                ("num_init_children".to_string(), "4".to_string())
+            ]
+        );
+    }
+}
