@@ -144,16 +144,26 @@ fn transaction_mode_mutual_exclusion_is_found_shrunk_and_reproduced() {
 }
 
 /// `pgchaos analyze DIR` re-checks the stored history with the current checker: the same
-/// verdicts, violating-case counts and minimal sizes as the run printed; and `history` prints
-/// a case of it.
+/// verdicts, violating cases and minimal sizes as the run printed; and `history` prints a case
+/// of it. The search's budget is partly wall-clock time (`run.search_time`, 2 s a case), so a
+/// case near it can be judged by one check and left `unknown` by the other on a loaded
+/// machine (seen in CI: case 1 of a session-mode-faults run judged in 1.9 s online, over 2 s
+/// in analyze). Where the two checks left the same cases unknown, everything must be equal;
+/// otherwise every case both judged must get the same verdict from both, and each side's
+/// unknown cases are listed.
 fn assert_analyze_agrees(dir: &Path, results: &Value) {
     let o = pgchaos(&["analyze", dir.to_str().unwrap()]);
-    let want = if results["passed"] == true { 0 } else { 1 };
-    assert_eq!(o.status.code(), Some(want), "{}", text(&o));
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
     let analysed: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("analysis/results.json")).unwrap())
             .unwrap();
-    let table = |r: &Value| -> Vec<(String, String, u64, Option<u64>)> {
+    type Row = (String, u64, Option<u64>, Option<u64>);
+    let cases = |v: &Value| -> std::collections::BTreeSet<u64> {
+        v.as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    let table = |r: &Value| -> Vec<(String, Row)> {
         r["invariants"]
             .as_array()
             .unwrap()
@@ -161,14 +171,57 @@ fn assert_analyze_agrees(dir: &Path, results: &Value) {
             .map(|i| {
                 (
                     i["name"].as_str().unwrap().to_string(),
-                    i["verdict"].as_str().unwrap().to_string(),
-                    i["violating_cases"].as_u64().unwrap(),
-                    i["first_failure"]["minimal_steps"].as_u64(),
+                    (
+                        i["verdict"].as_str().unwrap().to_string(),
+                        i["violating_cases"].as_u64().unwrap(),
+                        i["first_failure"]["case_index"].as_u64(),
+                        i["first_failure"]["minimal_steps"].as_u64(),
+                    ),
                 )
             })
             .collect()
     };
-    assert_eq!(table(&analysed), table(results), "{}", dir.display());
+    let unknown = |r: &Value, name: &str| {
+        r["invariants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == name)
+            .map(|i| (cases(&i["violating"]), cases(&i["unknown"])))
+            .unwrap()
+    };
+    let (ran, again) = (table(results), table(&analysed));
+    assert_eq!(
+        ran.iter().map(|r| &r.0).collect::<Vec<_>>(),
+        again.iter().map(|r| &r.0).collect::<Vec<_>>()
+    );
+    let mut agreed_on_violations = std::collections::BTreeSet::new();
+    for ((name, r), (_, a)) in ran.iter().zip(&again) {
+        let (viol_r, unk_r) = unknown(results, name);
+        let (viol_a, unk_a) = unknown(&analysed, name);
+        if unk_r == unk_a {
+            assert_eq!(r, a, "{name} in {}", dir.display());
+            if r.0 == "violated" {
+                agreed_on_violations.insert(name.clone());
+            }
+        } else {
+            let either: std::collections::BTreeSet<u64> = unk_r.union(&unk_a).copied().collect();
+            assert_eq!(
+                viol_r.difference(&either).collect::<Vec<_>>(),
+                viol_a.difference(&either).collect::<Vec<_>>(),
+                "{name} in {}: cases judged by both (unknown: run {unk_r:?}, analyze {unk_a:?})",
+                dir.display()
+            );
+            if r.2 == a.2 && r.0 == "violated" && a.0 == "violated" {
+                assert_eq!(r.3, a.3, "{name}: the same first failure, minimal size");
+                agreed_on_violations.insert(name.clone());
+            }
+        }
+    }
+    if ran.iter().zip(&again).all(|(r, a)| r == a) {
+        let want = if results["passed"] == true { 0 } else { 1 };
+        assert_eq!(o.status.code(), Some(want), "{}", text(&o));
+    }
     assert_eq!(analysed["cases"], results["cases"]);
     assert_eq!(analysed["steps"], results["steps"]);
     assert_eq!(analysed["skipped_steps"], results["skipped_steps"]);
@@ -177,6 +230,9 @@ fn assert_analyze_agrees(dir: &Path, results: &Value) {
         .flatten()
     {
         let name = f.unwrap().file_name();
+        if !agreed_on_violations.contains(name.to_str().unwrap_or_default()) {
+            continue;
+        }
         assert!(
             dir.join("analysis/failures")
                 .join(&name)
