@@ -477,7 +477,16 @@ fn verdicts(results: &serde_json::Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn chaos_results(name: &str, seed: &str, launcher: &str, out: &Path) -> serde_json::Value {
+/// A chaos run of 64 cases; `meets_expect`: it must exit 0 (its verdicts as the topology's
+/// `expect` says), otherwise 0 or 1 (a topology whose expectations were set over 256 cases
+/// may not reach one of them in 64: transaction-mode-two-poolers' first rollback case is 71).
+fn chaos_results(
+    name: &str,
+    seed: &str,
+    launcher: &str,
+    out: &Path,
+    meets_expect: bool,
+) -> serde_json::Value {
     let o = pgchaos(&[
         "chaos",
         name,
@@ -491,12 +500,18 @@ fn chaos_results(name: &str, seed: &str, launcher: &str, out: &Path) -> serde_js
         out.to_str().unwrap(),
         "--quiet",
     ]);
-    assert_eq!(o.status.code(), Some(0), "{name} {launcher}:\n{}", text(&o));
+    let allowed: &[i32] = if meets_expect { &[0] } else { &[0, 1] };
+    assert!(
+        o.status.code().is_some_and(|c| allowed.contains(&c)),
+        "{name} {launcher}:\n{}",
+        text(&o)
+    );
     common::latest(out, name).1
 }
 
-/// The same topology and seed, native and in containers: each meets its `expect` (exit 0),
-/// neither has a `pg.*` violation, and every invariant has the same verdict. The fault
+/// The same topology and seed, native and in containers, 64 cases: neither has a `pg.*`
+/// violation, and every invariant has the same verdict (whether 64 cases reach every
+/// expectation the topology set over 256 is the native tests' question, not this one's). The fault
 /// topology runs PgBouncer's and PostgreSQL's faults on containers.
 #[test]
 #[ignore = "needs the Docker engine: just test-docker"]
@@ -510,8 +525,8 @@ fn docker_runs_give_the_native_verdicts() {
         // Two PgBouncer containers side by side, each with its own pool.
         "transaction-mode-two-poolers",
     ] {
-        let native = chaos_results(name, "1", "native", &out.join("native"));
-        let docker = chaos_results(name, "1", "docker", &out.join("docker"));
+        let native = chaos_results(name, "1", "native", &out.join("native"), false);
+        let docker = chaos_results(name, "1", "docker", &out.join("docker"), false);
         assert_eq!(
             docker["launcher"], "docker",
             "{name}: {}",
@@ -604,7 +619,7 @@ fn host_faults_run_on_containers_and_native_refuses_them() {
     let _s = serial();
     let name = "transaction-mode-host-faults";
     let out = tmp("host-faults");
-    let r = chaos_results(name, "1", "docker", &out);
+    let r = chaos_results(name, "1", "docker", &out, true);
     assert_eq!(r["launcher"], "docker");
     assert_eq!(r["judged_cases"], r["cases"], "every case judged");
     assert_eq!(r["cases"], 64);
