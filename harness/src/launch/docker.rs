@@ -206,7 +206,7 @@ async fn launch(
         servers.start_standby().await?;
     }
     if let Some(b) = &imgs.pooler {
-        servers.start_pooler(topology, &b.reference).await?;
+        servers.start_pooler(&b.reference).await?;
         let at = servers.console_at().expect("a pooler with a console");
         super::verify_pooler_config(
             servers.pooler_kind.as_ref(),
@@ -218,7 +218,7 @@ async fn launch(
         .await?;
         let replicas = topology.pooler.as_ref().map_or(1, |p| p.replicas) as usize;
         for k in 1..replicas {
-            servers.start_replica(topology, &b.reference, k).await?;
+            servers.start_replica(&b.reference, k).await?;
             let at = servers.replica_console_at(servers.replicas[k - 1].1);
             super::verify_pooler_config(
                 servers.pooler_kind.as_ref(),
@@ -348,8 +348,8 @@ impl DockerServers {
         self.wait_ready(Which::Postgres).await
     }
 
-    async fn start_pooler(&mut self, t: &Topology, reference: &str) -> Result<()> {
-        let (node, port) = self.pooler_container(t, reference, 0).await?;
+    async fn start_pooler(&mut self, reference: &str) -> Result<()> {
+        let (node, port) = self.pooler_container(reference, 0).await?;
         self.pooler = Some(node);
         self.pooler_port = Some(port);
         self.wait_ready(Which::Pooler).await
@@ -524,8 +524,8 @@ impl DockerServers {
     }
 
     /// Start replica `k` (k >= 1) of the pooler in a container of its own.
-    async fn start_replica(&mut self, t: &Topology, reference: &str, k: usize) -> Result<()> {
-        let (node, port) = self.pooler_container(t, reference, k).await?;
+    async fn start_replica(&mut self, reference: &str, k: usize) -> Result<()> {
+        let (node, port) = self.pooler_container(reference, k).await?;
         let name = node.name.clone();
         self.replicas.push((node, port));
         let at = self.replica_console_at(port);
@@ -563,12 +563,7 @@ impl DockerServers {
     }
 
     /// The pooler's container `k` (0: the first), created and started, with its host port.
-    async fn pooler_container(
-        &mut self,
-        t: &Topology,
-        reference: &str,
-        k: usize,
-    ) -> Result<(Node, u16)> {
+    async fn pooler_container(&mut self, reference: &str, k: usize) -> Result<(Node, u16)> {
         let (repo, tag) = split_reference(reference)?;
         let port = super::free_port()?;
         let recipe = self
@@ -579,7 +574,6 @@ impl DockerServers {
             0 => self.name(self.pooler_kind.name()),
             k => self.name(&format!("{}-{}", self.pooler_kind.name(), k + 1)),
         };
-        let _ = t;
         let conf = self.write_pooler_conf()?;
         let request = self
             .of_run(
@@ -859,30 +853,30 @@ impl Servers for DockerServers {
 
     fn save_logs(&self, dir: &Path) -> Result<()> {
         fs::create_dir_all(dir).with_context(|| format!("{}: creating", dir.display()))?;
+        // One container's `docker logs` (stdout, then stderr) into `file`.
+        let save = |id: &str, file: &str| -> Result<()> {
+            let out = std::process::Command::new(container::docker_program())
+                .args(["logs", id])
+                .output()
+                .with_context(|| format!("docker logs {id}"))?;
+            let mut text = out.stdout;
+            text.extend_from_slice(&out.stderr);
+            fs::write(dir.join(file), text)
+                .with_context(|| format!("{}: writing", dir.join(file).display()))
+        };
         for (which, file) in [
             (Which::Postgres, "postgres.log"),
             (Which::Pooler, self.pooler_kind.log_file()),
         ] {
-            let Some(n) = self.node(which) else { continue };
-            let out = std::process::Command::new(container::docker_program())
-                .args(["logs", &n.id])
-                .output()
-                .with_context(|| format!("docker logs {}", n.id))?;
-            let mut text = out.stdout;
-            text.extend_from_slice(&out.stderr);
-            fs::write(dir.join(file), text)
-                .with_context(|| format!("{}: writing", dir.join(file).display()))?;
+            if let Some(n) = self.node(which) {
+                save(&n.id, file)?;
+            }
         }
         for (k, (n, _)) in self.replicas.iter().enumerate() {
-            let file = format!("replica-{}-{}", k + 2, self.pooler_kind.log_file());
-            let out = std::process::Command::new(container::docker_program())
-                .args(["logs", &n.id])
-                .output()
-                .with_context(|| format!("docker logs {}", n.id))?;
-            let mut text = out.stdout;
-            text.extend_from_slice(&out.stderr);
-            fs::write(dir.join(&file), text)
-                .with_context(|| format!("{}: writing", dir.join(&file).display()))?;
+            save(
+                &n.id,
+                &format!("replica-{}-{}", k + 2, self.pooler_kind.log_file()),
+            )?;
         }
         Ok(())
     }

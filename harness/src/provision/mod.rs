@@ -427,6 +427,31 @@ pub(crate) fn version_key(v: &str) -> Vec<u64> {
 }
 
 /// "18.6" == "18.6.0"; "1.24.1" != "1.25.2".
+/// A pooler's binary (`found`, its drift not yet judged) whose version may differ from the
+/// declared one: taken as it is when they agree; otherwise refused with `strict`'s message
+/// under `--strict-versions`, or taken with `drift` recorded and shown loudly (then the
+/// binary's path and `notes`).
+pub(crate) fn accept_pooler(
+    opts: &Options,
+    mut found: PoolerBinary,
+    strict: impl FnOnce() -> String,
+    drift: impl FnOnce() -> String,
+    notes: &[String],
+) -> Result<PoolerBinary> {
+    if !same_version(&found.version, &found.declared) {
+        if opts.strict_versions {
+            bail!("{}", strict());
+        }
+        let text = drift();
+        let binary = format!("binary: {}", found.path.display());
+        let mut lines: Vec<&str> = vec![&text, &binary];
+        lines.extend(notes.iter().map(String::as_str));
+        notice(&lines);
+        found.drift = Some(text);
+    }
+    Ok(found)
+}
+
 pub(crate) fn same_version(a: &str, b: &str) -> bool {
     a == b || version_key(a) == version_key(b)
 }

@@ -315,20 +315,10 @@ pub fn userlist(passwords: &[(String, String)]) -> String {
 mod tests {
     use super::super::PgBouncer;
     use super::*;
-    use crate::pooler::{PoolMode, Pooler};
+    use crate::pooler::Pooler;
     use std::collections::BTreeMap;
 
-    fn spec(reset: &str) -> PgbouncerSpec {
-        PgbouncerSpec {
-            version: "1.25.2".into(),
-            pool_mode: PoolMode::Transaction,
-            default_pool_size: 2,
-            max_client_conn: 50,
-            server_reset_query: reset.into(),
-            server_reset_query_always: false,
-            settings: BTreeMap::from([("server_lifetime".to_string(), "3600".to_string())]),
-        }
-    }
+    use super::super::tests::spec;
 
     #[test]
     fn the_ini_keeps_tcp_on_loopback_behind_scram_and_carries_the_topology() {

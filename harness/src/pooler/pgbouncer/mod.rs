@@ -199,7 +199,8 @@ mod tests {
     use crate::pooler::PoolMode;
     use std::collections::BTreeMap;
 
-    fn spec(reset: &str) -> PgbouncerSpec {
+    /// A transaction-mode section with `reset` as its reset query (the folder's tests share it).
+    pub(super) fn spec(reset: &str) -> PgbouncerSpec {
         PgbouncerSpec {
             version: "1.25.2".into(),
             pool_mode: PoolMode::Transaction,

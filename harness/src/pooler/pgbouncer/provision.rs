@@ -239,35 +239,34 @@ pub(crate) fn settle_bouncer(
     source: String,
     nearest_from: &str,
 ) -> Result<PoolerBinary> {
-    let mut drift = None;
-    if !same_version(&actual, declared) {
-        if opts.strict_versions {
-            bail!(
+    accept_pooler(
+        opts,
+        PoolerBinary {
+            path,
+            version: actual.clone(),
+            declared: declared.to_string(),
+            source,
+            drift: None,
+        },
+        || {
+            format!(
                 "--strict-versions: pgbouncer {declared} cannot be obtained here; nearest is \
                  {actual} ({nearest_from})"
-            );
-        }
-        let text = format!(
-            "pgbouncer declared {declared}, obtained {actual} (nearest available: {nearest_from})"
-        );
-        notice(&[
-            &text,
-            &format!("binary: {}", path.display()),
-            &format!("Results are recorded against PgBouncer {actual}."),
-            &format!(
+            )
+        },
+        || {
+            format!(
+                "pgbouncer declared {declared}, obtained {actual} (nearest available: {nearest_from})"
+            )
+        },
+        &[
+            format!("Results are recorded against PgBouncer {actual}."),
+            format!(
                 "To refuse this, use --strict-versions; to use PgBouncer {declared}, build it and \
                  pass it (PGCHAOS_PGBOUNCER_BIN)."
             ),
-        ]);
-        drift = Some(text);
-    }
-    Ok(PoolerBinary {
-        path,
-        version: actual,
-        declared: declared.to_string(),
-        source,
-        drift,
-    })
+        ],
+    )
 }
 
 pub(crate) fn bouncer_from_debian(opts: &Options, declared: &str) -> Result<PoolerBinary> {

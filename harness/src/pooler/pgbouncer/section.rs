@@ -30,25 +30,14 @@ pub const DEFAULT_POOL_SIZE: u32 = 2;
 pub const DEFAULT_MAX_CLIENT_CONN: u32 = 100;
 pub const DEFAULT_SERVER_RESET_QUERY: &str = "DISCARD ALL";
 
-/// The faults of the servers PgBouncer has (every one that needs a pooler): its admin
-/// console's, its process's and host's, and the link behind it.
-pub const FAULTS: &[Op] = &[
-    Op::PoolerPause,
-    Op::PoolerReconnect,
-    Op::PoolerKill,
-    Op::PoolerReload,
-    Op::PoolerRestart,
-    Op::PoolerCrash,
-    Op::PoolerFreeze,
-    Op::LinkCut,
-    Op::LinkBlackhole,
-    Op::LinkDelay,
-    Op::HostFreezePooler,
-    Op::HostKillPooler,
-    Op::HostRestartPooler,
-    Op::PartitionPoolerPostgres,
-    Op::PartitionClientsPooler,
-];
+/// The faults of the servers PgBouncer has: every one that needs a pooler (its admin
+/// console's, its process's and host's, and the link behind it), read off the fault table.
+pub static FAULTS: std::sync::LazyLock<Vec<Op>> = std::sync::LazyLock::new(|| {
+    Op::FAULTS
+        .into_iter()
+        .filter(|op| crate::vocab::fault::meaning(*op).is_some_and(|m| m.needs_pooler))
+        .collect()
+});
 
 /// PgBouncer's pooling configuration, as the topology declares it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,7 +64,7 @@ impl PoolerConfig for PgbouncerSpec {
     }
 
     fn faults(&self) -> &'static [Op] {
-        FAULTS
+        &FAULTS
     }
 
     fn timeouts(&self) -> Vec<(crate::vocab::timeout::Effect, u64)> {
@@ -290,5 +279,35 @@ impl PoolerSection for PgbouncerSection {
             replicas: 1,
             config: Arc::new(spec),
         })
+    }
+}
+
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+
+    #[test]
+    fn pgbouncer_has_every_fault_of_a_pooler_and_none_of_postgres_alone() {
+        let mut got: Vec<String> = FAULTS.iter().map(|o| o.name().to_string()).collect();
+        got.sort();
+        let mut want: Vec<&str> = vec![
+            "pooler_pause",
+            "pooler_reconnect",
+            "pooler_kill",
+            "pooler_reload",
+            "pooler_restart",
+            "pooler_crash",
+            "pooler_freeze",
+            "link_cut",
+            "link_blackhole",
+            "link_delay",
+            "host_freeze_pooler",
+            "host_kill_pooler",
+            "host_restart_pooler",
+            "partition_pooler_postgres",
+            "partition_clients_pooler",
+        ];
+        want.sort();
+        assert_eq!(got, want);
     }
 }

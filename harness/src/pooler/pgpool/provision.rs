@@ -212,26 +212,19 @@ fn settle(
     actual: String,
     source: String,
 ) -> Result<PoolerBinary> {
-    let mut drift = None;
-    if !same_version(&actual, declared) {
-        if opts.strict_versions {
-            bail!("--strict-versions: pgpool {declared} declared, {actual} obtained ({source})");
-        }
-        let text = format!("pgpool declared {declared}, obtained {actual} ({source})");
-        notice(&[
-            &text,
-            &format!("binary: {}", path.display()),
-            &format!("Results are recorded against pgpool-II {actual}."),
-        ]);
-        drift = Some(text);
-    }
-    Ok(PoolerBinary {
-        path,
-        version: actual,
-        declared: declared.to_string(),
-        source,
-        drift,
-    })
+    accept_pooler(
+        opts,
+        PoolerBinary {
+            path,
+            version: actual.clone(),
+            declared: declared.to_string(),
+            source: source.clone(),
+            drift: None,
+        },
+        || format!("--strict-versions: pgpool {declared} declared, {actual} obtained ({source})"),
+        || format!("pgpool declared {declared}, obtained {actual} ({source})"),
+        &[format!("Results are recorded against pgpool-II {actual}.")],
+    )
 }
 
 #[cfg(test)]
