@@ -1098,6 +1098,155 @@ fn an_imported_pgbouncer_ini_runs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `import` turns a production-style pgpool.conf into a topology that runs: its pooling
+/// settings carried over (`reset_query_list = 'ABORT'`), what the harness controls dropped
+/// with a note, a bad value refused at its line and column with nothing written, and a chaos
+/// run on it keeps every `pg.*` invariant and finds the lock a departed client leaves on its
+/// child's cached backend (docs/pgpool.md §4).
+#[test]
+fn an_imported_pgpool_conf_runs() {
+    let _serial = serial();
+    let dir = tmp("import-pgpool");
+    let conf = dir.join("pgpool.conf");
+    std::fs::write(
+        &conf,
+        "# production\n\
+         backend_clustering_mode = 'streaming_replication'\n\
+         listen_addresses = '*'\n\
+         port = 9999\n\
+         backend_hostname0 = '10.0.0.5'\n\
+         backend_port0 = 5432\n\
+         enable_pool_hba = on\n\
+         sr_check_password = 'hunter2'\n\
+         num_init_children = 4\n\
+         max_pool = 1\n\
+         child_life_time = 300\n\
+         reset_query_list = 'ABORT'\n\
+         load_balance_mode = on\n\
+         log_per_node_statement = on\n",
+    )
+    .unwrap();
+    let topo = dir.join("prod.yaml");
+    let o = pgchaos(&[
+        "import",
+        conf.to_str().unwrap(),
+        "--name",
+        "prod",
+        "--out",
+        topo.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let yaml = std::fs::read_to_string(&topo).unwrap();
+    assert!(yaml.contains("\npgpool:\n  version: \"4.3.5\"\n"), "{yaml}");
+    assert!(yaml.contains("reset_query_list: \"ABORT\""), "{yaml}");
+    assert!(yaml.contains("dropped port = 9999"), "{yaml}");
+    assert!(
+        yaml.contains("with one backend there is nothing to balance"),
+        "{yaml}"
+    );
+    assert!(
+        !yaml.contains("10.0.0.5") && !yaml.contains("hunter2"),
+        "{yaml}"
+    );
+    // A value the topology cannot express: exit 2 at its line and column, nothing written.
+    let bad = dir.join("bad.conf");
+    std::fs::write(&bad, "num_init_children = 4\nconnection_cache = off\n").unwrap();
+    let bad_out = dir.join("bad.yaml");
+    let o = pgchaos(&[
+        "import",
+        bad.to_str().unwrap(),
+        "--out",
+        bad_out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!(
+            "{}:2:20: `connection_cache = off` is not modelled",
+            bad.display()
+        )),
+        "{}",
+        text(&o)
+    );
+    assert!(!bad_out.exists());
+    let out = dir.join("reports");
+    let o = pgchaos(&[
+        "chaos",
+        topo.to_str().unwrap(),
+        "--seed",
+        "1",
+        "--cases",
+        "16",
+        "--max-shrink-runs",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let (_, results) = latest(&out, "prod");
+    assert!(results["steps"].as_u64().unwrap() > 0, "{}", text(&o));
+    assert_eq!(
+        results["versions"]["pooler"], "4.3.5",
+        "{}",
+        results["versions"]
+    );
+    assert_no_pg_violation(&results);
+    assert_eq!(
+        invariant(&results, "app.no_orphans")["verdict"],
+        "violated",
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const DEBIAN_SAMPLE: &str = "usr/share/pgpool2/pgpool.conf";
+
+/// The pgpool.conf Debian's package ships (in the provisioned 4.3.5) imports, and the
+/// topology written from it passes `pgchaos check`: pgpool-II's defaults for what it leaves
+/// out (32 children, 4 slots, `ABORT; DISCARD ALL`), said in comments.
+#[test]
+fn debian_s_sample_pgpool_conf_imports_and_checks() {
+    let _serial = serial();
+    let opts = pgchaos::provision::Options::from_env(false);
+    let bin = pgchaos::pooler::pgpool::provision::pgpool("4.3.5", None, &opts)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let root = bin
+        .path
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("root");
+    let sample = root.join(DEBIAN_SAMPLE);
+    assert!(
+        sample.is_file(),
+        "{} is not in the package",
+        sample.display()
+    );
+    let dir = tmp("import-pgpool-sample");
+    let topo = dir.join("debian.yaml");
+    let o = pgchaos(&[
+        "import",
+        sample.to_str().unwrap(),
+        "--name",
+        "debian-sample",
+        "--out",
+        topo.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let yaml = std::fs::read_to_string(&topo).unwrap();
+    for line in [
+        "  num_init_children: 32\n",
+        "  max_pool: 4\n",
+        "  reset_query_list: \"ABORT; DISCARD ALL\"\n",
+        "  child_life_time: 300\n",
+    ] {
+        assert!(yaml.contains(line), "missing {line:?} in\n{yaml}");
+    }
+    let o = pgchaos(&["check", topo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{yaml}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The matrix end to end: two profiles on two topologies, one seed. Flyway's transactional
 /// lock is safe behind transaction pooling; Rails on PostgreSQL directly takes its own error
 /// path (one try: the replicas that lose it raise ConcurrentMigrationError); every cell has

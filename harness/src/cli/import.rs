@@ -1,4 +1,4 @@
-//! `pgchaos import path/to/pgbouncer.ini [--name NAME] [--out FILE]`: a topology with the
+//! `pgchaos import path/to/pgbouncer.ini|pgpool.conf [--name NAME] [--out FILE]`: a topology with the
 //! pooling settings of a team's real pooler configuration, so pgchaos runs against the
 //! configuration they deploy. Which pooler's file it is, and how it maps onto a topology, is
 //! the pooler's (`pooler/<name>/import.rs`, found through `pooler::KINDS`); here: the name,
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The pooler's configuration file to import (a pgbouncer.ini).
+    /// The pooler's configuration file to import (a pgbouncer.ini or a pgpool.conf).
     ini: PathBuf,
     /// The topology's name, `[a-z0-9-]` (default: the ini file's stem, sanitised).
     #[arg(long)]
@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// The pooler release the topology declares (settings newer than it are refused;
-    /// default: the pooler's own, PgBouncer 1.25.2).
+    /// default: the pooler's own, PgBouncer 1.25.2, pgpool-II 4.3.5).
     #[arg(long, alias = "pgbouncer-version")]
     pooler_version: Option<String>,
     /// Overwrite the output file if it exists.

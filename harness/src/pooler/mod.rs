@@ -13,6 +13,7 @@
 //! May import `vocab`, `topology` (the section reader) and `provision` (its machinery); the
 //! launcher, observer, nemesis, runner, model and reports ask it.
 
+pub mod import;
 pub mod pgbouncer;
 pub mod pgpool;
 pub mod view;

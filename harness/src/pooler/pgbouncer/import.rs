@@ -11,8 +11,7 @@
 use crate::pooler::{Imported, Origin, PoolMode};
 use crate::topology::Topology;
 use anyhow::{Result, bail};
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The PgBouncer release an imported topology declares unless told otherwise.
 pub const DEFAULT_PGBOUNCER_VERSION: &str = "1.25.2";
@@ -35,75 +34,16 @@ pub fn recognises(src: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-/// An ini error: `path:line:column: message`, the line with a caret, hints (the style of
-/// the topology's errors).
-#[derive(Debug)]
-pub struct IniError {
-    path: PathBuf,
-    line: usize,
-    column: usize,
-    width: usize,
-    source_line: String,
-    message: String,
-    hints: Vec<String>,
+/// An ini error: `path:line:column: message`, the line with a caret, hints (every import's).
+pub use crate::pooler::import::ConfError as IniError;
+use crate::pooler::import::{ConfFile as Cx, col_of, yaml_quote};
+
+trait At {
+    fn at_key(&self, e: &Entry, message: impl Into<String>, hints: Vec<String>) -> IniError;
+    fn at_value(&self, e: &Entry, message: impl Into<String>, hints: Vec<String>) -> IniError;
 }
 
-impl fmt::Display for IniError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.path.display(),
-            self.line,
-            self.column,
-            self.message
-        )?;
-        crate::topology::write_snippet(f, self.line, &self.source_line, self.column, self.width)?;
-        for h in &self.hints {
-            write!(f, "\nhint: {h}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for IniError {}
-
-struct Cx<'a> {
-    src: &'a str,
-    path: &'a Path,
-}
-
-impl Cx<'_> {
-    fn error(
-        &self,
-        line: usize,
-        column: usize,
-        width: usize,
-        message: impl Into<String>,
-        hints: Vec<String>,
-    ) -> IniError {
-        let source_line = self
-            .src
-            .lines()
-            .nth(line - 1)
-            .unwrap_or("")
-            .trim_end_matches('\r')
-            .to_string();
-        let rest = source_line
-            .chars()
-            .count()
-            .saturating_sub(column.saturating_sub(1));
-        IniError {
-            path: self.path.to_path_buf(),
-            line,
-            column,
-            width: width.clamp(1, rest.max(1)),
-            source_line,
-            message: message.into(),
-            hints,
-        }
-    }
-
+impl At for Cx<'_> {
     fn at_key(&self, e: &Entry, message: impl Into<String>, hints: Vec<String>) -> IniError {
         self.error(e.line, e.key_col, e.key.chars().count(), message, hints)
     }
@@ -134,10 +74,6 @@ struct Entry {
     key_col: usize,
     value: String,
     value_col: usize,
-}
-
-fn col_of(line: &str, byte: usize) -> usize {
-    line[..byte].chars().count() + 1
 }
 
 /// Parses the ini: every `key = value` line with its section, in file order.
@@ -313,20 +249,6 @@ fn yaml_value(v: &str) -> String {
         return v.to_string();
     }
     yaml_quote(v)
-}
-
-fn yaml_quote(v: &str) -> String {
-    let mut s = String::from("\"");
-    for c in v.chars() {
-        match c {
-            '"' => s.push_str("\\\""),
-            '\\' => s.push_str("\\\\"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => s.push_str(&format!("\\x{:02x}", c as u32)),
-            c => s.push(c),
-        }
-    }
-    s.push('"');
-    s
 }
 
 fn int_value(cx: &Cx, e: &Entry, lo: u64, what: &str) -> Result<u64, IniError> {

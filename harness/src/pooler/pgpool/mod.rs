@@ -21,6 +21,7 @@
 
 pub mod config;
 pub mod console;
+pub mod import;
 pub mod md5;
 pub mod provision;
 pub mod section;
@@ -46,20 +47,16 @@ impl super::Kind for PgpoolKind {
     fn file_kind(&self) -> &'static str {
         "pgpool.conf"
     }
-    fn recognises(&self, _src: &str) -> bool {
-        // No import of a team's pgpool.conf yet.
-        false
+    fn recognises(&self, src: &str) -> bool {
+        import::recognises(src)
     }
     fn import(
         &self,
-        _src: &str,
+        src: &str,
         path: &std::path::Path,
-        _origin: &super::Origin,
+        origin: &super::Origin,
     ) -> anyhow::Result<super::Imported> {
-        anyhow::bail!(
-            "{}: importing a pgpool.conf is not supported yet; write a `pgpool:` section (docs/topology.md)",
-            path.display()
-        )
+        import::convert(src, path, origin)
     }
 }
 
