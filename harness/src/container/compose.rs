@@ -141,6 +141,7 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             listen_addr: "0.0.0.0",
             listen_port: r.port,
             admin_port: None,
+            standby_port: None,
             database: DB,
             superuser: SUPERUSER,
             passwords: &pw,

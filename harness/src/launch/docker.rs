@@ -373,6 +373,7 @@ impl DockerServers {
             listen_addr: "0.0.0.0",
             listen_port: recipe.port,
             admin_port: None,
+            standby_port: None,
             database: DB,
             superuser: SUPERUSER,
             passwords: &no_passwords,

@@ -689,6 +689,7 @@ impl NativeServers {
             listen_addr: "127.0.0.1",
             listen_port,
             admin_port: self.pooler_admin_port,
+            standby_port: self.standby_port,
             database: DB,
             superuser: SUPERUSER,
             passwords: &self.passwords,

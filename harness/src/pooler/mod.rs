@@ -378,6 +378,9 @@ pub struct ConfigContext<'a> {
     pub listen_port: u16,
     /// The second port it listens on, for its admin console ([`Pooler::needs_admin_port`]).
     pub admin_port: Option<u16>,
+    /// The streaming standby's port (`postgres.standby`), reached as the primary is (its Unix
+    /// socket directory, or `pg_host`); `None` without one, or once it has been promoted.
+    pub standby_port: Option<u16>,
     pub database: &'a str,
     pub superuser: &'a str,
     /// `(role, password)` for every role that may log in over TCP.

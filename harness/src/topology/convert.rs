@@ -533,6 +533,7 @@ impl Cx<'_> {
             available,
             budget: budget.clone(),
             max_connections_at: max_conn_loc,
+            standby: postgres.standby,
         };
         let pooler = match &pooler_leaf {
             Some((key, leaf, section)) => Some(self.pooler(*section, key, leaf, &room)?),

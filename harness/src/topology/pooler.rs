@@ -99,6 +99,8 @@ pub struct Room {
     pub budget: String,
     /// Where `postgres.settings.max_connections` is, when the file sets it.
     pub max_connections_at: Option<Location>,
+    /// The topology runs a streaming standby (`postgres.standby: true`).
+    pub standby: bool,
 }
 
 /// The most replicas of a pooler a topology may run.
@@ -393,6 +395,7 @@ impl Cx<'_> {
             available: room.available,
             budget: room.budget.clone(),
             max_connections_at: room.max_connections_at,
+            standby: room.standby,
         };
         let mut spec = section.parse(&s, &per_replica)?;
         spec.replicas = replicas;

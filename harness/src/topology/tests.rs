@@ -336,6 +336,7 @@ fn shipped_topologies_parse() {
             "network-faults",
             "pgpool-caching",
             "pgpool-caching-no-discard",
+            "pgpool-load-balance-default",
             "session-mode",
             "session-mode-faults",
             "session-mode-no-reset",
@@ -387,6 +388,9 @@ fn shipped_topologies_expect_what_was_decided() {
     // pgpool-II's cache with DISCARD ALL in its reset list is session pooling like PgBouncer's;
     // without it, its next client inherits a departed client's locks (docs/pgpool.md §4).
     assert_eq!(violated("pgpool-caching"), direct);
+    // With a standby and empty function lists every lock call still goes to the primary
+    // (docs/pgpool.md §7 LB1, §17).
+    assert_eq!(violated("pgpool-load-balance-default"), direct);
     assert_eq!(
         violated("pgpool-caching-no-discard"),
         violated("session-mode-no-reset")

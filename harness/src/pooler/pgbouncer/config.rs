@@ -332,6 +332,7 @@ mod tests {
             listen_addr: "127.0.0.1",
             listen_port: 6433,
             admin_port: None,
+            standby_port: None,
             database: "chaos",
             superuser: "postgres",
             passwords: &pw,

@@ -16,8 +16,11 @@ pub const PCPPASS: &str = "pcppass";
 
 /// Settings pinned whatever the topology says, with why (they are compared with what runs).
 pub const PINNED: &[(&str, &str)] = &[
-    ("load_balance_mode", "off"),
     ("connection_cache", "on"),
+    // A statement that begins with a comment is never load-balanced (every op's SQL begins
+    // with its tag); the model's routing assumes it (docs/pgpool.md §17).
+    ("allow_sql_comments", "off"),
+    ("statement_level_load_balance", "off"),
     // 4.3.5's compiled default is on (the docs say off): one pg_terminate_backend would
     // fail the node over (docs/pgpool.md §10).
     ("failover_on_backend_shutdown", "off"),
@@ -63,6 +66,9 @@ pub fn pgpool_conf(topology_name: &str, p: &PgpoolSpec, cx: &ConfigContext) -> S
          child_life_time = {child_life_time}\n\
          connection_life_time = {connection_life_time}\n\
          reset_query_list = '{reset}'\n\
+         load_balance_mode = {load_balance}\n\
+         write_function_list = ''\n\
+         read_only_function_list = ''\n\
          sr_check_user = '{superuser}'\n\
          sr_check_password = ''\n\
          failover_command = ''\n",
@@ -78,7 +84,19 @@ pub fn pgpool_conf(topology_name: &str, p: &PgpoolSpec, cx: &ConfigContext) -> S
         connection_life_time = p.connection_life_time,
         reset = p.reset_query_list.replace('\'', "''"),
         superuser = cx.superuser,
+        load_balance = if p.load_balance_mode { "on" } else { "off" },
     );
+    // The standby as node 1, reached as the primary is (docs/pgpool.md §7): only for load
+    // balancing; pgpool-II never fails over here (no failover_command, DISALLOW_TO_FAILOVER).
+    if let (true, Some(standby_port)) = (p.load_balance_mode, cx.standby_port) {
+        conf.push_str(&format!(
+            "backend_hostname1 = '{backend_host}'\n\
+             backend_port1 = {standby_port}\n\
+             backend_weight1 = 1\n\
+             backend_flag1 = 'DISALLOW_TO_FAILOVER'\n\
+             backend_application_name1 = 'node1'\n"
+        ));
+    }
     for (k, v) in PINNED {
         conf.push_str(&format!("{k} = {}\n", quote(v)));
     }
@@ -143,6 +161,10 @@ pub fn expected_config(p: &PgpoolSpec) -> Vec<ExpectedSetting> {
         top("reset_query_list", p.reset_query_list.clone()),
         top("child_life_time", p.child_life_time.to_string()),
         top("connection_life_time", p.connection_life_time.to_string()),
+        top(
+            "load_balance_mode",
+            if p.load_balance_mode { "on" } else { "off" }.into(),
+        ),
     ];
     for (k, v) in PINNED {
         out.push(ExpectedSetting {
@@ -211,6 +233,7 @@ mod tests {
             reset_query_list: "ABORT".into(),
             child_life_time: 0,
             connection_life_time: 0,
+            load_balance_mode: false,
         }
     }
 
@@ -225,6 +248,7 @@ mod tests {
             listen_addr: "127.0.0.1",
             listen_port: 6000,
             admin_port: Some(6001),
+            standby_port: None,
             database: "chaos",
             superuser: "postgres",
             passwords: &passwords,
@@ -242,6 +266,30 @@ mod tests {
             "reset_query_list = 'ABORT'",
             "failover_on_backend_shutdown = off",
             "load_balance_mode = off",
+            "allow_sql_comments = off",
+        ] {
+            assert!(c.lines().any(|l| l == line), "missing {line:?} in\n{c}");
+        }
+        assert!(
+            !c.contains("backend_port1"),
+            "no standby without load balancing:\n{c}"
+        );
+        // Load balancing over the standby: node 1, on the same socket directory.
+        let lb = PgpoolSpec {
+            load_balance_mode: true,
+            ..spec()
+        };
+        let with_standby = ConfigContext {
+            standby_port: Some(5001),
+            ..cx
+        };
+        let c = pgpool_conf("t", &lb, &with_standby);
+        for line in [
+            "load_balance_mode = on",
+            "backend_hostname1 = '/run/x'",
+            "backend_port1 = 5001",
+            "backend_flag1 = 'DISALLOW_TO_FAILOVER'",
+            "write_function_list = ''",
         ] {
             assert!(c.lines().any(|l| l == line), "missing {line:?} in\n{c}");
         }

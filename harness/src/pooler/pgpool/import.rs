@@ -724,8 +724,8 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                 ));
             }
             _ if is_routing(key) => dropped.push(format!(
-                "# ignored {key} = {}: it decides which node a statement goes to, and pgchaos runs one backend",
-                e.value
+                "# ignored {key} = {}: it decides which node a statement goes to, and every lock call goes to the primary here",
+                shown(&e.value)
             )),
             _ => {
                 if let Some(why) = harness_reason(key) {
@@ -785,29 +785,44 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
             )
             .into());
     }
-    if nodes.len() == 2 && lb_on {
-        let why = "with a standby a lock call may run there (docs/pgpool.md §7), which the model does not predict yet";
-        let instead = "import a copy with load_balance_mode = off, or with backend 0 only";
-        return Err(match load_balance {
-            Some(e) => cannot(&f, e, why, instead),
-            None => {
-                let e = node_entry(&entries, nodes[1]);
-                f.at_key(
-                    e,
-                    "a standby with load_balance_mode unset (pgpool-II's default: on) is not modelled by pgchaos yet",
-                    vec![why.into(), instead.into()],
-                )
-                .into()
-            }
+    // A standby with load balancing: modelled with both function lists empty (every
+    // advisory lock function is volatile, so lock calls go to the primary; docs/pgpool.md §7).
+    let balanced = nodes.len() == 2 && lb_on;
+    if balanced {
+        let lists = [
+            "write_function_list",
+            "read_only_function_list",
+            "black_function_list",
+            "white_function_list",
+        ];
+        if let Some(e) = lists
+            .iter()
+            .filter_map(|k| last.get(k))
+            .find(|e| !e.value.trim().is_empty())
+        {
+            return Err(cannot(
+                &f,
+                e,
+                "with a standby and load balancing, this list sends an application's `SELECT pg_try_advisory_lock(k)` to the standby, where it locks nothing on the primary (docs/pgpool.md §7 LB2, LB3); the model keeps one lock table (§17)",
+                &format!(
+                    "import a copy with {} = '' (every lock call then goes to the primary), or with load_balance_mode = off",
+                    e.key
+                ),
+            ));
+        }
+        notes.push(match load_balance {
+            Some(e) => format!(
+                "# load_balance_mode = {} (line {}) over the primary and the standby: both function lists are empty, so every lock call goes to the primary",
+                e.value, e.line
+            ),
+            None => "# load_balance_mode is not set (pgpool-II's default: on): balanced over the primary and the standby; both function lists are empty, so every lock call goes to the primary".into(),
         });
-    }
-    if nodes.len() == 2 {
+    } else if nodes.len() == 2 {
         notes.push(
             "# the file names a standby; without load balancing pgpool-II sends every statement to the primary, which is all pgchaos runs"
                 .into(),
         );
-    }
-    if lb_on {
+    } else if lb_on {
         notes.push(match load_balance {
             Some(e) => format!(
                 "# load_balance_mode = {} (line {}): with one backend there is nothing to balance",
@@ -875,6 +890,9 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
         ))
     ));
     y.push_str(&format!("postgres:\n  version: \"{POSTGRES_VERSION}\"\n"));
+    if balanced {
+        y.push_str("  standby: true                # the file's backend 1, balanced over\n");
+    }
     if let Some(mc) = max_connections {
         y.push_str(&format!(
             "  settings:\n    # raised so every child's cached backend ({pool}) fits beside the harness's connections\n    max_connections: {mc}\n"
@@ -896,6 +914,9 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
     ));
     y.push_str(&format!("  child_life_time: {child_life_time}\n"));
     y.push_str(&format!("  connection_life_time: {connection_life_time}\n"));
+    if balanced {
+        y.push_str("  load_balance_mode: true\n");
+    }
     for d in &dropped {
         y.push_str(&format!("  {d}\n"));
     }
@@ -1063,6 +1084,14 @@ frobnicate = 3
             "{y}"
         );
         assert!(y.contains("# 2 children for 4 clients"), "{y}");
+        // A standby with load balancing and empty lists: the topology's standby, balanced.
+        let (p, t, y) =
+            topo("backend_hostname0 = 'a'\nbackend_hostname1 = 'b'\nwrite_function_list = ''\n");
+        assert!(p.load_balance_mode && t.postgres.standby, "{y}");
+        assert!(
+            y.contains("balanced over the primary and the standby"),
+            "{y}"
+        );
         // A standby without load balancing is noted, not refused.
         let (_, _, y) =
             topo("backend_hostname0 = 'a'\nbackend_hostname1 = 'b'\nload_balance_mode = off\n");
@@ -1148,15 +1177,15 @@ frobnicate = 3
             ),
             ("client_idle_limit = '1min'\n", 1, 21, "not modelled"),
             (
-                "backend_hostname0 = 'a'\nbackend_port1 = 5433\n",
-                2,
-                1,
-                "a standby with load_balance_mode unset",
+                "backend_hostname0 = 'a'\nbackend_port1 = 5433\nwrite_function_list = 'nextval,setval'\n",
+                3,
+                23,
+                "not modelled",
             ),
             (
-                "load_balance_mode = on\nbackend_hostname0 = 'a'\nbackend_hostname1 = 'b'\n",
-                1,
-                21,
+                "load_balance_mode = on\nbackend_hostname0 = 'a'\nbackend_hostname1 = 'b'\nread_only_function_list = 'pg_backend_pid'\n",
+                4,
+                27,
                 "not modelled",
             ),
             (

@@ -16,8 +16,14 @@
 //!   `pg_advisory_unlock_all()`) in the list; with `ABORT` alone the next client of the child
 //!   inherits them and re-enters them.
 //!
-//! Not here: load balancing over a standby (refused by the section), faults of pgpool itself,
-//! a container recipe (the docker launcher does not run pgpool-II).
+//! - with `load_balance_mode` and the topology's standby, both function lists empty: every
+//!   advisory lock function is volatile, so every lock call goes to the primary, and the
+//!   harness's tagged statements all do (`allow_sql_comments = off`; docs/pgpool.md §7, §17):
+//!   the rules above are unchanged.
+//!
+//! Not here: function lists that send lock calls to the standby (refused by the section: the
+//! model keeps one lock table), faults of pgpool itself, a container recipe (the docker
+//! launcher does not run pgpool-II).
 
 pub mod config;
 pub mod console;
@@ -226,6 +232,7 @@ mod tests {
             reset_query_list: reset.into(),
             child_life_time: 0,
             connection_life_time: 0,
+            load_balance_mode: false,
         }
     }
 

@@ -1,7 +1,8 @@
 //! pgpool-II's topology section (`pgpool:`, docs/pgpool.md): its keys and defaults, and the
 //! checks that need the rest of the topology (the children's servers against what PostgreSQL
 //! has room for), each reported at its line and column. What pgchaos cannot model yet is
-//! refused here with the reason (`connection_cache: false`, load balancing without a standby).
+//! refused here with the reason (`connection_cache: false`, load balancing without a standby,
+//! function lists that would route a lock call to the standby).
 
 use crate::topology::{PoolerConfig, PoolerSection, PoolerSpec, Room, Section, TopologyError};
 use crate::vocab::Op;
@@ -19,6 +20,8 @@ pub const KEYS: &[&str] = &[
     "child_life_time",
     "connection_life_time",
     "load_balance_mode",
+    "write_function_list",
+    "read_only_function_list",
 ];
 
 /// The release provisioned from Debian 12's binary packages (docs/pgpool.md §1).
@@ -47,6 +50,10 @@ pub struct PgpoolSpec {
     pub child_life_time: u32,
     /// Seconds a cached connection lives after its last client left (0: forever).
     pub connection_life_time: u32,
+    /// Load balancing over the primary and the topology's streaming standby (with both
+    /// function lists empty: every advisory lock function is volatile, so a lock call goes to
+    /// the primary; docs/pgpool.md §7 LB1, §17).
+    pub load_balance_mode: bool,
 }
 
 impl PoolerConfig for PgpoolSpec {
@@ -118,15 +125,30 @@ impl PoolerSection for PgpoolSection {
                 ],
             ));
         }
-        if s.bool_or("load_balance_mode", false)? {
+        let load_balance_mode = s.bool_or("load_balance_mode", false)?;
+        if load_balance_mode && !room.standby {
             return Err(s.error(
                 s.at("load_balance_mode"),
-                "`pgpool.load_balance_mode: true` is not modelled yet",
+                "`pgpool.load_balance_mode: true` needs a standby to balance over",
                 vec![
-                    "with one backend there is nothing to balance; with a standby a lock call may run there (docs/pgpool.md §7), which the model does not predict".into(),
-                    "remove the key (pgchaos runs pgpool-II with load_balance_mode = off)".into(),
+                    "set `postgres.standby: true` (pgpool-II then has the primary and the standby as backends)".into(),
+                    "or remove the key (one backend: nothing to balance)".into(),
                 ],
             ));
+        }
+        for list in ["write_function_list", "read_only_function_list"] {
+            let v = s.line_or(list, "", "a `,`-separated list of function names")?;
+            if !v.trim().is_empty() {
+                return Err(s.error(
+                    s.at(list),
+                    format!("`pgpool.{list}` other than empty is not modelled yet"),
+                    vec![
+                        "with such a list pgpool-II sends an application's `SELECT pg_try_advisory_lock(k)` to the standby, where it locks nothing on the primary (docs/pgpool.md §7 LB2, LB3)".into(),
+                        "but the harness's own statements begin with a tag comment, which pgpool-II never balances (`allow_sql_comments = off`), and the model keeps one lock table: a run would not see it (docs/pgpool.md §17)".into(),
+                        "remove the key (both lists empty: every advisory lock function goes to the primary)".into(),
+                    ],
+                ));
+            }
         }
         if room.replicas > 1 {
             return Err(s.error(
@@ -169,6 +191,7 @@ impl PoolerSection for PgpoolSection {
             reset_query_list,
             child_life_time,
             connection_life_time,
+            load_balance_mode,
         };
         Ok(PoolerSpec {
             kind: "pgpool",
@@ -177,5 +200,43 @@ impl PoolerSection for PgpoolSection {
             replicas: 1,
             config: Arc::new(spec),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topology;
+    use std::path::Path;
+
+    fn parse(standby: bool, pgpool: &str) -> Result<Topology, TopologyError> {
+        let y = format!(
+            "name: t\npostgres:\n  version: \"18.6\"\n  standby: {standby}\npgpool:\n  version: \"4.3.5\"\n{pgpool}"
+        );
+        Topology::parse(&y, Path::new("t.yaml"), &crate::catalog())
+    }
+
+    #[test]
+    fn load_balancing_needs_the_standby_and_empty_function_lists() {
+        let t = parse(true, "  load_balance_mode: true\n").unwrap();
+        let p = t.pooler.as_ref().unwrap().config::<PgpoolSpec>().unwrap();
+        assert!(p.load_balance_mode);
+        let e = parse(false, "  load_balance_mode: true\n").unwrap_err();
+        assert_eq!((e.line(), e.column()), (Some(7), Some(22)), "{e}");
+        assert!(e.message().contains("needs a standby"), "{e}");
+        let e = parse(
+            true,
+            "  load_balance_mode: true\n  write_function_list: \"nextval,setval\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line(), Some(8), "{e}");
+        assert!(e.message().contains("not modelled yet"), "{e}");
+        assert!(e.hints().iter().any(|h| h.contains("§17")), "{e}");
+        // Empty lists are pgpool-II's defaults, and accepted.
+        parse(
+            true,
+            "  load_balance_mode: true\n  read_only_function_list: \"\"\n",
+        )
+        .unwrap();
     }
 }

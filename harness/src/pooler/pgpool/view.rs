@@ -8,7 +8,11 @@
 //! - the client linked to it is the child (`<child pid>`): which client connection the child
 //!   serves is only in its process title, and waiting clients sit in the kernel's accept
 //!   queue, in no view (so no client is ever `Waiting`, and pools' counts are not given);
-//! - *closing* is not observable (the reset runs while `Connected` is still 1).
+//! - *closing* is not observable (the reset runs while `Connected` is still 1);
+//! - only the primary's blocks (`Backend ID` 0): with load balancing each slot also holds a
+//!   backend on the standby (node 1), where nothing the harness sends runs (its statements
+//!   begin with a tag comment, which pgpool-II never balances; docs/pgpool.md §17) and which
+//!   the observer, reading the primary, does not see.
 
 use crate::pooler::view::{ClientRow, ClientState, Look, PoolerRow, ServerRow, ServerState};
 
@@ -59,7 +63,7 @@ fn get<'a>(r: &'a PoolerRow, k: &str) -> &'a str {
 pub fn look(text: &str, db: &str) -> Look {
     let mut look = Look::default();
     for b in blocks(text) {
-        if get(&b, "Database") != db {
+        if get(&b, "Database") != db || get(&b, "Backend ID") != "0" {
             continue;
         }
         let child = get(&b, "PID").to_string();
@@ -232,5 +236,30 @@ Status                    : Execute command
         );
         drop_exited(&mut l, |pid| pid != 4101);
         assert!(l.servers.is_empty() && l.clients.is_empty(), "{l:?}");
+    }
+
+    #[test]
+    fn a_slot_s_standby_backend_is_not_a_server_of_the_view() {
+        // Load balancing: the linked child's slot also holds a backend on node 1.
+        let standby = SAMPLE
+            .split("\n\n")
+            .next()
+            .unwrap()
+            .replace(
+                "Backend PID               : 4101",
+                "Backend PID               : 4201",
+            )
+            .replace(
+                "Backend ID                : 0",
+                "Backend ID                : 1",
+            );
+        let text = format!("{standby}\n\n{SAMPLE}");
+        assert_eq!(blocks(&text).len(), 4);
+        let l = look(&text, "chaos");
+        assert_eq!(
+            l.servers.iter().map(|s| s.pid).collect::<Vec<_>>(),
+            [Some(4101), Some(4102)]
+        );
+        assert_eq!(l.clients.len(), 1);
     }
 }
