@@ -143,6 +143,8 @@ scenario! {
     settings_reset_session_mode => "settings-reset-session-mode",
     settings_local_does_not_leak => "settings-local-does-not-leak",
     settings_reset_always => "settings-reset-always",
+    // pgpool-II balancing over a standby: lock calls stay on the primary (docs/pgpool.md §17).
+    pgpool_load_balance_lock_on_primary => "pgpool-load-balance-lock-on-primary",
     // Faults of the servers: each kind's effect on locks, by identity.
     fault_pooler_reconnect => "fault-pooler-reconnect",
     fault_pooler_reconnect_at_release => "fault-pooler-reconnect-at-release",
