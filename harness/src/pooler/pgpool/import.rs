@@ -789,12 +789,8 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
     // advisory lock function is volatile, so lock calls go to the primary; docs/pgpool.md §7).
     let balanced = nodes.len() == 2 && lb_on;
     if balanced {
-        let lists = [
-            "write_function_list",
-            "read_only_function_list",
-            "black_function_list",
-            "white_function_list",
-        ];
+        // (`black_function_list`, `white_function_list`: names 4.2 dropped, which 4.3 ignores.)
+        let lists = ["write_function_list", "read_only_function_list"];
         if let Some(e) = lists
             .iter()
             .filter_map(|k| last.get(k))
