@@ -16,6 +16,7 @@ use super::search::Spec;
 use crate::history::Observation;
 use crate::pooler::{PoolRules, ServerFate};
 use crate::vocab::fault::{Breaks, By, Down, Ends, meaning};
+use crate::vocab::object::{Carry, Obj, Role, SessionObjects, label_of, slot};
 use crate::vocab::reply::code;
 use crate::vocab::setting::SessionSettings;
 use crate::vocab::timeout::{Effect as Timer, Timeouts};
@@ -152,6 +153,9 @@ pub struct Backend {
     /// Its session's settings (`SET`, `SET LOCAL`): they stay with the backend, whoever the
     /// pooler hands it to next, until a reset that clears them (`DISCARD ALL`, `RESET ALL`).
     pub settings: SessionSettings,
+    /// Its session's named objects (`vocab::object`): they stay with the backend, whoever
+    /// the pooler hands it to next, until the session ends or a `DISCARD ALL`.
+    pub objects: SessionObjects,
 }
 
 impl Backend {
@@ -197,6 +201,9 @@ pub struct Client {
     /// The backend its session (direct, session mode) or open transaction is pinned to.
     pub linked: Option<BackendId>,
     pub idle_since: u64,
+    /// Its current protocol-level prepared statement on this connection: the entry of the
+    /// `prepare_protocol` that made it (the client executes only its latest).
+    pub proto: Option<u32>,
 }
 
 /// One possible state of the servers.
@@ -476,6 +483,11 @@ impl Why {
             Why::Probe {
                 available, after, ..
             } => probe_invariant(*available, *after),
+            // A named object's reply that no order explains (its label, or the kind's
+            // missing or duplicate error).
+            Why::Reply { predicted, .. } if crate::vocab::object::predicts_object(predicted) => {
+                "pg.objects_match"
+            }
             // A setting read back that no order explains.
             Why::Reply {
                 predicted: Reply::Text { .. },
@@ -771,6 +783,12 @@ impl<'e> Case<'e> {
                 Err(w) => err = Some(w),
             }
         }
+        // The client keeps the statement it prepared (a failed prepare leaves its last one).
+        if st.op == Op::PrepareProtocol && *st.reply == Reply::Ok {
+            for s2 in &mut out {
+                s2.client(c).proto = Some(e as u32);
+            }
+        }
         if out.is_empty() {
             Err(err.unwrap_or(Why::EndUnexplained))
         } else {
@@ -974,6 +992,16 @@ impl<'e> Case<'e> {
         Ok(())
     }
 
+    /// An object op's [`Call`] in state `s`.
+    fn call(&self, s: &State, e: usize, st: &Stmt) -> Call {
+        Call {
+            client: st.client,
+            current: s.clients.get(st.client).and_then(|c| c.proto),
+            new: e as u32,
+            tracks: self.rules.tracks_prepared,
+        }
+    }
+
     /// A one-point statement on backend `b`.
     fn stmt_once(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
         self.check_runnable(&s, b)?;
@@ -981,7 +1009,14 @@ impl<'e> Case<'e> {
             // A server the model has not heard of: it holds nothing and has no transaction.
             let fresh = Backend::default();
             let mut tmp = fresh.clone();
-            let (pred, _) = exec(&mut tmp, st.op, st.key, st.setting, true);
+            let (pred, _) = exec(
+                &mut tmp,
+                st.op,
+                st.key,
+                st.setting,
+                self.call(&s, e, st),
+                true,
+            );
             if let Some(p) = pred
                 && !p.same_as(st.reply)
             {
@@ -998,8 +1033,9 @@ impl<'e> Case<'e> {
             .key
             .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
             .unwrap_or_default();
+        let call = self.call(&s, e, st);
         let x = s.backends.get_mut(&b).expect("assigned");
-        let (pred, released) = exec(x, st.op, st.key, st.setting, available);
+        let (pred, released) = exec(x, st.op, st.key, st.setting, call, available);
         if let Some(p) = pred
             && !p.same_as(st.reply)
         {
@@ -1196,8 +1232,9 @@ impl<'e> Case<'e> {
                 // The cancel may have landed before or after the statement did its work.
                 let mut ran = s.clone();
                 let available = st.key.is_none_or(|k| ran.available_to(b, k));
+                let call = self.call(&ran, e, st);
                 let rx = ran.backends.get_mut(&b).unwrap();
-                let (_, mut rel) = exec(rx, st.op, st.key, st.setting, available);
+                let (_, mut rel) = exec(rx, st.op, st.key, st.setting, call, available);
                 if st.op.acquires()
                     && available
                     && let Some(k) = st.key
@@ -1275,8 +1312,9 @@ impl<'e> Case<'e> {
             }
             let mut s3 = s2;
             let available = st.key.is_none_or(|k| s3.available_to(b, k));
+            let call = self.call(&s3, e, st);
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(x, st.op, st.key, st.setting, call, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             out.extend(wake_all(s3, &rel));
@@ -1309,8 +1347,9 @@ impl<'e> Case<'e> {
                 }
                 continue;
             }
+            let call = self.call(&s3, e, st);
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(x, st.op, st.key, st.setting, call, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             for s4 in wake_all(s3, &rel) {
@@ -1332,8 +1371,13 @@ impl<'e> Case<'e> {
             }
             let mut ran = s.clone();
             let available = st.key.is_none_or(|k| ran.available_to(*b, k));
+            // (A statement it prepares there is none its client will execute.)
+            let call = Call {
+                new: u32::MAX,
+                ..self.call(&ran, 0, st)
+            };
             let y = ran.backends.get_mut(b).expect("known");
-            let (_, rel) = exec(y, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(y, st.op, st.key, st.setting, call, available);
             // Closed with the client gone ...
             let mut closed = ran.clone();
             if let Some(z) = closed.backends.get_mut(b) {
@@ -1466,6 +1510,7 @@ impl<'e> Case<'e> {
         let mut s = s.clone();
         let linked = s.client(c).linked.take();
         s.clients[c].conn = Conn::Down;
+        s.clients[c].proto = None;
         if let Some(b) = linked
             && let Some(x) = s.backends.get(&b)
         {
@@ -1524,6 +1569,7 @@ impl<'e> Case<'e> {
         let cl = s.client(c);
         cl.conn = Conn::Up;
         cl.linked = None;
+        cl.proto = None;
         Ok(vec![s])
     }
 
@@ -1972,6 +2018,26 @@ fn wake(s: State, k: Key) -> Vec<State> {
         .collect()
 }
 
+/// What an object op (`vocab::object`) needs besides its backend: its client, the client's
+/// current protocol-level statement ([`Client::proto`]), the one a `prepare_protocol` makes
+/// (its entry), and whether the pooler carries protocol-level statements with the client
+/// (`PoolRules::tracks_prepared`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Call {
+    pub client: usize,
+    pub current: Option<u32>,
+    pub new: u32,
+    pub tracks: bool,
+}
+
+impl Call {
+    /// The pooler prepares the client's statement of this kind on whatever server it is
+    /// handed (it has one).
+    pub fn carries(&self, kind: crate::vocab::object::Kind) -> bool {
+        self.tracks && kind.row().carry == Carry::Tracked && self.current.is_some()
+    }
+}
+
 /// PostgreSQL's answer to a one-point statement on backend `x` (`available`: no other
 /// backend holds the key), with its effect applied. `None`: the model does not predict the
 /// reply (a migration's: `app.applied_once` judges it). Returns the keys released.
@@ -1980,6 +2046,7 @@ pub fn exec(
     op: Op,
     key: Option<Key>,
     setting: Option<(Guc, u64)>,
+    call: Call,
     available: bool,
 ) -> (Option<Reply>, Vec<Key>) {
     let mut released = vec![];
@@ -2034,6 +2101,7 @@ pub fn exec(
         (Op::Begin, _) => {
             x.tx = Tx::Open;
             x.settings.begin();
+            x.objects.begin();
             Some(Reply::Ok)
         }
         (Op::Commit | Op::Rollback, _) => {
@@ -2041,6 +2109,7 @@ pub fn exec(
             x.xact.clear();
             // COMMIT of an aborted transaction rolls it back.
             x.settings.end(op == Op::Commit && x.tx == Tx::Open);
+            x.objects.end(op == Op::Commit && x.tx == Tx::Open);
             x.tx = Tx::Idle;
             Some(Reply::Ok)
         }
@@ -2052,8 +2121,39 @@ pub fn exec(
                 x.session.clear();
                 x.tainted.clear();
                 x.settings.reset_all();
+                x.objects.discard_all();
                 Some(Reply::Ok)
             }
+        }
+        (op, _) if op.object().is_some() => {
+            let (kind, role) = op.object().expect("an object op");
+            let at = slot(kind, call.client);
+            let r = match role {
+                Role::Create => x.objects.create(
+                    at,
+                    Obj {
+                        creator: call.client,
+                        nth: call.new,
+                    },
+                ),
+                Role::Use if call.carries(kind) => Ok(()),
+                Role::Use => x.objects.use_(at, call.current.unwrap_or(0)).map(|o| {
+                    debug_assert!(o.creator == call.client || !kind.per_client());
+                    let _ = o;
+                }),
+                Role::Drop => x.objects.drop(at),
+            };
+            Some(match (r, role) {
+                (Err(code), _) => Reply::error(code),
+                (Ok(()), Role::Use) => Reply::Text {
+                    value: label_of(if call.carries(kind) {
+                        call.client
+                    } else {
+                        x.objects.get(at).map(|o| o.creator).unwrap_or(call.client)
+                    }),
+                },
+                (Ok(()), _) => Reply::Ok,
+            })
         }
         (Op::Set, _) => {
             let (g, v) = setting.expect("set names a setting");
@@ -2113,6 +2213,7 @@ impl<'e> Spec for Case<'e> {
                 let cl = s.client(*client);
                 cl.linked = None;
                 cl.conn = Conn::Down;
+                cl.proto = None;
                 Ok(vec![s])
             }
             Act::Terminate { target, reply } => self.terminate(s, *target, reply, point),
@@ -2228,6 +2329,7 @@ impl<'e> Spec for Case<'e> {
                     y.xact.clear();
                     y.tx = Tx::Idle;
                     y.settings.end(false);
+                    y.objects.end(false);
                 }
                 if self.rules.reset_releases_locks {
                     rel.extend(y.session.keys().copied());
@@ -2236,6 +2338,9 @@ impl<'e> Spec for Case<'e> {
                 }
                 if self.rules.reset_clears_settings {
                     y.settings.reset_all();
+                }
+                if self.rules.reset_clears_objects {
+                    y.objects.discard_all();
                 }
                 y.reset_pending = false;
                 out.extend(wake_all(s2, &rel));
