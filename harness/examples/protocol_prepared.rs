@@ -104,13 +104,23 @@ async fn main() -> anyhow::Result<()> {
     execute("A", &a, &s2, "A2").await;
     simple("B", &b, "COMMIT").await;
     execute("A", &a, &s2, "A2").await;
-    println!("-- 3. A sends DISCARD ALL, then executes its statement");
+    println!("-- 3. A, in a failed transaction on a server without its statement, executes it");
+    let s3 = prepare("A", &a, "A3").await;
+    simple("B", &b, &format!("BEGIN; {ID}")).await;
+    simple("A", &a, &format!("BEGIN; {ID}")).await;
+    simple("A", &a, "SELECT 1/0").await;
+    if let Some(s3) = &s3 {
+        execute("A", &a, s3, "A3").await;
+    }
+    simple("A", &a, "ROLLBACK").await;
+    simple("B", &b, "COMMIT").await;
+    println!("-- 4. A sends DISCARD ALL, then executes its statement");
     simple("A", &a, ID).await;
     simple("A", &a, "DISCARD ALL").await;
     execute("A", &a, &s2, "A2").await;
     simple("A", &a, ID).await;
     println!("    (A's connection closed: {})", a.is_closed());
-    println!("-- 4. A leaves; C connects and asks which statements its server has");
+    println!("-- 5. A leaves; C connects and asks which statements its server has");
     drop(a);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let c = connect(&conninfo).await?;

@@ -148,6 +148,7 @@ scenario! {
     objects_lost_transaction_mode => "objects-lost-transaction-mode",
     objects_protocol_lost => "objects-protocol-lost",
     objects_protocol_tracked => "objects-protocol-tracked",
+    objects_protocol_tracked_discard => "objects-protocol-tracked-discard",
     objects_reset_session_mode => "objects-reset-session-mode",
     objects_rollback => "objects-rollback",
     // Faults of the servers: each kind's effect on locks, by identity.

@@ -204,6 +204,10 @@ pub struct Client {
     /// Its current protocol-level prepared statement on this connection: the entry of the
     /// `prepare_protocol` that made it (the client executes only its latest).
     pub proto: Option<u32>,
+    /// The pooler forgot the client's tracked protocol-level statements: its own `DISCARD
+    /// ALL` (PgBouncer 1.24 with `max_prepared_statements`: a Bind of one of them then closes
+    /// the client with 08P01 `prepared statement did not exist`; docs/session-state.md).
+    pub proto_forgotten: bool,
 }
 
 /// One possible state of the servers.
@@ -787,6 +791,14 @@ impl<'e> Case<'e> {
         if st.op == Op::PrepareProtocol && *st.reply == Reply::Ok {
             for s2 in &mut out {
                 s2.client(c).proto = Some(e as u32);
+                s2.client(c).proto_forgotten = false;
+            }
+        }
+        // A pooler that tracks the client's statements forgets them at its DISCARD ALL.
+        if st.op == Op::DiscardAll && *st.reply == Reply::Ok && self.rules.tracks_prepared {
+            for s2 in &mut out {
+                let cl = s2.client(c);
+                cl.proto_forgotten = cl.proto.is_some();
             }
         }
         if out.is_empty() {
@@ -999,6 +1011,7 @@ impl<'e> Case<'e> {
             current: s.clients.get(st.client).and_then(|c| c.proto),
             new: e as u32,
             tracks: self.rules.tracks_prepared,
+            forgotten: s.clients.get(st.client).is_some_and(|c| c.proto_forgotten),
         }
     }
 
@@ -1329,6 +1342,9 @@ impl<'e> Case<'e> {
     fn closed(&self, s: &State, e: usize, st: &Stmt) -> Vec<State> {
         let c = st.client;
         let mut out = vec![self.client_gone(s, c, Cause::Disconnect)];
+        if st.op == Op::ExecuteProtocol && s.clients.get(c).is_some_and(|x| x.proto_forgotten) {
+            out.extend(self.forgotten_closed(s, c));
+        }
         if s.clients.get(c).map(|x| x.conn) != Some(Conn::Up) {
             return out;
         }
@@ -1354,6 +1370,20 @@ impl<'e> Case<'e> {
             self.after_statement(&mut s3, e, c, b);
             for s4 in wake_all(s3, &rel) {
                 out.push(self.client_gone(&s4, c, Cause::Disconnect));
+            }
+        }
+        out
+    }
+
+    /// The pooler closed client `c` at a Bind of a statement it forgot
+    /// ([`Client::proto_forgotten`]), and the server it had handed it for the Bind.
+    fn forgotten_closed(&self, s: &State, c: usize) -> Vec<State> {
+        let mut out = vec![];
+        for (b, x) in &s.backends {
+            if self.assignable(s, c, *b, x).is_ok() {
+                let mut s2 = s.clone();
+                close(s2.backends.get_mut(b).unwrap(), Cause::Disconnect);
+                out.push(self.client_gone(&s2, c, Cause::Disconnect));
             }
         }
         out
@@ -1465,10 +1495,17 @@ impl<'e> Case<'e> {
             || (cl.linked.is_none() && s.login_failing.is_some())
             || matches!(s.down, Some((Down::Pooler | Down::Postgres, _)))
             || long(Timer::EndLongStatement)
-            || long(Timer::EndLongWait);
+            || long(Timer::EndLongWait)
+;
+        // The pooler closes a client that executes a statement it forgot, and the server it
+        // had handed it for the Bind (seen: that backend gone from pg_stat_activity).
+        let forgot = st.op == Op::ExecuteProtocol && cl.proto_forgotten;
         let mut outs = vec![];
         if explained {
             outs.push(self.client_gone(s, c, Cause::Disconnect));
+        }
+        if forgot {
+            outs.extend(self.forgotten_closed(s, c));
         }
         // PgBouncer's query_timeout closes the server the statement ran on as well (the
         // backend goes on until its statement ends, holding its locks).
@@ -1511,6 +1548,7 @@ impl<'e> Case<'e> {
         let linked = s.client(c).linked.take();
         s.clients[c].conn = Conn::Down;
         s.clients[c].proto = None;
+        s.clients[c].proto_forgotten = false;
         if let Some(b) = linked
             && let Some(x) = s.backends.get(&b)
         {
@@ -1570,6 +1608,7 @@ impl<'e> Case<'e> {
         cl.conn = Conn::Up;
         cl.linked = None;
         cl.proto = None;
+        cl.proto_forgotten = false;
         Ok(vec![s])
     }
 
@@ -2028,13 +2067,15 @@ pub struct Call {
     pub current: Option<u32>,
     pub new: u32,
     pub tracks: bool,
+    /// The pooler forgot the client's statements ([`Client::proto_forgotten`]).
+    pub forgotten: bool,
 }
 
 impl Call {
     /// The pooler prepares the client's statement of this kind on whatever server it is
     /// handed (it has one).
     pub fn carries(&self, kind: crate::vocab::object::Kind) -> bool {
-        self.tracks && kind.row().carry == Carry::Tracked && self.current.is_some()
+        self.tracks && kind.row().carry == Carry::Tracked && self.current.is_some() && !self.forgotten
     }
 }
 
@@ -2051,6 +2092,19 @@ pub fn exec(
 ) -> (Option<Reply>, Vec<Key>) {
     let mut released = vec![];
     if x.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
+        // A Bind looks its statement up before it looks at the transaction
+        // (`exec_bind_message`): a protocol-level statement the server lacks is 26000 even
+        // in a failed transaction (docs/session-state.md, section 10).
+        if let Some((kind, Role::Use)) = op.object()
+            && kind.per_client()
+            && !call.carries(kind)
+            && x
+                .objects
+                .use_(slot(kind, call.client), call.current.unwrap_or(0))
+                .is_err()
+        {
+            return (Some(Reply::error(kind.row().missing)), released);
+        }
         return (Some(Reply::error(code::IN_FAILED_TRANSACTION)), released);
     }
     let reply = match (op, key) {
@@ -2214,6 +2268,7 @@ impl<'e> Spec for Case<'e> {
                 cl.linked = None;
                 cl.conn = Conn::Down;
                 cl.proto = None;
+                cl.proto_forgotten = false;
                 Ok(vec![s])
             }
             Act::Terminate { target, reply } => self.terminate(s, *target, reply, point),
