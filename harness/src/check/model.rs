@@ -1495,8 +1495,7 @@ impl<'e> Case<'e> {
             || (cl.linked.is_none() && s.login_failing.is_some())
             || matches!(s.down, Some((Down::Pooler | Down::Postgres, _)))
             || long(Timer::EndLongStatement)
-            || long(Timer::EndLongWait)
-;
+            || long(Timer::EndLongWait);
         // The pooler closes a client that executes a statement it forgot, and the server it
         // had handed it for the Bind (seen: that backend gone from pg_stat_activity).
         let forgot = st.op == Op::ExecuteProtocol && cl.proto_forgotten;
@@ -2075,7 +2074,10 @@ impl Call {
     /// The pooler prepares the client's statement of this kind on whatever server it is
     /// handed (it has one).
     pub fn carries(&self, kind: crate::vocab::object::Kind) -> bool {
-        self.tracks && kind.row().carry == Carry::Tracked && self.current.is_some() && !self.forgotten
+        self.tracks
+            && kind.row().carry == Carry::Tracked
+            && self.current.is_some()
+            && !self.forgotten
     }
 }
 
@@ -2098,8 +2100,7 @@ pub fn exec(
         if let Some((kind, Role::Use)) = op.object()
             && kind.per_client()
             && !call.carries(kind)
-            && x
-                .objects
+            && x.objects
                 .use_(slot(kind, call.client), call.current.unwrap_or(0))
                 .is_err()
         {
