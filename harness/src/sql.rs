@@ -33,19 +33,24 @@ pub fn op_sql(op: Op, key: Option<Key>, step: usize) -> Option<String> {
 
 /// [`op_sql`] for ops that take a duration (`pg_sleep`).
 pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> Option<String> {
-    op_sql_full(op, key, ms_arg, None, step)
+    op_sql_full(op, key, ms_arg, None, 0, step)
 }
 
 /// [`op_sql_ms`] for every op, the settings' too (`set`, `set_local` and `show` name a
-/// setting; a `set`'s value is `ms_arg`).
+/// setting; a `set`'s value is `ms_arg`), and the named objects' (`vocab::object`: client
+/// `client` puts its label in what it creates). `prepare_protocol`'s is the text of the
+/// statement it prepares; `execute_protocol` sends no text (Bind/Execute of that statement).
 pub fn op_sql_full(
     op: Op,
     key: Option<Key>,
     ms_arg: Option<u64>,
     guc: Option<Guc>,
+    client: usize,
     step: usize,
 ) -> Option<String> {
     let t = tag(step);
+    let label = || crate::vocab::object::label_of(client);
+    let name = |op: Op| op.object().expect("an object op").0.row().name;
     let g = || guc.expect("op names a setting").name();
     let k = || key.expect("op takes a key").sql_args();
     // Ops that can fail on their own (lock timeout, the failing statement) report identity
@@ -75,6 +80,35 @@ pub fn op_sql_full(
             crate::vocab::setting::DEFAULT,
             g()
         )),
+        // Named objects: the identity first, so a use that fails still reports its backend.
+        // Each is its own implicit transaction outside a block (a WITH HOLD cursor may be
+        // declared there; it is committed with the message).
+        Op::Prepare => id_then(format!(
+            "PREPARE {} AS SELECT '{}'::text",
+            name(op),
+            label()
+        )),
+        Op::Execute => id_then(format!("EXECUTE {}", name(op))),
+        Op::Deallocate => id_then(format!("DEALLOCATE {}", name(op))),
+        // Executing it reports the backend that ran it and whose it is, in one row.
+        // (All text: the extended protocol's rows are read as text like the simple ones.)
+        Op::PrepareProtocol => format!(
+            "{t} SELECT pg_backend_pid()::text, backend_start::text, '{}'::text {IDENTITY_FROM}",
+            label()
+        ),
+        Op::ExecuteProtocol => return None,
+        Op::CreateTemp => id_then(format!(
+            "CREATE TEMP TABLE {} AS SELECT '{}'::text AS creator",
+            name(op),
+            label()
+        )),
+        Op::ReadTemp => id_then(format!("SELECT creator FROM {}", name(op))),
+        Op::DeclareHold => id_then(format!(
+            "DECLARE {} SCROLL CURSOR WITH HOLD FOR SELECT '{}'::text",
+            name(op),
+            label()
+        )),
+        Op::Fetch => id_then(format!("FETCH FIRST FROM {}", name(op))),
         Op::PgSleep => id_then(format!(
             "SELECT pg_sleep({})::text",
             ms_arg.unwrap_or(0) as f64 / 1000.0
@@ -314,12 +348,13 @@ pub fn create_role_and_database(role: &str, db: &str) -> [String; 2] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::object;
 
     /// The ops a client runs as one statement of `op_sql`. Every other op sends none of
     /// its own: the connection ops (`disconnect`, `reconnect`, `open`, `release`), the
     /// nemesis's faults, the client-side `sleep` and `raise`, and `migrate` (its own
     /// statements, `migrate_*` below).
-    const STATEMENTS: [Op; 16] = [
+    const STATEMENTS: [Op; 24] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -336,6 +371,14 @@ mod tests {
         Op::Set,
         Op::SetLocal,
         Op::Show,
+        Op::Prepare,
+        Op::Execute,
+        Op::Deallocate,
+        Op::PrepareProtocol,
+        Op::CreateTemp,
+        Op::ReadTemp,
+        Op::DeclareHold,
+        Op::Fetch,
     ];
 
     #[test]
@@ -350,7 +393,7 @@ mod tests {
             let key = op.takes_key().then_some(Key::Big(4242424242));
             let ms = (op.takes_duration() || op.sets()).then_some(250);
             let guc = op.takes_guc().then_some(Guc::LockTimeout);
-            let sql = op_sql_full(op, key, ms, guc, 7);
+            let sql = op_sql_full(op, key, ms, guc, 2, 7);
             if !STATEMENTS.contains(&op) {
                 assert_eq!(sql, None, "{op} sends no statement of its own");
                 continue;
@@ -366,6 +409,17 @@ mod tests {
             }
             if op.sets() {
                 assert!(sql.ends_with("lock_timeout = '250ms'"), "{op}: {sql}");
+            }
+            if let Some((kind, role)) = op.object() {
+                if role == object::Role::Create {
+                    assert!(
+                        sql.contains("'C3'::text"),
+                        "{op} puts its client's label: {sql}"
+                    );
+                }
+                if !kind.per_client() {
+                    assert!(sql.contains(kind.row().name), "{op}: {sql}");
+                }
             }
             if op != Op::DiscardAll {
                 assert!(sql.contains("pg_backend_pid()"), "{op} reports identity");

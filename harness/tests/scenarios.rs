@@ -145,6 +145,14 @@ scenario! {
     settings_reset_always => "settings-reset-always",
     // pgpool-II balancing over a standby: lock calls stay on the primary (docs/pgpool.md §17).
     pgpool_load_balance_lock_on_primary => "pgpool-load-balance-lock-on-primary",
+    // Named objects a backend owns: prepared statements, temp tables, held cursors.
+    objects_leak_transaction_mode => "objects-leak-transaction-mode",
+    objects_lost_transaction_mode => "objects-lost-transaction-mode",
+    objects_protocol_lost => "objects-protocol-lost",
+    objects_protocol_tracked => "objects-protocol-tracked",
+    objects_protocol_tracked_discard => "objects-protocol-tracked-discard",
+    objects_reset_session_mode => "objects-reset-session-mode",
+    objects_rollback => "objects-rollback",
     // Faults of the servers: each kind's effect on locks, by identity.
     fault_pooler_reconnect => "fault-pooler-reconnect",
     fault_pooler_reconnect_at_release => "fault-pooler-reconnect-at-release",

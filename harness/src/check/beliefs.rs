@@ -10,6 +10,7 @@
 //! is what `app.no_orphans` needs to call a lock nobody's.
 
 use super::model::{Act, Entry};
+use crate::vocab::object::{Kind, Obj, Role, SessionObjects, label_of, slot};
 use crate::vocab::reply::code;
 use crate::vocab::setting::SessionSettings;
 use crate::vocab::{BackendId, Guc, Key, Op, Reply};
@@ -119,6 +120,17 @@ pub enum Seen {
         backend: Option<BackendId>,
         taken: Vec<Key>,
     },
+    /// An op on a named object (`vocab::object`) replied: what the client expects from its
+    /// own session (`None`: it cannot know: an op of unknown outcome came before, or its
+    /// transaction had failed), and what it got, where.
+    Object {
+        client: usize,
+        op: Op,
+        kind: Kind,
+        expected: Option<Reply>,
+        got: Reply,
+        backend: Option<BackendId>,
+    },
     /// A `show` read a setting: what the client expects from its own session (`None`: it
     /// cannot know, an op of unknown outcome came before), and what it read, where.
     Shown {
@@ -139,11 +151,24 @@ struct Expect {
     aborted: bool,
     /// Settings an op of unknown outcome may have changed.
     unsure: BTreeSet<Guc>,
+    /// Its named objects, as its own session would have them.
+    objects: SessionObjects,
+    /// Its protocol-level statements prepared so far (the latest is the one it executes).
+    proto: u32,
+    /// Objects an op of unknown outcome may have changed.
+    unsure_objects: BTreeSet<Kind>,
 }
 
 impl Expect {
     /// The client's op `op` completed with `reply` (`unknown`: no reply in time).
-    fn complete(&mut self, op: Op, setting: Option<(Guc, u64)>, reply: &Reply, unknown: bool) {
+    fn complete(
+        &mut self,
+        c: usize,
+        op: Op,
+        setting: Option<(Guc, u64)>,
+        reply: &Reply,
+        unknown: bool,
+    ) {
         if ends_connection(reply) || matches!(op, Op::Disconnect | Op::Reconnect | Op::Release) {
             // A new connection, a new session.
             *self = Expect::default();
@@ -151,6 +176,7 @@ impl Expect {
         }
         if unknown {
             self.unsure.extend(Guc::ALL);
+            self.unsure_objects.extend(Kind::ALL);
             return;
         }
         if reply.is_error() {
@@ -162,15 +188,19 @@ impl Expect {
         match (op, setting) {
             (Op::Begin, _) => {
                 self.settings.begin();
+                self.objects.begin();
                 self.aborted = false;
             }
             (Op::Commit | Op::Rollback, _) => {
                 self.settings.end(op == Op::Commit && !self.aborted);
+                self.objects.end(op == Op::Commit && !self.aborted);
                 self.aborted = false;
             }
             (Op::DiscardAll, _) => {
                 self.settings.reset_all();
                 self.unsure.clear();
+                self.objects.discard_all();
+                self.unsure_objects.clear();
             }
             (Op::Set, Some((g, v))) => {
                 self.settings.set(g, v);
@@ -179,8 +209,52 @@ impl Expect {
                 }
             }
             (Op::SetLocal, Some((g, v))) => self.settings.set_local(g, v),
-            _ => {}
+            (op, _) => {
+                if let Some((kind, role)) = op.object() {
+                    let at = slot(kind, c);
+                    match role {
+                        Role::Create => {
+                            if kind.per_client() {
+                                self.proto += 1;
+                            }
+                            let nth = if kind.per_client() { self.proto } else { 0 };
+                            let _ = self.objects.create(at, Obj { creator: c, nth });
+                        }
+                        Role::Drop => {
+                            let _ = self.objects.drop(at);
+                        }
+                        Role::Use => {}
+                    }
+                }
+            }
         }
+    }
+
+    /// What the client expects an object op to reply, from its own session: `None` when it
+    /// cannot know.
+    fn expects(&self, c: usize, op: Op) -> Option<Reply> {
+        let (kind, role) = op.object()?;
+        if self.aborted || self.unsure_objects.contains(&kind) {
+            return None;
+        }
+        let at = slot(kind, c);
+        Some(match role {
+            Role::Create if kind.per_client() => Reply::Ok,
+            Role::Create => match self.objects.get(at) {
+                Some(_) => Reply::error(kind.row().duplicate),
+                None => Reply::Ok,
+            },
+            Role::Use => match self.objects.use_(at, self.proto) {
+                Ok(o) => Reply::Text {
+                    value: label_of(o.creator),
+                },
+                Err(code) => Reply::error(code),
+            },
+            Role::Drop => match self.objects.get(at) {
+                Some(_) => Reply::Ok,
+                None => Reply::error(kind.row().missing),
+            },
+        })
     }
 }
 
@@ -284,6 +358,7 @@ impl Beliefs {
                 self.expect.resize(c + 1, Expect::default());
             }
             self.expect[c].unsure.extend(Guc::ALL);
+            self.expect[c].unsure_objects.extend(Kind::ALL);
         }
         let before = Self::view(&mut self.narrow, c).clone();
         self.invoke_narrow(e, entry, c, op, key, reply);
@@ -384,7 +459,19 @@ impl Beliefs {
                 backend: served,
             });
         }
-        x.complete(op, setting, reply, entry.unknown);
+        if !entry.unknown
+            && let Some((kind, _)) = op.object()
+        {
+            seen = Some(Seen::Object {
+                client: c,
+                op,
+                kind,
+                expected: x.expects(c, op),
+                got: reply.clone(),
+                backend: served,
+            });
+        }
+        x.complete(c, op, setting, reply, entry.unknown);
         seen
     }
 

@@ -90,6 +90,11 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                     message: String::new(),
                 };
                 let r = reply.unwrap_or(&NONE);
+                // No protocol-level statement to execute: nothing was sent (the client's own
+                // bookkeeping, not the servers').
+                if r.code() == Some(crate::vocab::reply::code::NO_STATEMENT) {
+                    continue;
+                }
                 let act = match inv.f {
                     Op::Open => Act::Connect { client, reply: r },
                     Op::Release => Act::Release { client },

@@ -23,6 +23,11 @@ const ACQUIRES: &[Op] = &[Op::TryLock, Op::Lock, Op::XactLock, Op::TryXactLock];
 const SESSION_ACQUIRES: &[Op] = &[Op::TryLock, Op::Lock];
 const SHOWS: &[Op] = &[Op::Show];
 const SETS: &[Op] = &[Op::Set, Op::SetLocal];
+const OBJECT_USES: &[Op] = &[Op::Execute, Op::ExecuteProtocol, Op::ReadTemp, Op::Fetch];
+const PREPARES: &[Op] = &[Op::Prepare, Op::PrepareProtocol];
+const EXECUTES: &[Op] = &[Op::Execute, Op::ExecuteProtocol];
+const TEMP_CREATES: &[Op] = &[Op::CreateTemp, Op::DeclareHold];
+const TEMP_USES: &[Op] = &[Op::ReadTemp, Op::Fetch];
 const STATEMENTS: &[Op] = &[
     Op::TryLock,
     Op::Lock,
@@ -40,6 +45,15 @@ const STATEMENTS: &[Op] = &[
     Op::Set,
     Op::SetLocal,
     Op::Show,
+    Op::Prepare,
+    Op::Execute,
+    Op::Deallocate,
+    Op::PrepareProtocol,
+    Op::ExecuteProtocol,
+    Op::CreateTemp,
+    Op::ReadTemp,
+    Op::DeclareHold,
+    Op::Fetch,
 ];
 
 /// One moment of a case: a mark, with what the application saw there and every state the
@@ -202,6 +216,13 @@ pg_invariant!(
     "pg.show_matches",
     &[SHOWS],
     "every setting read back (show) is the value some order of the case's operations leaves on the backend that served it: what its sessions SET (SET LOCAL until its transaction ends, a rolled-back SET undone), or the default after a reset that clears settings (DISCARD ALL, RESET ALL)"
+);
+
+pg_invariant!(
+    ObjectsMatch,
+    "pg.objects_match",
+    &[OBJECT_USES],
+    "every use of a named object (execute, execute_protocol, read_temp, fetch) replies what some order of the case's operations leaves on the backend that served it: the label of the client whose object is there, or the kind's error (26000, 42P01, 34000) when none is; a protocol-level statement follows its client when the pooler tracks prepared statements"
 );
 
 invariant!(
@@ -636,6 +657,105 @@ impl Invariant for SettingsStayPut {
     }
 }
 
+/// Judge what a client's object ops replied against its own session, for the kinds whose
+/// row names `name` (`vocab::object::KindRow::follows`).
+fn judge_objects(name: &str, m: &Moment, out: &mut Vec<String>) {
+    for s in m.seen {
+        let Seen::Object {
+            client,
+            op,
+            kind,
+            expected: Some(expected),
+            got,
+            backend,
+        } = s
+        else {
+            continue;
+        };
+        if kind.row().follows != name {
+            continue;
+        }
+        // Only replies that say whether the object was there are judged (not a failed
+        // transaction's 25P02, a lost connection, a timeout).
+        let row = kind.row();
+        let telling = match got {
+            Reply::Ok | Reply::Text { .. } => true,
+            Reply::Error { code, .. } => *code == row.missing || *code == row.duplicate,
+            Reply::Bool { .. } => false,
+        };
+        if !telling || got.same_as(expected) {
+            continue;
+        }
+        let whose = |r: &Reply| match r {
+            Reply::Text { value } => {
+                let who = crate::vocab::object::client_of(value);
+                if who == Some(*client) {
+                    format!("its own {kind}")
+                } else {
+                    format!("the {kind} of {value}")
+                }
+            }
+            Reply::Error { code, .. } if *code == row.missing => format!("no {kind} ({code})"),
+            Reply::Error { code, .. } if *code == row.duplicate => {
+                format!("a {kind} already there ({code})")
+            }
+            Reply::Ok => "ok".into(),
+            other => other.to_string(),
+        };
+        let on = backend.map(|b| format!(" on {b}")).unwrap_or_default();
+        out.push(format!(
+            "C{} {op} found {}{on}, but its own session has {}",
+            client + 1,
+            whose(got),
+            whose(expected)
+        ));
+    }
+}
+
+invariant!(
+    PreparedStatementsFollow,
+    "app.prepared_statements_follow",
+    App,
+    &[PREPARES, EXECUTES],
+    "a client's prepared statement (SQL PREPARE, or protocol-level) is there when it executes it, and it finds none that another client prepared: each prepare, execute and deallocate replies as on the client's own session"
+);
+impl Invariant for PreparedStatementsFollow {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn needs(&self) -> Needs {
+        &[PREPARES, EXECUTES]
+    }
+    fn history_only(&self) -> bool {
+        true
+    }
+    fn judge(&self, m: &Moment, out: &mut Vec<String>) {
+        judge_objects(Self::INFO.name, m, out);
+    }
+}
+
+invariant!(
+    TempStateFollows,
+    "app.temp_state_follows",
+    App,
+    &[TEMP_CREATES, TEMP_USES],
+    "a client's temporary table and WITH HOLD cursor are there when it reads them, and it finds none that another client made: each create_temp, read_temp, declare_hold and fetch replies as on the client's own session"
+);
+impl Invariant for TempStateFollows {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn needs(&self) -> Needs {
+        &[TEMP_CREATES, TEMP_USES]
+    }
+    fn history_only(&self) -> bool {
+        true
+    }
+    fn judge(&self, m: &Moment, out: &mut Vec<String>) {
+        judge_objects(Self::INFO.name, m, out);
+    }
+}
+
 /// Every invariant, in report order: `pg.*` first, then `app.*`.
 pub static ALL: &[&dyn Invariant] = &[
     &Exclusion,
@@ -647,6 +767,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &TerminateReleases,
     &CancelKeepsSessionLocks,
     &ShowMatches,
+    &ObjectsMatch,
     &MutualExclusion,
     &NoOrphans,
     &FailedLockNotHeld,
@@ -657,6 +778,8 @@ pub static ALL: &[&dyn Invariant] = &[
     &Progress,
     &AppliedOnce,
     &SettingsStayPut,
+    &PreparedStatementsFollow,
+    &TempStateFollows,
 ];
 
 static CATALOG: LazyLock<Vec<InvariantInfo>> =
@@ -680,7 +803,7 @@ mod tests {
     fn the_catalog_is_well_formed() {
         let names: BTreeSet<&str> = catalog().iter().map(|i| i.name).collect();
         assert_eq!(names.len(), ALL.len(), "names are unique");
-        assert_eq!(ALL.len(), 19);
+        assert_eq!(ALL.len(), 22);
         let mut seen_app = false;
         for i in catalog() {
             assert!(i.name.starts_with(&format!("{}.", i.tier)), "{}", i.name);

@@ -455,6 +455,7 @@ const RANK: &[&str] = &[
     "pg.stacking",
     "pg.cancel_keeps_session_locks",
     "pg.show_matches",
+    "pg.objects_match",
     "pg.locks_match_model",
     "pg.replies_match_model",
 ];
@@ -1072,6 +1073,7 @@ mod tests {
     //! evidence text the violation must carry.
     use super::*;
     use crate::history::HistoryReader;
+    use std::collections::BTreeSet;
     use std::path::Path;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/histories");
@@ -1241,6 +1243,26 @@ mod tests {
             "C2 read lock_timeout = 1100 (the value C1 sets) on pid 101 (backend_start 2026-11-30 00:53:20.000001+00), but its own session has default",
         ),
         (
+            "objects-match",
+            "pg.objects_match",
+            "C2 execute replied error 26000 on pid 101",
+        ),
+        (
+            "prepared-statements-follow",
+            "app.prepared_statements_follow",
+            "C2 execute found the prepared statement of C1 on pid 101",
+        ),
+        (
+            "prepared-protocol",
+            "app.prepared_statements_follow",
+            "C1 execute_protocol found no protocol-level prepared statement (26000), but its own session has its own protocol-level prepared statement",
+        ),
+        (
+            "temp-state-follows",
+            "app.temp_state_follows",
+            "C1 read_temp found no temporary table (42P01) on pid 102",
+        ),
+        (
             "no-lost-lock",
             "app.no_lost_lock",
             "C1 believes it holds 7, but pooler_reconnect closed the backend that granted it (pid 101 (backend_start 2026-11-30 00:53:20.000001+00))",
@@ -1343,6 +1365,38 @@ mod tests {
         )
         .unwrap();
         assert!(!old.reset_clears_settings);
+    }
+
+    /// The protocol-level fixture turns on the tracking rule: C1's Bind/Execute on a second
+    /// server fails with 26000 unless the pooler carries its statement there
+    /// (`PoolRules::tracks_prepared`); with tracking, it is the 26000 that no order explains.
+    #[test]
+    fn tracking_is_what_carries_a_protocol_statement() {
+        let judged = |edit: &dyn Fn(&mut crate::pooler::PoolRules)| {
+            let mut events = events_of("prepared-protocol-violated");
+            let Body::Run(h) = &mut events[0].body else {
+                panic!("a run header first")
+            };
+            edit(&mut h.rules);
+            let ctx = CheckContext::of(h);
+            let case = crate::history::view::cases(&events)[0].to_vec();
+            let v = check_case(&ctx, &case).unwrap().violations;
+            v.into_iter().map(|v| v.invariant).collect::<BTreeSet<_>>()
+        };
+        let untracked = judged(&|_| {});
+        assert!(
+            !untracked.iter().any(|i| i.starts_with("pg.")),
+            "{untracked:?}"
+        );
+        assert!(untracked.contains("app.prepared_statements_follow"));
+        let tracked = judged(&|r| r.tracks_prepared = true);
+        assert!(tracked.contains("pg.objects_match"), "{tracked:?}");
+        // Histories written before objects were modelled read as no tracking.
+        let old: crate::pooler::PoolRules = serde_json::from_str(
+            r#"{"mode":"transaction","pool_size":2,"reset_releases_locks":true,"reset_always":false}"#,
+        )
+        .unwrap();
+        assert!(!old.tracks_prepared && !old.reset_clears_objects);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::search::Spec;
 use crate::history::Observation;
 use crate::pooler::{PoolRules, ServerFate};
 use crate::vocab::fault::{Breaks, By, Down, Ends, meaning};
+use crate::vocab::object::{Carry, Obj, Role, SessionObjects, label_of, slot};
 use crate::vocab::reply::code;
 use crate::vocab::setting::SessionSettings;
 use crate::vocab::timeout::{Effect as Timer, Timeouts};
@@ -152,6 +153,9 @@ pub struct Backend {
     /// Its session's settings (`SET`, `SET LOCAL`): they stay with the backend, whoever the
     /// pooler hands it to next, until a reset that clears them (`DISCARD ALL`, `RESET ALL`).
     pub settings: SessionSettings,
+    /// Its session's named objects (`vocab::object`): they stay with the backend, whoever
+    /// the pooler hands it to next, until the session ends or a `DISCARD ALL`.
+    pub objects: SessionObjects,
 }
 
 impl Backend {
@@ -197,6 +201,13 @@ pub struct Client {
     /// The backend its session (direct, session mode) or open transaction is pinned to.
     pub linked: Option<BackendId>,
     pub idle_since: u64,
+    /// Its current protocol-level prepared statement on this connection: the entry of the
+    /// `prepare_protocol` that made it (the client executes only its latest).
+    pub proto: Option<u32>,
+    /// The pooler forgot the client's tracked protocol-level statements: its own `DISCARD
+    /// ALL` (PgBouncer 1.24 with `max_prepared_statements`: a Bind of one of them then closes
+    /// the client with 08P01 `prepared statement did not exist`; docs/session-state.md).
+    pub proto_forgotten: bool,
 }
 
 /// One possible state of the servers.
@@ -476,6 +487,11 @@ impl Why {
             Why::Probe {
                 available, after, ..
             } => probe_invariant(*available, *after),
+            // A named object's reply that no order explains (its label, or the kind's
+            // missing or duplicate error).
+            Why::Reply { predicted, .. } if crate::vocab::object::predicts_object(predicted) => {
+                "pg.objects_match"
+            }
             // A setting read back that no order explains.
             Why::Reply {
                 predicted: Reply::Text { .. },
@@ -771,6 +787,20 @@ impl<'e> Case<'e> {
                 Err(w) => err = Some(w),
             }
         }
+        // The client keeps the statement it prepared (a failed prepare leaves its last one).
+        if st.op == Op::PrepareProtocol && *st.reply == Reply::Ok {
+            for s2 in &mut out {
+                s2.client(c).proto = Some(e as u32);
+                s2.client(c).proto_forgotten = false;
+            }
+        }
+        // A pooler that tracks the client's statements forgets them at its DISCARD ALL.
+        if st.op == Op::DiscardAll && *st.reply == Reply::Ok && self.rules.tracks_prepared {
+            for s2 in &mut out {
+                let cl = s2.client(c);
+                cl.proto_forgotten = cl.proto.is_some();
+            }
+        }
         if out.is_empty() {
             Err(err.unwrap_or(Why::EndUnexplained))
         } else {
@@ -974,6 +1004,17 @@ impl<'e> Case<'e> {
         Ok(())
     }
 
+    /// An object op's [`Call`] in state `s`.
+    fn call(&self, s: &State, e: usize, st: &Stmt) -> Call {
+        Call {
+            client: st.client,
+            current: s.clients.get(st.client).and_then(|c| c.proto),
+            new: e as u32,
+            tracks: self.rules.tracks_prepared,
+            forgotten: s.clients.get(st.client).is_some_and(|c| c.proto_forgotten),
+        }
+    }
+
     /// A one-point statement on backend `b`.
     fn stmt_once(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
         self.check_runnable(&s, b)?;
@@ -981,7 +1022,14 @@ impl<'e> Case<'e> {
             // A server the model has not heard of: it holds nothing and has no transaction.
             let fresh = Backend::default();
             let mut tmp = fresh.clone();
-            let (pred, _) = exec(&mut tmp, st.op, st.key, st.setting, true);
+            let (pred, _) = exec(
+                &mut tmp,
+                st.op,
+                st.key,
+                st.setting,
+                self.call(&s, e, st),
+                true,
+            );
             if let Some(p) = pred
                 && !p.same_as(st.reply)
             {
@@ -998,8 +1046,9 @@ impl<'e> Case<'e> {
             .key
             .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
             .unwrap_or_default();
+        let call = self.call(&s, e, st);
         let x = s.backends.get_mut(&b).expect("assigned");
-        let (pred, released) = exec(x, st.op, st.key, st.setting, available);
+        let (pred, released) = exec(x, st.op, st.key, st.setting, call, available);
         if let Some(p) = pred
             && !p.same_as(st.reply)
         {
@@ -1196,8 +1245,9 @@ impl<'e> Case<'e> {
                 // The cancel may have landed before or after the statement did its work.
                 let mut ran = s.clone();
                 let available = st.key.is_none_or(|k| ran.available_to(b, k));
+                let call = self.call(&ran, e, st);
                 let rx = ran.backends.get_mut(&b).unwrap();
-                let (_, mut rel) = exec(rx, st.op, st.key, st.setting, available);
+                let (_, mut rel) = exec(rx, st.op, st.key, st.setting, call, available);
                 if st.op.acquires()
                     && available
                     && let Some(k) = st.key
@@ -1275,8 +1325,9 @@ impl<'e> Case<'e> {
             }
             let mut s3 = s2;
             let available = st.key.is_none_or(|k| s3.available_to(b, k));
+            let call = self.call(&s3, e, st);
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(x, st.op, st.key, st.setting, call, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             out.extend(wake_all(s3, &rel));
@@ -1291,6 +1342,9 @@ impl<'e> Case<'e> {
     fn closed(&self, s: &State, e: usize, st: &Stmt) -> Vec<State> {
         let c = st.client;
         let mut out = vec![self.client_gone(s, c, Cause::Disconnect)];
+        if st.op == Op::ExecuteProtocol && s.clients.get(c).is_some_and(|x| x.proto_forgotten) {
+            out.extend(self.forgotten_closed(s, c));
+        }
         if s.clients.get(c).map(|x| x.conn) != Some(Conn::Up) {
             return out;
         }
@@ -1309,12 +1363,27 @@ impl<'e> Case<'e> {
                 }
                 continue;
             }
+            let call = self.call(&s3, e, st);
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(x, st.op, st.key, st.setting, call, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             for s4 in wake_all(s3, &rel) {
                 out.push(self.client_gone(&s4, c, Cause::Disconnect));
+            }
+        }
+        out
+    }
+
+    /// The pooler closed client `c` at a Bind of a statement it forgot
+    /// ([`Client::proto_forgotten`]), and the server it had handed it for the Bind.
+    fn forgotten_closed(&self, s: &State, c: usize) -> Vec<State> {
+        let mut out = vec![];
+        for (b, x) in &s.backends {
+            if self.assignable(s, c, *b, x).is_ok() {
+                let mut s2 = s.clone();
+                close(s2.backends.get_mut(b).unwrap(), Cause::Disconnect);
+                out.push(self.client_gone(&s2, c, Cause::Disconnect));
             }
         }
         out
@@ -1332,8 +1401,13 @@ impl<'e> Case<'e> {
             }
             let mut ran = s.clone();
             let available = st.key.is_none_or(|k| ran.available_to(*b, k));
+            // (A statement it prepares there is none its client will execute.)
+            let call = Call {
+                new: u32::MAX,
+                ..self.call(&ran, 0, st)
+            };
             let y = ran.backends.get_mut(b).expect("known");
-            let (_, rel) = exec(y, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(y, st.op, st.key, st.setting, call, available);
             // Closed with the client gone ...
             let mut closed = ran.clone();
             if let Some(z) = closed.backends.get_mut(b) {
@@ -1422,9 +1496,15 @@ impl<'e> Case<'e> {
             || matches!(s.down, Some((Down::Pooler | Down::Postgres, _)))
             || long(Timer::EndLongStatement)
             || long(Timer::EndLongWait);
+        // The pooler closes a client that executes a statement it forgot, and the server it
+        // had handed it for the Bind (seen: that backend gone from pg_stat_activity).
+        let forgot = st.op == Op::ExecuteProtocol && cl.proto_forgotten;
         let mut outs = vec![];
         if explained {
             outs.push(self.client_gone(s, c, Cause::Disconnect));
+        }
+        if forgot {
+            outs.extend(self.forgotten_closed(s, c));
         }
         // PgBouncer's query_timeout closes the server the statement ran on as well (the
         // backend goes on until its statement ends, holding its locks).
@@ -1466,6 +1546,8 @@ impl<'e> Case<'e> {
         let mut s = s.clone();
         let linked = s.client(c).linked.take();
         s.clients[c].conn = Conn::Down;
+        s.clients[c].proto = None;
+        s.clients[c].proto_forgotten = false;
         if let Some(b) = linked
             && let Some(x) = s.backends.get(&b)
         {
@@ -1524,6 +1606,8 @@ impl<'e> Case<'e> {
         let cl = s.client(c);
         cl.conn = Conn::Up;
         cl.linked = None;
+        cl.proto = None;
+        cl.proto_forgotten = false;
         Ok(vec![s])
     }
 
@@ -1972,6 +2056,31 @@ fn wake(s: State, k: Key) -> Vec<State> {
         .collect()
 }
 
+/// What an object op (`vocab::object`) needs besides its backend: its client, the client's
+/// current protocol-level statement ([`Client::proto`]), the one a `prepare_protocol` makes
+/// (its entry), and whether the pooler carries protocol-level statements with the client
+/// (`PoolRules::tracks_prepared`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Call {
+    pub client: usize,
+    pub current: Option<u32>,
+    pub new: u32,
+    pub tracks: bool,
+    /// The pooler forgot the client's statements ([`Client::proto_forgotten`]).
+    pub forgotten: bool,
+}
+
+impl Call {
+    /// The pooler prepares the client's statement of this kind on whatever server it is
+    /// handed (it has one).
+    pub fn carries(&self, kind: crate::vocab::object::Kind) -> bool {
+        self.tracks
+            && kind.row().carry == Carry::Tracked
+            && self.current.is_some()
+            && !self.forgotten
+    }
+}
+
 /// PostgreSQL's answer to a one-point statement on backend `x` (`available`: no other
 /// backend holds the key), with its effect applied. `None`: the model does not predict the
 /// reply (a migration's: `app.applied_once` judges it). Returns the keys released.
@@ -1980,10 +2089,23 @@ pub fn exec(
     op: Op,
     key: Option<Key>,
     setting: Option<(Guc, u64)>,
+    call: Call,
     available: bool,
 ) -> (Option<Reply>, Vec<Key>) {
     let mut released = vec![];
     if x.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
+        // A Bind looks its statement up before it looks at the transaction
+        // (`exec_bind_message`): a protocol-level statement the server lacks is 26000 even
+        // in a failed transaction (docs/session-state.md, section 10).
+        if let Some((kind, Role::Use)) = op.object()
+            && kind.per_client()
+            && !call.carries(kind)
+            && x.objects
+                .use_(slot(kind, call.client), call.current.unwrap_or(0))
+                .is_err()
+        {
+            return (Some(Reply::error(kind.row().missing)), released);
+        }
         return (Some(Reply::error(code::IN_FAILED_TRANSACTION)), released);
     }
     let reply = match (op, key) {
@@ -2034,6 +2156,7 @@ pub fn exec(
         (Op::Begin, _) => {
             x.tx = Tx::Open;
             x.settings.begin();
+            x.objects.begin();
             Some(Reply::Ok)
         }
         (Op::Commit | Op::Rollback, _) => {
@@ -2041,6 +2164,7 @@ pub fn exec(
             x.xact.clear();
             // COMMIT of an aborted transaction rolls it back.
             x.settings.end(op == Op::Commit && x.tx == Tx::Open);
+            x.objects.end(op == Op::Commit && x.tx == Tx::Open);
             x.tx = Tx::Idle;
             Some(Reply::Ok)
         }
@@ -2052,8 +2176,39 @@ pub fn exec(
                 x.session.clear();
                 x.tainted.clear();
                 x.settings.reset_all();
+                x.objects.discard_all();
                 Some(Reply::Ok)
             }
+        }
+        (op, _) if op.object().is_some() => {
+            let (kind, role) = op.object().expect("an object op");
+            let at = slot(kind, call.client);
+            let r = match role {
+                Role::Create => x.objects.create(
+                    at,
+                    Obj {
+                        creator: call.client,
+                        nth: call.new,
+                    },
+                ),
+                Role::Use if call.carries(kind) => Ok(()),
+                Role::Use => x.objects.use_(at, call.current.unwrap_or(0)).map(|o| {
+                    debug_assert!(o.creator == call.client || !kind.per_client());
+                    let _ = o;
+                }),
+                Role::Drop => x.objects.drop(at),
+            };
+            Some(match (r, role) {
+                (Err(code), _) => Reply::error(code),
+                (Ok(()), Role::Use) => Reply::Text {
+                    value: label_of(if call.carries(kind) {
+                        call.client
+                    } else {
+                        x.objects.get(at).map(|o| o.creator).unwrap_or(call.client)
+                    }),
+                },
+                (Ok(()), _) => Reply::Ok,
+            })
         }
         (Op::Set, _) => {
             let (g, v) = setting.expect("set names a setting");
@@ -2113,6 +2268,8 @@ impl<'e> Spec for Case<'e> {
                 let cl = s.client(*client);
                 cl.linked = None;
                 cl.conn = Conn::Down;
+                cl.proto = None;
+                cl.proto_forgotten = false;
                 Ok(vec![s])
             }
             Act::Terminate { target, reply } => self.terminate(s, *target, reply, point),
@@ -2228,6 +2385,7 @@ impl<'e> Spec for Case<'e> {
                     y.xact.clear();
                     y.tx = Tx::Idle;
                     y.settings.end(false);
+                    y.objects.end(false);
                 }
                 if self.rules.reset_releases_locks {
                     rel.extend(y.session.keys().copied());
@@ -2236,6 +2394,9 @@ impl<'e> Spec for Case<'e> {
                 }
                 if self.rules.reset_clears_settings {
                     y.settings.reset_all();
+                }
+                if self.rules.reset_clears_objects {
+                    y.objects.discard_all();
                 }
                 y.reset_pending = false;
                 out.extend(wake_all(s2, &rel));

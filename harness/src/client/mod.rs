@@ -149,6 +149,9 @@ pub struct LogicalClient {
     pool: Option<AppPool>,
     /// The pooled connection this client keeps (`pin: session`).
     held: Option<deadpool_postgres::Object>,
+    /// Its protocol-level prepared statements on this connection, the latest last (kept, so
+    /// that none is closed under the case: dropping one sends Close).
+    statements: Vec<tokio_postgres::Statement>,
 }
 
 /// Where an op's connection came from, for the duration of the op.
@@ -182,6 +185,7 @@ impl LogicalClient {
             conn: None,
             pool: None,
             held: None,
+            statements: vec![],
         }
     }
 
@@ -192,6 +196,7 @@ impl LogicalClient {
             conn: None,
             pool: Some(pool),
             held: None,
+            statements: vec![],
         }
     }
 
@@ -214,6 +219,7 @@ impl LogicalClient {
     pub fn disconnect(&mut self) {
         self.conn = None;
         self.held = None;
+        self.statements.clear();
     }
 
     /// Give a pinned application-pool connection back to the pool as it is, locks and all
@@ -279,6 +285,7 @@ impl LogicalClient {
     fn lost(&mut self) {
         self.conn = None;
         self.held = None;
+        self.statements.clear();
     }
 
     /// Run a SQL op within `bound` (getting a connection included). Returns the reply and
@@ -295,7 +302,10 @@ impl LogicalClient {
         if op == Op::Migrate {
             return self.migrate(ms.unwrap_or(0), step, bound).await;
         }
-        let Some(sql) = sql::op_sql_full(op, key, ms, guc, step) else {
+        if matches!(op, Op::PrepareProtocol | Op::ExecuteProtocol) {
+            return self.protocol(op, step, bound).await;
+        }
+        let Some(sql) = sql::op_sql_full(op, key, ms, guc, self.index, step) else {
             return (
                 Reply::Error {
                     code: code::HARNESS.into(),
@@ -337,17 +347,116 @@ impl LogicalClient {
                         },
                     }
                 }
-                Op::Show => match result.as_ref().and_then(|r| r[0].clone()) {
-                    Some(value) => Reply::Text { value },
-                    None => Reply::Error {
-                        code: code::HARNESS.into(),
-                        message: format!("no value for {op}"),
-                    },
-                },
+                Op::Show | Op::Execute | Op::ReadTemp | Op::Fetch => {
+                    match result.as_ref().and_then(|r| r[0].clone()) {
+                        Some(value) => Reply::Text { value },
+                        None => Reply::Error {
+                            code: code::HARNESS.into(),
+                            message: format!("no value for {op}"),
+                        },
+                    }
+                }
                 _ => Reply::Ok,
             },
         };
         (reply, served)
+    }
+
+    /// `prepare_protocol`: a named Parse of a statement that selects the identity and the
+    /// client's label (tokio-postgres names it `s<n>`, unique in the process); its backend
+    /// is found by the tag in its text. `execute_protocol`: Bind/Execute of the latest one,
+    /// which reports its backend in-band (a 26000 reports none); with none, nothing is sent
+    /// ([`code::NO_STATEMENT`]).
+    async fn protocol(
+        &mut self,
+        op: Op,
+        step: usize,
+        bound: Duration,
+    ) -> (Reply, Option<BackendId>) {
+        let t0 = tokio::time::Instant::now();
+        let latest = self.statements.last().cloned();
+        let text = sql::op_sql_full(Op::PrepareProtocol, None, None, None, self.index, step)
+            .expect("prepare_protocol has SQL");
+        if op == Op::ExecuteProtocol && latest.is_none() {
+            return (
+                Reply::Error {
+                    code: code::NO_STATEMENT.into(),
+                    message: "no protocol-level statement prepared on this connection".into(),
+                },
+                None,
+            );
+        }
+        let lease = match tokio::time::timeout(bound, self.lease()).await {
+            Ok(Ok(l)) => l,
+            Ok(Err(reply)) => return (reply, None),
+            Err(_) => return (pool_timeout(bound), None),
+        };
+        let left = bound.saturating_sub(t0.elapsed());
+        let client = lease.client();
+        enum Done {
+            Prepared(tokio_postgres::Statement),
+            Rows(Vec<tokio_postgres::Row>),
+        }
+        let work = async {
+            match &latest {
+                Some(stmt) if op == Op::ExecuteProtocol => {
+                    client.query(stmt, &[]).await.map(Done::Rows)
+                }
+                _ => client.prepare(&text).await.map(Done::Prepared),
+            }
+        };
+        let res = tokio::time::timeout(left, work).await;
+        let res = match res {
+            Ok(r) => r,
+            Err(_) => {
+                let cancel = client.cancel_token();
+                let _ = tokio::time::timeout(IO_TIMEOUT, cancel.cancel_query(NoTls)).await;
+                drop(lease);
+                return (
+                    Reply::Error {
+                        code: code::TIMEOUT.into(),
+                        message: format!("no reply within {left:?}"),
+                    },
+                    None,
+                );
+            }
+        };
+        let out = match res {
+            Ok(Done::Prepared(stmt)) => Ok((Reply::Ok, None, Some(stmt))),
+            Ok(Done::Rows(rows)) => {
+                let row: Option<Vec<Option<String>>> = rows
+                    .first()
+                    .map(|r| (0..r.len()).map(|i| r.get(i)).collect());
+                match row
+                    .as_deref()
+                    .and_then(|r| Some((parse_identity(r)?, r[2].clone()?)))
+                {
+                    Some((b, label)) => Ok((Reply::Text { value: label }, Some(b), None)),
+                    None => Ok((
+                        Reply::Error {
+                            code: code::HARNESS.into(),
+                            message: format!("unexpected row {row:?} for {op}"),
+                        },
+                        None,
+                        None,
+                    )),
+                }
+            }
+            Err(e) => Err(classify(client, &e)),
+        };
+        drop(lease);
+        match out {
+            Ok((reply, served, stmt)) => {
+                self.statements.extend(stmt);
+                (reply, served)
+            }
+            Err((code, message)) => {
+                if code == code::CLOSED {
+                    self.lost();
+                }
+                (Reply::Error { code, message }, None)
+            }
+        }
     }
 
     /// `migrate`: read the version record; if version 1 is not there, work for `ms`, then

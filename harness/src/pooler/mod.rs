@@ -451,6 +451,16 @@ pub struct PoolRules {
     /// written before settings were modelled lack it (they have no `set`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reset_clears_settings: bool,
+    /// The reset query drops the session's named objects (`vocab::object`: prepared
+    /// statements, temporary tables, held cursors): `DISCARD ALL`. Histories written before
+    /// objects were modelled lack it (they have no object op).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_clears_objects: bool,
+    /// The pooler tracks protocol-level prepared statements per client and prepares them on
+    /// whatever server it hands the client (PgBouncer's `max_prepared_statements` > 0): the
+    /// kinds whose row says `Carry::Tracked` follow the client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tracks_prepared: bool,
     /// `server_reset_query_always`: the reset also runs at every release in transaction and
     /// statement mode.
     pub reset_always: bool,
@@ -504,6 +514,8 @@ impl PoolRules {
             pool_size: usize::MAX,
             reset_releases_locks: false,
             reset_clears_settings: false,
+            reset_clears_objects: false,
+            tracks_prepared: false,
             reset_always: false,
             abort_on_disconnect: false,
             links_at_connect: false,
@@ -515,7 +527,7 @@ impl PoolRules {
     /// The reset query changes something the model keeps (locks, settings): the server must
     /// be reset before it is handed out again.
     pub fn reset_does_something(&self) -> bool {
-        self.reset_releases_locks || self.reset_clears_settings
+        self.reset_releases_locks || self.reset_clears_settings || self.reset_clears_objects
     }
 
     pub fn is_pooled(&self) -> bool {
@@ -573,6 +585,8 @@ mod tests {
             pool_size: 2,
             reset_releases_locks: true,
             reset_clears_settings: true,
+            reset_clears_objects: true,
+            tracks_prepared: false,
             reset_always: always,
             abort_on_disconnect: false,
             links_at_connect: false,

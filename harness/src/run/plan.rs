@@ -359,6 +359,8 @@ mod tests {
             pool_size: size,
             reset_releases_locks: true,
             reset_clears_settings: true,
+            reset_clears_objects: true,
+            tracks_prepared: false,
             reset_always: false,
             abort_on_disconnect: false,
             links_at_connect: false,

@@ -345,6 +345,8 @@ fn shipped_topologies_parse() {
             "transaction-mode-host-faults",
             "transaction-mode-lifetime",
             "transaction-mode-partitions",
+            "transaction-mode-prepared",
+            "transaction-mode-prepared-tracked",
             "transaction-mode-reset-always",
             "transaction-mode-settings",
             "transaction-mode-two-poolers",
@@ -430,6 +432,25 @@ fn shipped_topologies_expect_what_was_decided() {
             "app.no_orphans",
             "app.no_stale_holder",
             "app.settings_stay_put"
+        ]
+    );
+    // Named objects stay on the shared server; with PgBouncer's tracking the protocol-level
+    // prepared statements follow the client (docs/session-state.md, "Named objects").
+    assert_eq!(
+        violated("transaction-mode-prepared"),
+        [
+            "app.mutual_exclusion",
+            "app.no_orphans",
+            "app.prepared_statements_follow",
+            "app.temp_state_follows"
+        ]
+    );
+    assert_eq!(
+        violated("transaction-mode-prepared-tracked"),
+        [
+            "app.mutual_exclusion",
+            "app.no_orphans",
+            "app.temp_state_follows"
         ]
     );
     // Faults add lost locks to what each pooling mode already breaks.

@@ -45,6 +45,26 @@ pub enum Op {
     SetLocal,
     /// Reads a setting back (`pg_settings`): the value the session set, or `default`.
     Show,
+    // Named objects a backend owns (`vocab::object`: one row per kind says what each op does).
+    /// `PREPARE pgchaos_ps AS SELECT '<client>'`.
+    Prepare,
+    /// `EXECUTE pgchaos_ps`: the label of the client that prepared it, or 26000.
+    Execute,
+    /// `DEALLOCATE pgchaos_ps`.
+    Deallocate,
+    /// A protocol-level named prepared statement (tokio-postgres `prepare`: Parse, Describe,
+    /// Sync), replacing the client's previous one.
+    PrepareProtocol,
+    /// Bind/Execute of the client's latest protocol-level statement: its label, or 26000.
+    ExecuteProtocol,
+    /// `CREATE TEMP TABLE pgchaos_tmp AS SELECT '<client>'`.
+    CreateTemp,
+    /// `SELECT creator FROM pgchaos_tmp`: the label, or 42P01.
+    ReadTemp,
+    /// `DECLARE pgchaos_cur SCROLL CURSOR WITH HOLD FOR SELECT '<client>'`.
+    DeclareHold,
+    /// `FETCH FIRST FROM pgchaos_cur`: the label, or 34000.
+    Fetch,
     /// Script only: the client thinks for `ms`, holding whatever it holds (no statement).
     Sleep,
     /// Script only: `SELECT pg_sleep(ms / 1000)` on its connection (server-side work).
@@ -132,7 +152,7 @@ impl Op {
     pub const SCRIPT_ONLY: [Op; 4] = [Op::Sleep, Op::PgSleep, Op::Migrate, Op::Raise];
 
     /// Ops a random workload can weigh.
-    pub const ALL: [Op; 19] = [
+    pub const ALL: [Op; 28] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -152,6 +172,15 @@ impl Op {
         Op::Set,
         Op::SetLocal,
         Op::Show,
+        Op::Prepare,
+        Op::Execute,
+        Op::Deallocate,
+        Op::PrepareProtocol,
+        Op::ExecuteProtocol,
+        Op::CreateTemp,
+        Op::ReadTemp,
+        Op::DeclareHold,
+        Op::Fetch,
     ];
 
     /// Faults of the servers a topology's `faults` section can weigh.
@@ -221,6 +250,15 @@ impl Op {
             Op::Set => "set",
             Op::SetLocal => "set_local",
             Op::Show => "show",
+            Op::Prepare => "prepare",
+            Op::Execute => "execute",
+            Op::Deallocate => "deallocate",
+            Op::PrepareProtocol => "prepare_protocol",
+            Op::ExecuteProtocol => "execute_protocol",
+            Op::CreateTemp => "create_temp",
+            Op::ReadTemp => "read_temp",
+            Op::DeclareHold => "declare_hold",
+            Op::Fetch => "fetch",
             Op::Sleep => "sleep",
             Op::PgSleep => "pg_sleep",
             Op::Migrate => "migrate",

@@ -31,6 +31,9 @@ pub mod code {
     pub const TIMEOUT: &str = "timeout";
     /// Not a SQLSTATE: a client profile took its tool's own error path (`raise`).
     pub const RAISED: &str = "raised";
+    /// Not a SQLSTATE: `execute_protocol` with no protocol-level statement prepared on the
+    /// client's connection: nothing was sent.
+    pub const NO_STATEMENT: &str = "no_statement";
     /// Not a SQLSTATE: the reply was not what the op returns (a harness defect).
     pub const HARNESS: &str = "harness";
 }

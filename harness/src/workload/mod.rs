@@ -75,7 +75,7 @@ impl fmt::Display for Step {
 
 /// Ops in shrinking order: proptest shrinks a union towards its first alternatives, so the
 /// simplest ops come first.
-const SIMPLICITY: [Op; 19] = [
+const SIMPLICITY: [Op; 28] = [
     Op::TryLock,
     Op::Ping,
     Op::Unlock,
@@ -95,6 +95,15 @@ const SIMPLICITY: [Op; 19] = [
     Op::Show,
     Op::Set,
     Op::SetLocal,
+    Op::Execute,
+    Op::Prepare,
+    Op::Deallocate,
+    Op::ExecuteProtocol,
+    Op::PrepareProtocol,
+    Op::ReadTemp,
+    Op::CreateTemp,
+    Op::Fetch,
+    Op::DeclareHold,
 ];
 
 /// A strategy for one step of this workload.

@@ -62,6 +62,22 @@ impl PgBouncer {
         }
     }
 
+    /// `max_prepared_statements` > 0: the topology's value, else the version's default (200
+    /// from 1.22, 0 before; `SHOW CONFIG` of 1.24.1, docs/session-state.md).
+    pub fn tracks_prepared(&self) -> bool {
+        match self.spec.settings.get("max_prepared_statements") {
+            Some(v) => v.trim().parse::<u64>().is_ok_and(|n| n > 0),
+            None => {
+                let mut it = self
+                    .spec
+                    .version
+                    .split('.')
+                    .map(|p| p.parse::<u32>().unwrap_or(0));
+                (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (1, 22)
+            }
+        }
+    }
+
     /// `pgbouncer.ini` for this run (see [`config::ini`]).
     pub fn ini(&self, cx: &ConfigContext) -> String {
         config::ini(&self.topology_name, &self.spec, cx)
@@ -148,6 +164,10 @@ impl Pooler for PgBouncer {
             reset_releases_locks: q.contains("discard all") || q.contains("pg_advisory_unlock_all"),
             // DISCARD ALL runs RESET ALL (docs/session-state.md).
             reset_clears_settings: q.contains("discard all") || q.contains("reset all"),
+            // DISCARD ALL deallocates, closes and drops temporary tables
+            // (docs/session-state.md, "Named objects").
+            reset_clears_objects: q.contains("discard all"),
+            tracks_prepared: self.tracks_prepared(),
             reset_always: self.spec.server_reset_query_always,
             abort_on_disconnect: false,
             links_at_connect: false,
@@ -239,5 +259,25 @@ mod tests {
         assert!(clears("RESET ALL"));
         assert!(!clears(""));
         assert!(!clears("SELECT pg_advisory_unlock_all()"));
+        let objects = |q: &str| PgBouncer::new("t", spec(q)).rules().reset_clears_objects;
+        assert!(objects("DISCARD ALL"));
+        assert!(!objects("RESET ALL"));
+    }
+
+    #[test]
+    fn prepared_statements_are_tracked_when_max_prepared_statements_is_positive() {
+        let with = |version: &str, v: Option<&str>| {
+            let mut s = spec("DISCARD ALL");
+            s.version = version.into();
+            if let Some(v) = v {
+                s.settings
+                    .insert("max_prepared_statements".into(), v.into());
+            }
+            PgBouncer::new("t", s).rules().tracks_prepared
+        };
+        assert!(!with("1.24.1", Some("0")));
+        assert!(with("1.24.1", Some("100")));
+        assert!(with("1.24.1", None), "200 by default since 1.22");
+        assert!(!with("1.21.0", None));
     }
 }
