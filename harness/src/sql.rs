@@ -33,7 +33,7 @@ pub fn op_sql(op: Op, key: Option<Key>, step: usize) -> Option<String> {
 
 /// [`op_sql`] for ops that take a duration (`pg_sleep`).
 pub fn op_sql_ms(op: Op, key: Option<Key>, ms_arg: Option<u64>, step: usize) -> Option<String> {
-    op_sql_full(op, key, ms_arg, None, step)
+    op_sql_full(op, key, ms_arg, None, 0, step)
 }
 
 /// [`op_sql_ms`] for every op, the settings' too (`set`, `set_local` and `show` name a
@@ -43,6 +43,7 @@ pub fn op_sql_full(
     key: Option<Key>,
     ms_arg: Option<u64>,
     guc: Option<Guc>,
+    client: usize,
     step: usize,
 ) -> Option<String> {
     let t = tag(step);
@@ -74,6 +75,15 @@ pub fn op_sql_full(
              FROM pg_settings WHERE name = '{}')",
             crate::vocab::setting::DEFAULT,
             g()
+        )),
+        // LISTEN, UNLISTEN and NOTIFY after the identity, like SET: outside a block the
+        // message's implicit transaction commits them; inside one they wait for COMMIT.
+        Op::Listen => id_then(format!("LISTEN {}", crate::vocab::notify::CHANNEL)),
+        Op::Unlisten => id_then(format!("UNLISTEN {}", crate::vocab::notify::CHANNEL)),
+        Op::Notify => id_then(format!(
+            "NOTIFY {}, '{}'",
+            crate::vocab::notify::CHANNEL,
+            crate::vocab::notify::payload(client, step)
         )),
         Op::PgSleep => id_then(format!(
             "SELECT pg_sleep({})::text",
@@ -319,7 +329,7 @@ mod tests {
     /// its own: the connection ops (`disconnect`, `reconnect`, `open`, `release`), the
     /// nemesis's faults, the client-side `sleep` and `raise`, and `migrate` (its own
     /// statements, `migrate_*` below).
-    const STATEMENTS: [Op; 16] = [
+    const STATEMENTS: [Op; 19] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -336,6 +346,9 @@ mod tests {
         Op::Set,
         Op::SetLocal,
         Op::Show,
+        Op::Listen,
+        Op::Unlisten,
+        Op::Notify,
     ];
 
     #[test]
@@ -350,7 +363,7 @@ mod tests {
             let key = op.takes_key().then_some(Key::Big(4242424242));
             let ms = (op.takes_duration() || op.sets()).then_some(250);
             let guc = op.takes_guc().then_some(Guc::LockTimeout);
-            let sql = op_sql_full(op, key, ms, guc, 7);
+            let sql = op_sql_full(op, key, ms, guc, 2, 7);
             if !STATEMENTS.contains(&op) {
                 assert_eq!(sql, None, "{op} sends no statement of its own");
                 continue;
@@ -366,6 +379,10 @@ mod tests {
             }
             if op.sets() {
                 assert!(sql.ends_with("lock_timeout = '250ms'"), "{op}: {sql}");
+            }
+            if op == Op::Notify {
+                // The payload names the sender: client 2 (0-based) is C3.
+                assert!(sql.ends_with("NOTIFY pgchaos, 'C3 s7'"), "{op}: {sql}");
             }
             if op != Op::DiscardAll {
                 assert!(sql.contains("pg_backend_pid()"), "{op} reports identity");

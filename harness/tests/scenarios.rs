@@ -143,6 +143,12 @@ scenario! {
     settings_reset_session_mode => "settings-reset-session-mode",
     settings_local_does_not_leak => "settings-local-does-not-leak",
     settings_reset_always => "settings-reset-always",
+    // LISTEN and NOTIFY (docs/session-state.md).
+    listen_transaction_mode => "listen-transaction-mode",
+    listen_session_mode => "listen-session-mode",
+    listen_in_transaction => "listen-in-transaction",
+    listen_session_mode_no_reset => "listen-session-mode-no-reset",
+    listen_reset_always => "listen-reset-always",
     // Faults of the servers: each kind's effect on locks, by identity.
     fault_pooler_reconnect => "fault-pooler-reconnect",
     fault_pooler_reconnect_at_release => "fault-pooler-reconnect-at-release",

@@ -23,6 +23,8 @@ const ACQUIRES: &[Op] = &[Op::TryLock, Op::Lock, Op::XactLock, Op::TryXactLock];
 const SESSION_ACQUIRES: &[Op] = &[Op::TryLock, Op::Lock];
 const SHOWS: &[Op] = &[Op::Show];
 const SETS: &[Op] = &[Op::Set, Op::SetLocal];
+const LISTENS: &[Op] = &[Op::Listen];
+const NOTIFIES: &[Op] = &[Op::Notify];
 const STATEMENTS: &[Op] = &[
     Op::TryLock,
     Op::Lock,
@@ -40,6 +42,9 @@ const STATEMENTS: &[Op] = &[
     Op::Set,
     Op::SetLocal,
     Op::Show,
+    Op::Listen,
+    Op::Unlisten,
+    Op::Notify,
 ];
 
 /// One moment of a case: a mark, with what the application saw there and every state the
@@ -202,6 +207,13 @@ pg_invariant!(
     "pg.show_matches",
     &[SHOWS],
     "every setting read back (show) is the value some order of the case's operations leaves on the backend that served it: what its sessions SET (SET LOCAL until its transaction ends, a rolled-back SET undone), or the default after a reset that clears settings (DISCARD ALL, RESET ALL)"
+);
+
+pg_invariant!(
+    NotificationMatches,
+    "pg.notification_matches",
+    &[LISTENS, NOTIFIES],
+    "every notification a client receives comes from a backend that was listening on the channel when the NOTIFY committed (LISTEN and UNLISTEN take effect at commit; DISCARD ALL unlistens), once"
 );
 
 invariant!(
@@ -636,6 +648,27 @@ impl Invariant for SettingsStayPut {
     }
 }
 
+invariant!(
+    NotificationsArrive,
+    "app.notifications_arrive",
+    App,
+    &[LISTENS, NOTIFIES],
+    "a client that listened on its connection and stayed receives every notification committed on the channel since, and a client that never listened on its connection receives none"
+);
+impl Invariant for NotificationsArrive {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn needs(&self) -> Needs {
+        &[LISTENS, NOTIFIES]
+    }
+    fn history_only(&self) -> bool {
+        // Judged from the history (`check::notify`), with its own unknowns: a client that
+        // stopped listening, or sat in a transaction, after a notification was committed.
+        true
+    }
+}
+
 /// Every invariant, in report order: `pg.*` first, then `app.*`.
 pub static ALL: &[&dyn Invariant] = &[
     &Exclusion,
@@ -647,6 +680,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &TerminateReleases,
     &CancelKeepsSessionLocks,
     &ShowMatches,
+    &NotificationMatches,
     &MutualExclusion,
     &NoOrphans,
     &FailedLockNotHeld,
@@ -657,6 +691,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &Progress,
     &AppliedOnce,
     &SettingsStayPut,
+    &NotificationsArrive,
 ];
 
 static CATALOG: LazyLock<Vec<InvariantInfo>> =
@@ -680,7 +715,7 @@ mod tests {
     fn the_catalog_is_well_formed() {
         let names: BTreeSet<&str> = catalog().iter().map(|i| i.name).collect();
         assert_eq!(names.len(), ALL.len(), "names are unique");
-        assert_eq!(ALL.len(), 19);
+        assert_eq!(ALL.len(), 21);
         let mut seen_app = false;
         for i in catalog() {
             assert!(i.name.starts_with(&format!("{}.", i.tier)), "{}", i.name);
@@ -762,6 +797,10 @@ mod tests {
                 backend: b,
                 holders: vec![],
             },
+            Why::Notification {
+                backend: Some(b),
+                payload: "C1 s2".into(),
+            },
         ];
         let expected = [
             "pg.exclusion",
@@ -774,6 +813,7 @@ mod tests {
             "pg.cancel_keeps_session_locks",
             "pg.exclusion",
             "pg.show_matches",
+            "pg.notification_matches",
         ];
         for (w, name) in whys.iter().zip(expected) {
             assert_eq!(w.invariant(), name, "{w:?}");

@@ -17,6 +17,7 @@ use crate::history::Observation;
 use crate::pooler::{PoolRules, ServerFate};
 use crate::vocab::fault::{Breaks, By, Down, Ends, meaning};
 use crate::vocab::reply::code;
+use crate::vocab::notify::Note;
 use crate::vocab::setting::SessionSettings;
 use crate::vocab::timeout::{Effect as Timer, Timeouts};
 use crate::vocab::{BackendId, Guc, Key, Op, Reply};
@@ -152,6 +153,20 @@ pub struct Backend {
     /// Its session's settings (`SET`, `SET LOCAL`): they stay with the backend, whoever the
     /// pooler hands it to next, until a reset that clears them (`DISCARD ALL`, `RESET ALL`).
     pub settings: SessionSettings,
+    /// It listens on the workload's channel (`LISTEN`; `UNLISTEN` and `DISCARD ALL` end it):
+    /// it stays with the backend, whoever the pooler hands it to next, until a reset that
+    /// unlistens (`PoolRules::reset_unlistens`).
+    pub listening: bool,
+    /// A `LISTEN` (`true`) or `UNLISTEN` in its open transaction block: takes effect at
+    /// COMMIT, not at ROLLBACK.
+    pub listen_at_commit: Option<bool>,
+    /// `NOTIFY`s of its open transaction block: sent at COMMIT.
+    pub notify_at_commit: Vec<Note>,
+    /// `NOTIFY`s committed, to be delivered to every backend listening now.
+    pub outbox: Vec<Note>,
+    /// Notifications delivered to it (it listened when their `NOTIFY` committed) that no
+    /// client has received from it yet.
+    pub inbox: BTreeSet<Note>,
 }
 
 impl Backend {
@@ -259,6 +274,8 @@ pub struct Stmt<'e> {
     pub key: Option<Key>,
     /// `set`, `set_local`, `show`: the setting, and the value a set sets.
     pub setting: Option<(Guc, u64)>,
+    /// `notify`: who sends it (the client and the step, as its payload says).
+    pub note: Option<Note>,
     pub reply: &'e Reply,
     /// The backend that reported itself (in-band, or found by its tag).
     pub served: Option<BackendId>,
@@ -310,6 +327,14 @@ pub enum Act<'e> {
         key: Key,
         available: bool,
         after: Option<(Op, &'e Reply)>,
+    },
+    /// A client received a notification from `backend` (its connection's), sent by `note`
+    /// (`None`: a payload or channel that is not the workload's).
+    Notified {
+        client: usize,
+        backend: Option<BackendId>,
+        note: Option<Note>,
+        payload: &'e str,
     },
 }
 
@@ -433,6 +458,12 @@ pub enum Why {
         holders: Vec<BackendId>,
         after: Option<Op>,
     },
+    /// A notification came from a backend that was not listening when its `NOTIFY`
+    /// committed (or had already passed it on).
+    Notification {
+        backend: Option<BackendId>,
+        payload: String,
+    },
 }
 
 fn pids(bs: &[BackendId]) -> String {
@@ -481,6 +512,7 @@ impl Why {
                 predicted: Reply::Text { .. },
                 ..
             } => "pg.show_matches",
+            Why::Notification { .. } => "pg.notification_matches",
             _ => "pg.replies_match_model",
         }
     }
@@ -606,6 +638,16 @@ impl Why {
                 backends.len(),
                 pids(backends)
             ),
+            Why::Notification { backend, payload } => match backend {
+                Some(b) => format!(
+                    "{b} was not listening on {} when the NOTIFY of {payload:?} committed, or had passed it on already",
+                    crate::vocab::notify::CHANNEL
+                ),
+                None => format!(
+                    "no backend was listening on {} when the NOTIFY of {payload:?} committed",
+                    crate::vocab::notify::CHANNEL
+                ),
+            },
             Why::Probe {
                 key,
                 available,
@@ -719,6 +761,41 @@ impl<'e> Case<'e> {
             }
             _ => 1,
         }
+    }
+
+    // ----- notifications -----
+
+    /// A client received notification `note` from `backend`: it was delivered there (the
+    /// backend listened when its NOTIFY committed), and is passed on once.
+    fn notified(
+        &self,
+        s: &State,
+        backend: Option<BackendId>,
+        note: Option<Note>,
+        payload: &str,
+    ) -> Out {
+        let why = || Why::Notification {
+            backend,
+            payload: payload.to_string(),
+        };
+        let Some(n) = note else { return Err(why()) };
+        let from: Vec<BackendId> = s
+            .backends
+            .iter()
+            .filter(|(id, x)| backend.is_none_or(|b| b == **id) && x.inbox.contains(&n))
+            .map(|(id, _)| *id)
+            .collect();
+        if from.is_empty() {
+            return Err(why());
+        }
+        Ok(from
+            .into_iter()
+            .map(|b| {
+                let mut s2 = s.clone();
+                s2.backends.get_mut(&b).unwrap().inbox.remove(&n);
+                s2
+            })
+            .collect())
     }
 
     // ----- statements -----
@@ -981,7 +1058,7 @@ impl<'e> Case<'e> {
             // A server the model has not heard of: it holds nothing and has no transaction.
             let fresh = Backend::default();
             let mut tmp = fresh.clone();
-            let (pred, _) = exec(&mut tmp, st.op, st.key, st.setting, true);
+            let (pred, _) = exec(&mut tmp, st, true);
             if let Some(p) = pred
                 && !p.same_as(st.reply)
             {
@@ -999,7 +1076,7 @@ impl<'e> Case<'e> {
             .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
             .unwrap_or_default();
         let x = s.backends.get_mut(&b).expect("assigned");
-        let (pred, released) = exec(x, st.op, st.key, st.setting, available);
+        let (pred, released) = exec(x, st, available);
         if let Some(p) = pred
             && !p.same_as(st.reply)
         {
@@ -1197,7 +1274,7 @@ impl<'e> Case<'e> {
                 let mut ran = s.clone();
                 let available = st.key.is_none_or(|k| ran.available_to(b, k));
                 let rx = ran.backends.get_mut(&b).unwrap();
-                let (_, mut rel) = exec(rx, st.op, st.key, st.setting, available);
+                let (_, mut rel) = exec(rx, st, available);
                 if st.op.acquires()
                     && available
                     && let Some(k) = st.key
@@ -1276,7 +1353,7 @@ impl<'e> Case<'e> {
             let mut s3 = s2;
             let available = st.key.is_none_or(|k| s3.available_to(b, k));
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(x, st, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             out.extend(wake_all(s3, &rel));
@@ -1310,7 +1387,7 @@ impl<'e> Case<'e> {
                 continue;
             }
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(x, st, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             for s4 in wake_all(s3, &rel) {
@@ -1333,7 +1410,7 @@ impl<'e> Case<'e> {
             let mut ran = s.clone();
             let available = st.key.is_none_or(|k| ran.available_to(*b, k));
             let y = ran.backends.get_mut(b).expect("known");
-            let (_, rel) = exec(y, st.op, st.key, st.setting, available);
+            let (_, rel) = exec(y, st, available);
             // Closed with the client gone ...
             let mut closed = ran.clone();
             if let Some(z) = closed.backends.get_mut(b) {
@@ -1932,7 +2009,25 @@ fn exit(x: &mut Backend, cause: Cause) -> Vec<Key> {
 
 /// After keys were released: each key now free goes to one of the backends waiting for it
 /// (PostgreSQL grants a waiter as the holder releases: a successor per waiter).
-fn wake_all(s: State, released: &[Key]) -> Vec<State> {
+/// Committed `NOTIFY`s reach every backend listening at that moment (the sender's own too).
+fn deliver(s: &mut State) {
+    let notes: Vec<Note> = s
+        .backends
+        .values_mut()
+        .flat_map(|x| std::mem::take(&mut x.outbox))
+        .collect();
+    if notes.is_empty() {
+        return;
+    }
+    for x in s.backends.values_mut() {
+        if x.listening && x.life.is_alive() {
+            x.inbox.extend(notes.iter().copied());
+        }
+    }
+}
+
+fn wake_all(mut s: State, released: &[Key]) -> Vec<State> {
+    deliver(&mut s);
     let mut states = vec![s];
     let mut ks: Vec<Key> = released.to_vec();
     ks.sort();
@@ -1975,13 +2070,8 @@ fn wake(s: State, k: Key) -> Vec<State> {
 /// PostgreSQL's answer to a one-point statement on backend `x` (`available`: no other
 /// backend holds the key), with its effect applied. `None`: the model does not predict the
 /// reply (a migration's: `app.applied_once` judges it). Returns the keys released.
-pub fn exec(
-    x: &mut Backend,
-    op: Op,
-    key: Option<Key>,
-    setting: Option<(Guc, u64)>,
-    available: bool,
-) -> (Option<Reply>, Vec<Key>) {
+pub fn exec(x: &mut Backend, st: &Stmt, available: bool) -> (Option<Reply>, Vec<Key>) {
+    let (op, key, setting) = (st.op, st.key, st.setting);
     let mut released = vec![];
     if x.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
         return (Some(Reply::error(code::IN_FAILED_TRANSACTION)), released);
@@ -2040,7 +2130,17 @@ pub fn exec(
             released.extend(x.xact.keys().copied());
             x.xact.clear();
             // COMMIT of an aborted transaction rolls it back.
-            x.settings.end(op == Op::Commit && x.tx == Tx::Open);
+            let committed = op == Op::Commit && x.tx == Tx::Open;
+            x.settings.end(committed);
+            // LISTEN and UNLISTEN take effect, and NOTIFYs are sent, at commit only.
+            let listen = x.listen_at_commit.take();
+            let notes = std::mem::take(&mut x.notify_at_commit);
+            if committed {
+                if let Some(l) = listen {
+                    x.listening = l;
+                }
+                x.outbox.extend(notes);
+            }
             x.tx = Tx::Idle;
             Some(Reply::Ok)
         }
@@ -2052,8 +2152,28 @@ pub fn exec(
                 x.session.clear();
                 x.tainted.clear();
                 x.settings.reset_all();
+                // DISCARD ALL runs UNLISTEN *.
+                x.listening = false;
                 Some(Reply::Ok)
             }
+        }
+        (Op::Listen | Op::Unlisten, _) => {
+            let on = op == Op::Listen;
+            if x.tx == Tx::Open {
+                x.listen_at_commit = Some(on);
+            } else {
+                x.listening = on;
+            }
+            Some(Reply::Ok)
+        }
+        (Op::Notify, _) => {
+            let n = st.note.expect("notify names its sender");
+            if x.tx == Tx::Open {
+                x.notify_at_commit.push(n);
+            } else {
+                x.outbox.push(n);
+            }
+            Some(Reply::Ok)
         }
         (Op::Set, _) => {
             let (g, v) = setting.expect("set names a setting");
@@ -2130,6 +2250,9 @@ impl<'e> Spec for Case<'e> {
                 }
                 self.read(s, obs, *part).map(|()| vec![s.clone()])
             }
+            Act::Notified {
+                backend, note, payload, ..
+            } => self.notified(s, *backend, *note, payload),
             Act::Probe {
                 key,
                 available,
@@ -2236,6 +2359,9 @@ impl<'e> Spec for Case<'e> {
                 }
                 if self.rules.reset_clears_settings {
                     y.settings.reset_all();
+                }
+                if self.rules.reset_unlistens {
+                    y.listening = false;
                 }
                 y.reset_pending = false;
                 out.extend(wake_all(s2, &rel));

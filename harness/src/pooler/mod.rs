@@ -447,6 +447,10 @@ pub struct PoolRules {
     /// written before settings were modelled lack it (they have no `set`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reset_clears_settings: bool,
+    /// The reset query ends the session's `LISTEN`s (`DISCARD ALL`, `UNLISTEN *`). Histories
+    /// written before notifications were modelled lack it (they have no `listen`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_unlistens: bool,
     /// `server_reset_query_always`: the reset also runs at every release in transaction and
     /// statement mode.
     pub reset_always: bool,
@@ -500,6 +504,7 @@ impl PoolRules {
             pool_size: usize::MAX,
             reset_releases_locks: false,
             reset_clears_settings: false,
+            reset_unlistens: false,
             reset_always: false,
             abort_on_disconnect: false,
             links_at_connect: false,
@@ -511,7 +516,7 @@ impl PoolRules {
     /// The reset query changes something the model keeps (locks, settings): the server must
     /// be reset before it is handed out again.
     pub fn reset_does_something(&self) -> bool {
-        self.reset_releases_locks || self.reset_clears_settings
+        self.reset_releases_locks || self.reset_clears_settings || self.reset_unlistens
     }
 
     pub fn is_pooled(&self) -> bool {
@@ -569,6 +574,7 @@ mod tests {
             pool_size: 2,
             reset_releases_locks: true,
             reset_clears_settings: true,
+            reset_unlistens: true,
             reset_always: always,
             abort_on_disconnect: false,
             links_at_connect: false,

@@ -359,6 +359,7 @@ mod tests {
             pool_size: size,
             reset_releases_locks: true,
             reset_clears_settings: true,
+            reset_unlistens: true,
             reset_always: false,
             abort_on_disconnect: false,
             links_at_connect: false,

@@ -45,6 +45,14 @@ pub enum Op {
     SetLocal,
     /// Reads a setting back (`pg_settings`): the value the session set, or `default`.
     Show,
+    /// `LISTEN pgchaos` (the one shared channel, `vocab::notify`): for the session from its
+    /// commit (inside a transaction block: at COMMIT, not at ROLLBACK).
+    Listen,
+    /// `UNLISTEN pgchaos`, at commit like `LISTEN`.
+    Unlisten,
+    /// `NOTIFY pgchaos, '<client>:<step>'` (the payload names the sender): delivered at
+    /// commit to every backend listening then.
+    Notify,
     /// Script only: the client thinks for `ms`, holding whatever it holds (no statement).
     Sleep,
     /// Script only: `SELECT pg_sleep(ms / 1000)` on its connection (server-side work).
@@ -132,7 +140,7 @@ impl Op {
     pub const SCRIPT_ONLY: [Op; 4] = [Op::Sleep, Op::PgSleep, Op::Migrate, Op::Raise];
 
     /// Ops a random workload can weigh.
-    pub const ALL: [Op; 19] = [
+    pub const ALL: [Op; 22] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -152,6 +160,9 @@ impl Op {
         Op::Set,
         Op::SetLocal,
         Op::Show,
+        Op::Listen,
+        Op::Unlisten,
+        Op::Notify,
     ];
 
     /// Faults of the servers a topology's `faults` section can weigh.
@@ -221,6 +232,9 @@ impl Op {
             Op::Set => "set",
             Op::SetLocal => "set_local",
             Op::Show => "show",
+            Op::Listen => "listen",
+            Op::Unlisten => "unlisten",
+            Op::Notify => "notify",
             Op::Sleep => "sleep",
             Op::PgSleep => "pg_sleep",
             Op::Migrate => "migrate",

@@ -75,7 +75,7 @@ impl fmt::Display for Step {
 
 /// Ops in shrinking order: proptest shrinks a union towards its first alternatives, so the
 /// simplest ops come first.
-const SIMPLICITY: [Op; 19] = [
+const SIMPLICITY: [Op; 22] = [
     Op::TryLock,
     Op::Ping,
     Op::Unlock,
@@ -95,6 +95,9 @@ const SIMPLICITY: [Op; 19] = [
     Op::Show,
     Op::Set,
     Op::SetLocal,
+    Op::Listen,
+    Op::Notify,
+    Op::Unlisten,
 ];
 
 /// A strategy for one step of this workload.

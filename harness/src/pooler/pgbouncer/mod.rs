@@ -148,6 +148,8 @@ impl Pooler for PgBouncer {
             reset_releases_locks: q.contains("discard all") || q.contains("pg_advisory_unlock_all"),
             // DISCARD ALL runs RESET ALL (docs/session-state.md).
             reset_clears_settings: q.contains("discard all") || q.contains("reset all"),
+            // DISCARD ALL runs UNLISTEN * (docs/session-state.md).
+            reset_unlistens: q.contains("discard all") || q.contains("unlisten"),
             reset_always: self.spec.server_reset_query_always,
             abort_on_disconnect: false,
             links_at_connect: false,
@@ -239,5 +241,14 @@ mod tests {
         assert!(clears("RESET ALL"));
         assert!(!clears(""));
         assert!(!clears("SELECT pg_advisory_unlock_all()"));
+    }
+
+    #[test]
+    fn discard_all_and_unlisten_end_listens() {
+        let unlistens = |q: &str| PgBouncer::new("t", spec(q)).rules().reset_unlistens;
+        assert!(unlistens("DISCARD ALL"));
+        assert!(unlistens("UNLISTEN *"));
+        assert!(!unlistens("RESET ALL"));
+        assert!(!unlistens(""));
     }
 }

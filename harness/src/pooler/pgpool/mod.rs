@@ -157,6 +157,8 @@ impl Pooler for Pgpool {
             // docs/pgpool.md §5: with `ABORT` alone C1's SET reaches C2; the default list's
             // DISCARD ALL leaves C2 the default.
             reset_clears_settings: q.contains("discard all") || q.contains("reset all"),
+            // DISCARD ALL runs UNLISTEN * (docs/session-state.md).
+            reset_unlistens: q.contains("discard all") || q.contains("unlisten"),
             reset_always: false,
             abort_on_disconnect: true,
             links_at_connect: true,
