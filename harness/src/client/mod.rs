@@ -147,6 +147,8 @@ impl AppPool {
 pub struct Received {
     pub backend: Option<BackendId>,
     pub heard: crate::launch::Heard,
+    /// It arrived during the client's last op (from the backend serving it).
+    pub during: bool,
 }
 
 /// A logical client: what an application holds, one connection at a time (its own, or one
@@ -234,13 +236,39 @@ impl LogicalClient {
         Ok(())
     }
 
-    /// Keep the notifications that have arrived, as received on `backend`.
-    fn collect(&mut self, backend: Option<BackendId>) {
+    /// Keep the notifications that have arrived, as received on `backend` (`during`: during
+    /// the client's op).
+    fn collect_as(&mut self, backend: Option<BackendId>, during: bool) {
         let Some(rx) = self.heard.as_mut() else {
             return;
         };
         while let Ok(heard) = rx.try_recv() {
-            self.received.push(Received { backend, heard });
+            self.received.push(Received {
+                backend,
+                heard,
+                during,
+            });
+        }
+    }
+
+    /// What arrived while the client was idle came from the backend its connection was on.
+    fn collect(&mut self, backend: Option<BackendId>) {
+        self.collect_as(backend, false)
+    }
+
+    /// The runner found the backend that served the client's last op by its tag (it
+    /// reported no identity in-band: `DISCARD ALL`): what arrived during that op came from
+    /// it, and the connection is on it.
+    pub fn served_by(&mut self, b: BackendId) {
+        for r in self
+            .received
+            .iter_mut()
+            .filter(|r| r.during && r.backend.is_none())
+        {
+            r.backend = Some(b);
+        }
+        if self.heard.is_some() {
+            self.last = Some(b);
         }
     }
 
@@ -367,10 +395,9 @@ impl LogicalClient {
         // What arrived during the op came from the backend serving it (PgBouncer passes a
         // server's messages only to the client linked to it).
         if self.pool.is_none() {
-            self.collect(served.or(self.last));
-            if served.is_some() {
-                self.last = served;
-            }
+            self.collect_as(served, true);
+            // Unknown (no identity in-band) until the runner finds it (`served_by`).
+            self.last = served;
         }
         let result: Option<Vec<Option<String>>> = raw.rows.iter().find_map(|r| match r.len() {
             1 => Some(vec![r[0].clone()]),

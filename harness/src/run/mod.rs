@@ -275,6 +275,9 @@ impl<'a> Runner<'a> {
                         let obs = self.observer.snapshot().await?;
                         served = obs.ran(&crate::sql::tag(i));
                         first_look = Some(obs);
+                        if let Some(b) = served {
+                            clients[c].served_by(b);
+                        }
                     }
                     if reply.ended_by_server() {
                         slots[c].connected = false;
