@@ -934,9 +934,7 @@ impl Tally {
                         )
                     });
                     Verdict::Unknown
-                } else if self.cases > 0
-                    && unknown.len() as u32 >= self.cases
-                {
+                } else if self.cases > 0 && unknown.len() as u32 >= self.cases {
                     Verdict::Unknown
                 } else {
                     if !applicable {
@@ -1267,7 +1265,7 @@ mod tests {
         (
             "notifications-arrive",
             "app.notifications_arrive",
-            "C1 listened (step 0) and stayed, but never received C2's notification (step 1",
+            "C1 listened (step 1) and stayed, but never received C2's notification \"C2 s1\" (step 2,",
         ),
         (
             "no-lost-lock",

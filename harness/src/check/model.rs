@@ -16,8 +16,8 @@ use super::search::Spec;
 use crate::history::Observation;
 use crate::pooler::{PoolRules, ServerFate};
 use crate::vocab::fault::{Breaks, By, Down, Ends, meaning};
-use crate::vocab::reply::code;
 use crate::vocab::notify::Note;
+use crate::vocab::reply::code;
 use crate::vocab::setting::SessionSettings;
 use crate::vocab::timeout::{Effect as Timer, Timeouts};
 use crate::vocab::{BackendId, Guc, Key, Op, Reply};
@@ -2251,7 +2251,10 @@ impl<'e> Spec for Case<'e> {
                 self.read(s, obs, *part).map(|()| vec![s.clone()])
             }
             Act::Notified {
-                backend, note, payload, ..
+                backend,
+                note,
+                payload,
+                ..
             } => self.notified(s, *backend, *note, payload),
             Act::Probe {
                 key,

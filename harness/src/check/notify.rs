@@ -18,8 +18,8 @@
 use super::model::{Act, Entry};
 use super::search::Mark;
 use super::{CaseCheck, Violation};
-use crate::vocab::notify::Note;
 use crate::vocab::Op;
+use crate::vocab::notify::Note;
 use std::collections::BTreeSet;
 
 pub const NAME: &str = "app.notifications_arrive";
@@ -170,13 +170,11 @@ pub fn judge(entries: &[Entry], marks: &[(Mark, u64)], out: &mut CaseCheck) {
                     Op::Commit | Op::Rollback => {
                         if op_commits(st.op, v.aborted) {
                             match v.pending.take() {
-                                Some((true, s)) => {
-                                    if v.listening.is_none() {
-                                        v.listening = Some((done, s));
-                                    }
+                                Some((true, s)) if v.listening.is_none() => {
+                                    v.listening = Some((done, s));
                                 }
                                 Some((false, _)) => v.listening = None,
-                                None => {}
+                                Some((true, _)) | None => {}
                             }
                             for n in v.notes.drain(..) {
                                 committed.push(Committed {
@@ -227,22 +225,23 @@ pub fn judge(entries: &[Entry], marks: &[(Mark, u64)], out: &mut CaseCheck) {
         let stays = v.listening.filter(|_| !v.block && !v.unsure);
         for n in &committed {
             match stays {
-                Some((since, step)) if since <= n.from => {
-                    if !received[c].contains(&n.note) {
-                        violations.push(Violation {
-                            invariant: NAME.into(),
-                            step: n.note.1,
-                            detail: format!(
-                                "C{} listened (step {}) and stayed, but never received C{}'s notification (step {}, committed by {:.3} ms)",
-                                c + 1,
-                                step,
-                                n.note.0 + 1,
-                                n.note.1,
-                                n.to as f64 / 1e6
-                            ),
-                        });
-                    }
+                Some((since, step)) if since <= n.from && !received[c].contains(&n.note) => {
+                    violations.push(Violation {
+                        invariant: NAME.into(),
+                        step: n.note.1,
+                        detail: format!(
+                            "C{} listened (step {}) and stayed, but never received C{}'s notification {:?} (step {}, committed by {:.3} ms)",
+                            c + 1,
+                            step + 1,
+                            n.note.0 + 1,
+                            crate::vocab::notify::payload(n.note.0, n.note.1),
+                            n.note.1 + 1,
+                            n.to as f64 / 1e6
+                        ),
+                    });
                 }
+                // Expected, and received.
+                Some((since, _)) if since <= n.from => {}
                 // It began to listen while the NOTIFY committed.
                 Some((since, _)) if since < n.to => undecided = true,
                 Some(_) => {}
@@ -263,4 +262,3 @@ pub fn judge(entries: &[Entry], marks: &[(Mark, u64)], out: &mut CaseCheck) {
 fn op_commits(op: Op, aborted: bool) -> bool {
     op == Op::Commit && !aborted
 }
-

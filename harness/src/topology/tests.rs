@@ -431,6 +431,24 @@ fn shipped_topologies_expect_what_was_decided() {
             "app.settings_stay_put"
         ]
     );
+    // A LISTEN stays on the shared server: notifications go to whoever holds it, or nowhere
+    // (docs/session-state.md, "LISTEN and NOTIFY").
+    assert_eq!(
+        violated("transaction-mode-listen"),
+        [
+            "app.mutual_exclusion",
+            "app.no_orphans",
+            "app.no_stale_holder",
+            "app.notifications_arrive"
+        ]
+    );
+    // Session pooling keeps settings and LISTENs with their client; the reset at every
+    // release clears a client's own.
+    assert!(violated("session-mode-settings").is_empty());
+    assert_eq!(
+        violated("transaction-mode-reset-always-settings"),
+        ["app.settings_stay_put", "app.notifications_arrive"]
+    );
     // Faults add lost locks to what each pooling mode already breaks.
     assert_eq!(
         violated("failover"),
