@@ -379,7 +379,16 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
         }
     }
     progress(cx, view, events, &mut out);
-    notify::judge(entries, &marks.marks, &mut out);
+    if cx.rules.app_pin.is_none() {
+        notify::judge(entries, &marks.marks, &mut out);
+    } else if entries
+        .iter()
+        .any(|e| matches!(&e.act, Act::Stmt(s) if s.op == Op::Listen))
+    {
+        // An application pool's connections do not collect notifications (`client`): what
+        // arrived is not known.
+        out.undecided.push(notify::NAME.into());
+    }
     out.violations.sort_by_key(|v| v.step);
     out
 }
