@@ -109,6 +109,15 @@ pub fn op_sql_full(
             label()
         )),
         Op::Fetch => id_then(format!("FETCH FIRST FROM {}", name(op))),
+        // LISTEN, UNLISTEN and NOTIFY after the identity, like SET: outside a block the
+        // message's implicit transaction commits them; inside one they wait for COMMIT.
+        Op::Listen => id_then(format!("LISTEN {}", crate::vocab::notify::CHANNEL)),
+        Op::Unlisten => id_then(format!("UNLISTEN {}", crate::vocab::notify::CHANNEL)),
+        Op::Notify => id_then(format!(
+            "NOTIFY {}, '{}'",
+            crate::vocab::notify::CHANNEL,
+            crate::vocab::notify::payload(client, step)
+        )),
         Op::PgSleep => id_then(format!(
             "SELECT pg_sleep({})::text",
             ms_arg.unwrap_or(0) as f64 / 1000.0
@@ -354,7 +363,7 @@ mod tests {
     /// its own: the connection ops (`disconnect`, `reconnect`, `open`, `release`), the
     /// nemesis's faults, the client-side `sleep` and `raise`, and `migrate` (its own
     /// statements, `migrate_*` below).
-    const STATEMENTS: [Op; 24] = [
+    const STATEMENTS: [Op; 27] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -379,6 +388,9 @@ mod tests {
         Op::ReadTemp,
         Op::DeclareHold,
         Op::Fetch,
+        Op::Listen,
+        Op::Unlisten,
+        Op::Notify,
     ];
 
     #[test]
@@ -420,6 +432,10 @@ mod tests {
                 if !kind.per_client() {
                     assert!(sql.contains(kind.row().name), "{op}: {sql}");
                 }
+            }
+            if op == Op::Notify {
+                // The payload names the sender: client 2 (0-based) is C3.
+                assert!(sql.ends_with("NOTIFY pgchaos, 'C3 s7'"), "{op}: {sql}");
             }
             if op != Op::DiscardAll {
                 assert!(sql.contains("pg_backend_pid()"), "{op} reports identity");

@@ -964,6 +964,47 @@ fn a_leaked_setting_is_found_shrunk_and_reproduced() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// A LISTEN left on a shared server (transaction-mode-listen, docs/session-state.md): the
+/// notification goes to the client holding the server, not the one that listened; found,
+/// shrunk to a LISTEN and another client's NOTIFY, and reproduced; the model explains every
+/// notification received (no `pg.*`).
+#[test]
+fn a_misdelivered_notification_is_found_shrunk_and_reproduced() {
+    let _serial = serial();
+    let out = tmp("listen");
+    let o = pgchaos(&[
+        "chaos",
+        "transaction-mode-listen",
+        "--seed",
+        "1",
+        "--cases",
+        "64",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let (dir, results) = latest(&out, "transaction-mode-listen");
+    assert_no_pg_violation(&results);
+    assert_analyze_agrees(&dir, &results);
+    assert_eq!(
+        invariant(&results, "pg.notification_matches")["verdict"],
+        "holds"
+    );
+    let lost = invariant(&results, "app.notifications_arrive");
+    assert_eq!(lost["verdict"], "violated", "{}\n{lost}", text(&o));
+    let minimal = lost["first_failure"]["minimal_steps"].as_u64().unwrap();
+    assert!(minimal <= 3, "minimal case of {minimal} steps: {lost}");
+    let case = dir.join(lost["first_failure"]["case_file"].as_str().unwrap());
+    let yaml = std::fs::read_to_string(&case).unwrap();
+    assert_eq!(yaml.matches("op: listen\n").count(), 1, "{yaml}");
+    assert_eq!(yaml.matches("op: notify\n").count(), 1, "{yaml}");
+    assert!(yaml.contains("and stayed, but never received"), "{yaml}");
+    let o = pgchaos(&["reproduce", case.to_str().unwrap(), "--times", "5"]);
+    assert!(text(&o).contains("reproduced 5/5 times"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// The fault topologies under both schedules (a few cases each): faults run, no `pg.*`
 /// violation, and a fault's lost lock is found where the topology expects it.
 #[test]

@@ -153,6 +153,12 @@ scenario! {
     objects_protocol_tracked_discard => "objects-protocol-tracked-discard",
     objects_reset_session_mode => "objects-reset-session-mode",
     objects_rollback => "objects-rollback",
+    // LISTEN and NOTIFY (docs/session-state.md).
+    listen_transaction_mode => "listen-transaction-mode",
+    listen_session_mode => "listen-session-mode",
+    listen_in_transaction => "listen-in-transaction",
+    listen_session_mode_no_reset => "listen-session-mode-no-reset",
+    listen_reset_always => "listen-reset-always",
     // Faults of the servers: each kind's effect on locks, by identity.
     fault_pooler_reconnect => "fault-pooler-reconnect",
     fault_pooler_reconnect_at_release => "fault-pooler-reconnect-at-release",

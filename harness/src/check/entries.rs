@@ -118,6 +118,7 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                         op,
                         key: inv.key,
                         setting: inv.guc.map(|g| (g, inv.ms.unwrap_or(0))),
+                        note: (op == Op::Notify).then(|| (client, inv.step.unwrap_or(0))),
                         reply: r,
                         served: comp.and_then(|c| c.backend),
                         took: c.map(|(j, _)| events[j].t.saturating_sub(ev.t)),
@@ -199,6 +200,32 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                         after,
                     },
                     step: p.step,
+                    inv: now,
+                    done: Some(now),
+                    unknown: false,
+                    orphaned: false,
+                });
+                completed.push(None);
+                invokes.push(None);
+                at[i].push((Mark::Invoke(id), now));
+                at[i].push((Mark::Complete(id), now));
+            }
+            Body::Notification(n) => {
+                // Received by the time it was written: after everything written before it.
+                let Process::Client(client) = n.p else {
+                    continue;
+                };
+                let id = entries.len();
+                entries.push(Entry {
+                    act: Act::Notified {
+                        client,
+                        backend: n.backend,
+                        note: (n.channel == crate::vocab::notify::CHANNEL)
+                            .then(|| crate::vocab::notify::sender(&n.payload))
+                            .flatten(),
+                        payload: &n.payload,
+                    },
+                    step: None,
                     inv: now,
                     done: Some(now),
                     unknown: false,

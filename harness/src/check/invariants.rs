@@ -28,6 +28,8 @@ const PREPARES: &[Op] = &[Op::Prepare, Op::PrepareProtocol];
 const EXECUTES: &[Op] = &[Op::Execute, Op::ExecuteProtocol];
 const TEMP_CREATES: &[Op] = &[Op::CreateTemp, Op::DeclareHold];
 const TEMP_USES: &[Op] = &[Op::ReadTemp, Op::Fetch];
+const LISTENS: &[Op] = &[Op::Listen];
+const NOTIFIES: &[Op] = &[Op::Notify];
 const STATEMENTS: &[Op] = &[
     Op::TryLock,
     Op::Lock,
@@ -54,6 +56,9 @@ const STATEMENTS: &[Op] = &[
     Op::ReadTemp,
     Op::DeclareHold,
     Op::Fetch,
+    Op::Listen,
+    Op::Unlisten,
+    Op::Notify,
 ];
 
 /// One moment of a case: a mark, with what the application saw there and every state the
@@ -223,6 +228,13 @@ pg_invariant!(
     "pg.objects_match",
     &[OBJECT_USES],
     "every use of a named object (execute, execute_protocol, read_temp, fetch) replies what some order of the case's operations leaves on the backend that served it: the label of the client whose object is there, or the kind's error (26000, 42P01, 34000) when none is; a protocol-level statement follows its client when the pooler tracks prepared statements"
+);
+
+pg_invariant!(
+    NotificationMatches,
+    "pg.notification_matches",
+    &[LISTENS, NOTIFIES],
+    "every notification a client receives comes from a backend that was listening on the channel when the NOTIFY committed (LISTEN and UNLISTEN take effect at commit; DISCARD ALL unlistens), once"
 );
 
 invariant!(
@@ -756,6 +768,27 @@ impl Invariant for TempStateFollows {
     }
 }
 
+invariant!(
+    NotificationsArrive,
+    "app.notifications_arrive",
+    App,
+    &[LISTENS, NOTIFIES],
+    "a client that listened on its connection and stayed receives every notification committed on the channel since, and a client that never listened on its connection receives none"
+);
+impl Invariant for NotificationsArrive {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn needs(&self) -> Needs {
+        &[LISTENS, NOTIFIES]
+    }
+    fn history_only(&self) -> bool {
+        // Judged from the history (`check::notify`), with its own unknowns: a client that
+        // stopped listening, or sat in a transaction, after a notification was committed.
+        true
+    }
+}
+
 /// Every invariant, in report order: `pg.*` first, then `app.*`.
 pub static ALL: &[&dyn Invariant] = &[
     &Exclusion,
@@ -768,6 +801,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &CancelKeepsSessionLocks,
     &ShowMatches,
     &ObjectsMatch,
+    &NotificationMatches,
     &MutualExclusion,
     &NoOrphans,
     &FailedLockNotHeld,
@@ -780,6 +814,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &SettingsStayPut,
     &PreparedStatementsFollow,
     &TempStateFollows,
+    &NotificationsArrive,
 ];
 
 static CATALOG: LazyLock<Vec<InvariantInfo>> =
@@ -803,7 +838,7 @@ mod tests {
     fn the_catalog_is_well_formed() {
         let names: BTreeSet<&str> = catalog().iter().map(|i| i.name).collect();
         assert_eq!(names.len(), ALL.len(), "names are unique");
-        assert_eq!(ALL.len(), 22);
+        assert_eq!(ALL.len(), 24);
         let mut seen_app = false;
         for i in catalog() {
             assert!(i.name.starts_with(&format!("{}.", i.tier)), "{}", i.name);
@@ -885,6 +920,10 @@ mod tests {
                 backend: b,
                 holders: vec![],
             },
+            Why::Notification {
+                backend: Some(b),
+                payload: "C1 s2".into(),
+            },
         ];
         let expected = [
             "pg.exclusion",
@@ -897,6 +936,7 @@ mod tests {
             "pg.cancel_keeps_session_locks",
             "pg.exclusion",
             "pg.show_matches",
+            "pg.notification_matches",
         ];
         for (w, name) in whys.iter().zip(expected) {
             assert_eq!(w.invariant(), name, "{w:?}");

@@ -16,6 +16,7 @@ pub mod entries;
 pub mod invariants;
 pub mod model;
 pub mod mutate;
+pub mod notify;
 pub mod search;
 pub mod waits;
 
@@ -100,6 +101,10 @@ pub struct CaseCheck {
     /// The search ran out of budget (why): every invariant it judges is unknown in this case
     /// unless violated before then.
     pub unknown: Option<String>,
+    /// Invariants judged from the history that could not be judged in this case (a pair of
+    /// a notification and a client that listened, then stopped: `check::notify`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<String>,
     pub judged: Judged,
     pub explanations: Vec<Explanation>,
 }
@@ -135,9 +140,9 @@ impl CaseCheck {
     /// Whether `invariant` is unknown in this case (not violated, and the search it rests on
     /// ran out of budget).
     pub fn unknown_for(&self, invariant: &str) -> bool {
-        self.unknown.is_some()
-            && !self.violates(invariant)
-            && by_name(invariant).is_some_and(|i| !i.history_only())
+        !self.violates(invariant)
+            && ((self.unknown.is_some() && by_name(invariant).is_some_and(|i| !i.history_only()))
+                || self.undecided.iter().any(|u| u == invariant))
     }
 }
 
@@ -374,6 +379,16 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
         }
     }
     progress(cx, view, events, &mut out);
+    if cx.rules.app_pin.is_none() {
+        notify::judge(entries, &marks.marks, &mut out);
+    } else if entries
+        .iter()
+        .any(|e| matches!(&e.act, Act::Stmt(s) if s.op == Op::Listen))
+    {
+        // An application pool's connections do not collect notifications (`client`): what
+        // arrived is not known.
+        out.undecided.push(notify::NAME.into());
+    }
     out.violations.sort_by_key(|v| v.step);
     out
 }
@@ -392,6 +407,7 @@ fn count_judged(entry: &Entry, j: &mut Judged) {
             }
         }
         Act::Probe { .. } => j.probes += 1,
+        Act::Notified { .. } => {}
         Act::Connect { .. } | Act::Release { .. } => {}
     }
 }
@@ -442,6 +458,16 @@ fn label(e: &Entry) -> String {
                 .unwrap_or_default(),
             if *available { "available" } else { "taken" }
         ),
+        Act::Notified {
+            client,
+            backend,
+            payload,
+            ..
+        } => format!(
+            "C{} received notification {payload:?}{}",
+            client + 1,
+            backend.map(|b| format!(" from {b}")).unwrap_or_default()
+        ),
     }
 }
 
@@ -456,6 +482,7 @@ const RANK: &[&str] = &[
     "pg.cancel_keeps_session_locks",
     "pg.show_matches",
     "pg.objects_match",
+    "pg.notification_matches",
     "pg.locks_match_model",
     "pg.replies_match_model",
 ];
@@ -796,10 +823,12 @@ impl Tally {
                 if check.unknown.is_none() && !check.judged.is_empty() {
                     self.judged_cases += 1;
                 }
-                if let Some(why) = &check.unknown {
-                    if self.unknown_why.len() < 8 {
-                        self.unknown_why.push(format!("case {index}: {why}"));
-                    }
+                if let Some(why) = &check.unknown
+                    && self.unknown_why.len() < 8
+                {
+                    self.unknown_why.push(format!("case {index}: {why}"));
+                }
+                if check.unknown.is_some() || !check.undecided.is_empty() {
                     for i in ALL {
                         let name = i.info().name;
                         if check.unknown_for(name) {
@@ -915,10 +944,7 @@ impl Tally {
                         )
                     });
                     Verdict::Unknown
-                } else if !inv.history_only()
-                    && self.cases > 0
-                    && unknown.len() as u32 >= self.cases
-                {
+                } else if self.cases > 0 && unknown.len() as u32 >= self.cases {
                     Verdict::Unknown
                 } else {
                     if !applicable {
@@ -1263,6 +1289,16 @@ mod tests {
             "C1 read_temp found no temporary table (42P01) on pid 102",
         ),
         (
+            "notification-matches",
+            "pg.notification_matches",
+            "was not listening on pgchaos when the NOTIFY of \"C2 s3\" committed",
+        ),
+        (
+            "notifications-arrive",
+            "app.notifications_arrive",
+            "C1 listened (step 1) and stayed, but never received C2's notification \"C2 s1\" (step 2,",
+        ),
+        (
             "no-lost-lock",
             "app.no_lost_lock",
             "C1 believes it holds 7, but pooler_reconnect closed the backend that granted it (pid 101 (backend_start 2026-11-30 00:53:20.000001+00))",
@@ -1397,6 +1433,38 @@ mod tests {
         )
         .unwrap();
         assert!(!old.tracks_prepared && !old.reset_clears_objects);
+    }
+
+    /// `app.notifications_arrive` judges both ways, and says unknown where it cannot: a
+    /// client that listened and stopped may or may not have heard.
+    #[test]
+    fn notifications_are_judged_both_ways_or_left_unknown() {
+        let (_, v) = check_file("notifications-arrive-violated");
+        let lines: Vec<&str> = v
+            .violations
+            .iter()
+            .filter(|x| x.invariant == notify::NAME)
+            .map(|x| x.detail.as_str())
+            .collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.starts_with(
+                "C2 received a notification it never listened for: \"C2 s1\" on pid 101"
+            )),
+            "{lines:?}"
+        );
+        assert!(!v.unknown_for(notify::NAME));
+        let (_, holds) = check_file("notifications-arrive-holds");
+        assert!(holds.undecided.is_empty(), "{holds:?}");
+        // C1's LISTEN was rolled back: it does not listen at the end, having listened.
+        let (run, rolled) = check_file("notification-matches-violated");
+        assert!(!rolled.violates(notify::NAME));
+        assert_eq!(rolled.undecided, [notify::NAME]);
+        assert!(rolled.unknown_for(notify::NAME));
+        assert_eq!(
+            run.tally.unknown_indices.get(notify::NAME).map(Vec::len),
+            Some(1)
+        );
     }
 
     #[test]

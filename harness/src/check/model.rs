@@ -16,6 +16,7 @@ use super::search::Spec;
 use crate::history::Observation;
 use crate::pooler::{PoolRules, ServerFate};
 use crate::vocab::fault::{Breaks, By, Down, Ends, meaning};
+use crate::vocab::notify::Note;
 use crate::vocab::object::{Carry, Obj, Role, SessionObjects, label_of, slot};
 use crate::vocab::reply::code;
 use crate::vocab::setting::SessionSettings;
@@ -156,6 +157,20 @@ pub struct Backend {
     /// Its session's named objects (`vocab::object`): they stay with the backend, whoever
     /// the pooler hands it to next, until the session ends or a `DISCARD ALL`.
     pub objects: SessionObjects,
+    /// It listens on the workload's channel (`LISTEN`; `UNLISTEN` and `DISCARD ALL` end it):
+    /// it stays with the backend, whoever the pooler hands it to next, until a reset that
+    /// unlistens (`PoolRules::reset_unlistens`).
+    pub listening: bool,
+    /// A `LISTEN` (`true`) or `UNLISTEN` in its open transaction block: takes effect at
+    /// COMMIT, not at ROLLBACK.
+    pub listen_at_commit: Option<bool>,
+    /// `NOTIFY`s of its open transaction block: sent at COMMIT.
+    pub notify_at_commit: Vec<Note>,
+    /// `NOTIFY`s committed, to be delivered to every backend listening now.
+    pub outbox: Vec<Note>,
+    /// Notifications delivered to it (it listened when their `NOTIFY` committed) that no
+    /// client has received from it yet.
+    pub inbox: BTreeSet<Note>,
 }
 
 impl Backend {
@@ -270,6 +285,8 @@ pub struct Stmt<'e> {
     pub key: Option<Key>,
     /// `set`, `set_local`, `show`: the setting, and the value a set sets.
     pub setting: Option<(Guc, u64)>,
+    /// `notify`: who sends it (the client and the step, as its payload says).
+    pub note: Option<Note>,
     pub reply: &'e Reply,
     /// The backend that reported itself (in-band, or found by its tag).
     pub served: Option<BackendId>,
@@ -321,6 +338,14 @@ pub enum Act<'e> {
         key: Key,
         available: bool,
         after: Option<(Op, &'e Reply)>,
+    },
+    /// A client received a notification from `backend` (its connection's), sent by `note`
+    /// (`None`: a payload or channel that is not the workload's).
+    Notified {
+        client: usize,
+        backend: Option<BackendId>,
+        note: Option<Note>,
+        payload: &'e str,
     },
 }
 
@@ -444,6 +469,12 @@ pub enum Why {
         holders: Vec<BackendId>,
         after: Option<Op>,
     },
+    /// A notification came from a backend that was not listening when its `NOTIFY`
+    /// committed (or had already passed it on).
+    Notification {
+        backend: Option<BackendId>,
+        payload: String,
+    },
 }
 
 fn pids(bs: &[BackendId]) -> String {
@@ -497,6 +528,7 @@ impl Why {
                 predicted: Reply::Text { .. },
                 ..
             } => "pg.show_matches",
+            Why::Notification { .. } => "pg.notification_matches",
             _ => "pg.replies_match_model",
         }
     }
@@ -622,6 +654,16 @@ impl Why {
                 backends.len(),
                 pids(backends)
             ),
+            Why::Notification { backend, payload } => match backend {
+                Some(b) => format!(
+                    "{b} was not listening on {} when the NOTIFY of {payload:?} committed, or had passed it on already",
+                    crate::vocab::notify::CHANNEL
+                ),
+                None => format!(
+                    "no backend was listening on {} when the NOTIFY of {payload:?} committed",
+                    crate::vocab::notify::CHANNEL
+                ),
+            },
             Why::Probe {
                 key,
                 available,
@@ -735,6 +777,41 @@ impl<'e> Case<'e> {
             }
             _ => 1,
         }
+    }
+
+    // ----- notifications -----
+
+    /// A client received notification `note` from `backend`: it was delivered there (the
+    /// backend listened when its NOTIFY committed), and is passed on once.
+    fn notified(
+        &self,
+        s: &State,
+        backend: Option<BackendId>,
+        note: Option<Note>,
+        payload: &str,
+    ) -> Out {
+        let why = || Why::Notification {
+            backend,
+            payload: payload.to_string(),
+        };
+        let Some(n) = note else { return Err(why()) };
+        let from: Vec<BackendId> = s
+            .backends
+            .iter()
+            .filter(|(id, x)| backend.is_none_or(|b| b == **id) && x.inbox.contains(&n))
+            .map(|(id, _)| *id)
+            .collect();
+        if from.is_empty() {
+            return Err(why());
+        }
+        Ok(from
+            .into_iter()
+            .map(|b| {
+                let mut s2 = s.clone();
+                s2.backends.get_mut(&b).unwrap().inbox.remove(&n);
+                s2
+            })
+            .collect())
     }
 
     // ----- statements -----
@@ -1022,14 +1099,7 @@ impl<'e> Case<'e> {
             // A server the model has not heard of: it holds nothing and has no transaction.
             let fresh = Backend::default();
             let mut tmp = fresh.clone();
-            let (pred, _) = exec(
-                &mut tmp,
-                st.op,
-                st.key,
-                st.setting,
-                self.call(&s, e, st),
-                true,
-            );
+            let (pred, _) = exec(&mut tmp, st, self.call(&s, e, st), true);
             if let Some(p) = pred
                 && !p.same_as(st.reply)
             {
@@ -1048,7 +1118,7 @@ impl<'e> Case<'e> {
             .unwrap_or_default();
         let call = self.call(&s, e, st);
         let x = s.backends.get_mut(&b).expect("assigned");
-        let (pred, released) = exec(x, st.op, st.key, st.setting, call, available);
+        let (pred, released) = exec(x, st, call, available);
         if let Some(p) = pred
             && !p.same_as(st.reply)
         {
@@ -1247,7 +1317,7 @@ impl<'e> Case<'e> {
                 let available = st.key.is_none_or(|k| ran.available_to(b, k));
                 let call = self.call(&ran, e, st);
                 let rx = ran.backends.get_mut(&b).unwrap();
-                let (_, mut rel) = exec(rx, st.op, st.key, st.setting, call, available);
+                let (_, mut rel) = exec(rx, st, call, available);
                 if st.op.acquires()
                     && available
                     && let Some(k) = st.key
@@ -1327,7 +1397,7 @@ impl<'e> Case<'e> {
             let available = st.key.is_none_or(|k| s3.available_to(b, k));
             let call = self.call(&s3, e, st);
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, st.setting, call, available);
+            let (_, rel) = exec(x, st, call, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             out.extend(wake_all(s3, &rel));
@@ -1365,7 +1435,7 @@ impl<'e> Case<'e> {
             }
             let call = self.call(&s3, e, st);
             let x = s3.backends.get_mut(&b).expect("assigned");
-            let (_, rel) = exec(x, st.op, st.key, st.setting, call, available);
+            let (_, rel) = exec(x, st, call, available);
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             for s4 in wake_all(s3, &rel) {
@@ -1407,7 +1477,7 @@ impl<'e> Case<'e> {
                 ..self.call(&ran, 0, st)
             };
             let y = ran.backends.get_mut(b).expect("known");
-            let (_, rel) = exec(y, st.op, st.key, st.setting, call, available);
+            let (_, rel) = exec(y, st, call, available);
             // Closed with the client gone ...
             let mut closed = ran.clone();
             if let Some(z) = closed.backends.get_mut(b) {
@@ -2016,7 +2086,25 @@ fn exit(x: &mut Backend, cause: Cause) -> Vec<Key> {
 
 /// After keys were released: each key now free goes to one of the backends waiting for it
 /// (PostgreSQL grants a waiter as the holder releases: a successor per waiter).
-fn wake_all(s: State, released: &[Key]) -> Vec<State> {
+/// Committed `NOTIFY`s reach every backend listening at that moment (the sender's own too).
+fn deliver(s: &mut State) {
+    let notes: Vec<Note> = s
+        .backends
+        .values_mut()
+        .flat_map(|x| std::mem::take(&mut x.outbox))
+        .collect();
+    if notes.is_empty() {
+        return;
+    }
+    for x in s.backends.values_mut() {
+        if x.listening && x.life.is_alive() {
+            x.inbox.extend(notes.iter().copied());
+        }
+    }
+}
+
+fn wake_all(mut s: State, released: &[Key]) -> Vec<State> {
+    deliver(&mut s);
     let mut states = vec![s];
     let mut ks: Vec<Key> = released.to_vec();
     ks.sort();
@@ -2084,14 +2172,8 @@ impl Call {
 /// PostgreSQL's answer to a one-point statement on backend `x` (`available`: no other
 /// backend holds the key), with its effect applied. `None`: the model does not predict the
 /// reply (a migration's: `app.applied_once` judges it). Returns the keys released.
-pub fn exec(
-    x: &mut Backend,
-    op: Op,
-    key: Option<Key>,
-    setting: Option<(Guc, u64)>,
-    call: Call,
-    available: bool,
-) -> (Option<Reply>, Vec<Key>) {
+pub fn exec(x: &mut Backend, st: &Stmt, call: Call, available: bool) -> (Option<Reply>, Vec<Key>) {
+    let (op, key, setting) = (st.op, st.key, st.setting);
     let mut released = vec![];
     if x.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
         // A Bind looks its statement up before it looks at the transaction
@@ -2163,8 +2245,18 @@ pub fn exec(
             released.extend(x.xact.keys().copied());
             x.xact.clear();
             // COMMIT of an aborted transaction rolls it back.
-            x.settings.end(op == Op::Commit && x.tx == Tx::Open);
-            x.objects.end(op == Op::Commit && x.tx == Tx::Open);
+            let committed = op == Op::Commit && x.tx == Tx::Open;
+            x.settings.end(committed);
+            x.objects.end(committed);
+            // LISTEN and UNLISTEN take effect, and NOTIFYs are sent, at commit only.
+            let listen = x.listen_at_commit.take();
+            let notes = std::mem::take(&mut x.notify_at_commit);
+            if committed {
+                if let Some(l) = listen {
+                    x.listening = l;
+                }
+                x.outbox.extend(notes);
+            }
             x.tx = Tx::Idle;
             Some(Reply::Ok)
         }
@@ -2177,6 +2269,8 @@ pub fn exec(
                 x.tainted.clear();
                 x.settings.reset_all();
                 x.objects.discard_all();
+                // DISCARD ALL runs UNLISTEN *.
+                x.listening = false;
                 Some(Reply::Ok)
             }
         }
@@ -2209,6 +2303,24 @@ pub fn exec(
                 },
                 (Ok(()), _) => Reply::Ok,
             })
+        }
+        (Op::Listen | Op::Unlisten, _) => {
+            let on = op == Op::Listen;
+            if x.tx == Tx::Open {
+                x.listen_at_commit = Some(on);
+            } else {
+                x.listening = on;
+            }
+            Some(Reply::Ok)
+        }
+        (Op::Notify, _) => {
+            let n = st.note.expect("notify names its sender");
+            if x.tx == Tx::Open {
+                x.notify_at_commit.push(n);
+            } else {
+                x.outbox.push(n);
+            }
+            Some(Reply::Ok)
         }
         (Op::Set, _) => {
             let (g, v) = setting.expect("set names a setting");
@@ -2287,6 +2399,12 @@ impl<'e> Spec for Case<'e> {
                 }
                 self.read(s, obs, *part).map(|()| vec![s.clone()])
             }
+            Act::Notified {
+                backend,
+                note,
+                payload,
+                ..
+            } => self.notified(s, *backend, *note, payload),
             Act::Probe {
                 key,
                 available,
@@ -2397,6 +2515,9 @@ impl<'e> Spec for Case<'e> {
                 }
                 if self.rules.reset_clears_objects {
                     y.objects.discard_all();
+                }
+                if self.rules.reset_unlistens {
+                    y.listening = false;
                 }
                 y.reset_pending = false;
                 out.extend(wake_all(s2, &rel));

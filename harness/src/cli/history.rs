@@ -204,6 +204,16 @@ pub fn describe(ev: &Event) -> String {
             if p.available { "free" } else { "taken" },
             step(p.step)
         ),
+        Body::Notification(n) => format!(
+            "{t}  {} received notification {} {:?} from pid {}{}",
+            n.p,
+            n.channel,
+            n.payload,
+            n.pid,
+            n.backend
+                .map(|b| format!(" on pid {} ({})", b.pid, b.backend_start()))
+                .unwrap_or_default()
+        ),
         Body::CaseEnd(e) => format!(
             "{t}  case {} ends: {:.1} ms in steps, {:.1} ms in the reset",
             e.case,

@@ -141,11 +141,28 @@ impl AppPool {
     }
 }
 
+/// A notification a logical client received, and the backend its connection was on when it
+/// arrived (the one serving its op then, else its last op's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    pub backend: Option<BackendId>,
+    pub heard: crate::launch::Heard,
+    /// It arrived during the client's last op (from the backend serving it).
+    pub during: bool,
+}
+
 /// A logical client: what an application holds, one connection at a time (its own, or one
 /// from the application pool).
 pub struct LogicalClient {
     pub index: usize,
     conn: Option<Client>,
+    /// Notifications its own connection receives (an application pool's connections keep
+    /// none: they are not collected).
+    heard: Option<tokio::sync::mpsc::UnboundedReceiver<crate::launch::Heard>>,
+    /// The backend of its last op on this connection.
+    last: Option<BackendId>,
+    /// Collected, not yet taken ([`LogicalClient::take_received`]).
+    received: Vec<Received>,
     pool: Option<AppPool>,
     /// The pooled connection this client keeps (`pin: session`).
     held: Option<deadpool_postgres::Object>,
@@ -183,6 +200,9 @@ impl LogicalClient {
         LogicalClient {
             index,
             conn: None,
+            heard: None,
+            last: None,
+            received: vec![],
             pool: None,
             held: None,
             statements: vec![],
@@ -194,6 +214,9 @@ impl LogicalClient {
         LogicalClient {
             index,
             conn: None,
+            heard: None,
+            last: None,
+            received: vec![],
             pool: Some(pool),
             held: None,
             statements: vec![],
@@ -209,15 +232,65 @@ impl LogicalClient {
     /// op needs one).
     pub async fn connect(&mut self, config: &Config) -> anyhow::Result<()> {
         if self.pool.is_none() {
-            self.conn = Some(crate::launch::connect(config).await?);
+            self.collect(self.last);
+            let (conn, heard) = crate::launch::connect_heard(config).await?;
+            self.conn = Some(conn);
+            self.heard = Some(heard);
+            self.last = None;
         }
         Ok(())
+    }
+
+    /// Keep the notifications that have arrived, as received on `backend` (`during`: during
+    /// the client's op).
+    fn collect_as(&mut self, backend: Option<BackendId>, during: bool) {
+        let Some(rx) = self.heard.as_mut() else {
+            return;
+        };
+        while let Ok(heard) = rx.try_recv() {
+            self.received.push(Received {
+                backend,
+                heard,
+                during,
+            });
+        }
+    }
+
+    /// What arrived while the client was idle came from the backend its connection was on.
+    fn collect(&mut self, backend: Option<BackendId>) {
+        self.collect_as(backend, false)
+    }
+
+    /// The runner found the backend that served the client's last op by its tag (it
+    /// reported no identity in-band: `DISCARD ALL`): what arrived during that op came from
+    /// it, and the connection is on it.
+    pub fn served_by(&mut self, b: BackendId) {
+        for r in self
+            .received
+            .iter_mut()
+            .filter(|r| r.during && r.backend.is_none())
+        {
+            r.backend = Some(b);
+        }
+        if self.heard.is_some() {
+            self.last = Some(b);
+        }
+    }
+
+    /// The notifications received since the last call (those that arrived while the client
+    /// was idle are its last op's backend's).
+    pub fn take_received(&mut self) -> Vec<Received> {
+        self.collect(self.last);
+        std::mem::take(&mut self.received)
     }
 
     /// Close the connection (sends Terminate; behind a pooler the server may stay). A pinned
     /// application-pool connection goes back to the pool as it is.
     pub fn disconnect(&mut self) {
+        self.collect(self.last);
         self.conn = None;
+        self.heard = None;
+        self.last = None;
         self.held = None;
         self.statements.clear();
     }
@@ -283,7 +356,10 @@ impl LogicalClient {
     /// The connection was found closed: forget it (a closed pooled one is dropped by the
     /// pool when it comes back).
     fn lost(&mut self) {
+        self.collect(self.last);
         self.conn = None;
+        self.heard = None;
+        self.last = None;
         self.held = None;
         self.statements.clear();
     }
@@ -302,6 +378,8 @@ impl LogicalClient {
         if op == Op::Migrate {
             return self.migrate(ms.unwrap_or(0), step, bound).await;
         }
+        // What arrived while it was idle came from the backend its connection was on.
+        self.collect(self.last);
         if matches!(op, Op::PrepareProtocol | Op::ExecuteProtocol) {
             return self.protocol(op, step, bound).await;
         }
@@ -324,6 +402,13 @@ impl LogicalClient {
         let raw = run_raw_within(lease.client(), &sql, left).await;
         drop(lease);
         let served = raw.rows.iter().find_map(|r| parse_identity(r));
+        // What arrived during the op came from the backend serving it (PgBouncer passes a
+        // server's messages only to the client linked to it).
+        if self.pool.is_none() {
+            self.collect_as(served, true);
+            // Unknown (no identity in-band) until the runner finds it (`served_by`).
+            self.last = served;
+        }
         let result: Option<Vec<Option<String>>> = raw.rows.iter().find_map(|r| match r.len() {
             1 => Some(vec![r[0].clone()]),
             3 => Some(vec![r[2].clone()]),

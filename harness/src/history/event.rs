@@ -10,6 +10,7 @@
 //! | `skip` | a generated step the schedule did not run, with the reason |
 //! | `obs` | what the servers said after a step settled (or before it, in evidence replays) |
 //! | `probe` | the fresh contender tried a key |
+//! | `notification` | a client received a notification (`LISTEN`/`NOTIFY`): on which backend, from whom |
 //! | `case_end` | the case is over (its time in steps and in the reset) |
 //! | `run_end` | the run is over |
 
@@ -52,6 +53,7 @@ pub enum Body {
     Skip(Skip),
     Obs(ObsEvent),
     Probe(ProbeEvent),
+    Notification(Notified),
     CaseEnd(CaseEnd),
     RunEnd(RunEnd),
 }
@@ -357,6 +359,25 @@ pub struct ProbeEvent {
     pub key: Key,
     /// The contender could take the key (and released it at once).
     pub available: bool,
+}
+
+/// A notification a client received: the only reply that arrives on its own, between or
+/// during the client's statements. Written when the harness collects it (after the op it
+/// arrived during, before the client's next op or disconnect, at the case's end).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Notified {
+    /// The client whose connection received it.
+    pub p: Process,
+    /// The backend that sent it to the client: the one serving the client's op when it
+    /// arrived, else the one its connection was on (its last op's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendId>,
+    pub channel: String,
+    /// What the sender sent: `C2 s5` names client C2's `notify` at step 5
+    /// (`vocab::notify::payload`).
+    pub payload: String,
+    /// The notifying backend's pid, as PostgreSQL sent it.
+    pub pid: i32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

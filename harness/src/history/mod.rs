@@ -18,8 +18,8 @@ pub mod store;
 pub mod view;
 
 pub use event::{
-    At, Body, Bounds, CaseEnd, CaseStart, Completion, Event, Invoke, ObsEvent, Phase, ProbeEvent,
-    ProbeWhy, Process, RunEnd, RunHeader, SearchBudget, Skip,
+    At, Body, Bounds, CaseEnd, CaseStart, Completion, Event, Invoke, Notified, ObsEvent, Phase,
+    ProbeEvent, ProbeWhy, Process, RunEnd, RunHeader, SearchBudget, Skip,
 };
 pub use observation::{
     AppPoolRow, BackendRow, ClientRow, LockRow, Observation, PoolRow, PoolerRow, ServerRow,

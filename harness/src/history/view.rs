@@ -184,7 +184,7 @@ impl<'e> CaseView<'e> {
                 }
                 Body::CaseEnd(e) => view.end = Some(e),
                 Body::Case(_) => bail!("a `case` event inside another case"),
-                Body::Run(_) | Body::RunEnd(_) => {}
+                Body::Run(_) | Body::RunEnd(_) | Body::Notification(_) => {}
             }
         }
         Ok(view)

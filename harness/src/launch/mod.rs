@@ -528,6 +528,41 @@ pub async fn launch(topology: &Topology, opts: LaunchOptions) -> Result<Cluster>
 
 /// Connect with a timeout around the whole startup (TCP connect timeout alone does not
 /// cover a hung server).
+/// A notification a connection received (`LISTEN`/`NOTIFY`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heard {
+    pub channel: String,
+    pub payload: String,
+    /// The notifying backend's pid.
+    pub pid: i32,
+}
+
+/// [`connect`], keeping the notifications the connection receives: its task drives the
+/// connection by `poll_message` (the `Future` of a tokio-postgres connection drops them) and
+/// sends each on the channel returned. The task ends with the connection.
+pub async fn connect_heard(
+    config: &Config,
+) -> Result<(Client, tokio::sync::mpsc::UnboundedReceiver<Heard>)> {
+    let (client, mut conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(NoTls))
+        .await
+        .map_err(|_| anyhow!("connect timed out after {IO_TIMEOUT:?}"))??;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(Heard {
+                    channel: n.channel().to_string(),
+                    payload: n.payload().to_string(),
+                    pid: n.process_id(),
+                });
+            }
+        }
+    });
+    Ok((client, rx))
+}
+
 pub async fn connect(config: &Config) -> Result<Client> {
     let (client, conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(NoTls))
         .await

@@ -461,6 +461,10 @@ pub struct PoolRules {
     /// kinds whose row says `Carry::Tracked` follow the client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tracks_prepared: bool,
+    /// The reset query ends the session's `LISTEN`s (`DISCARD ALL`, `UNLISTEN *`). Histories
+    /// written before notifications were modelled lack it (they have no `listen`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_unlistens: bool,
     /// `server_reset_query_always`: the reset also runs at every release in transaction and
     /// statement mode.
     pub reset_always: bool,
@@ -516,6 +520,7 @@ impl PoolRules {
             reset_clears_settings: false,
             reset_clears_objects: false,
             tracks_prepared: false,
+            reset_unlistens: false,
             reset_always: false,
             abort_on_disconnect: false,
             links_at_connect: false,
@@ -527,7 +532,10 @@ impl PoolRules {
     /// The reset query changes something the model keeps (locks, settings): the server must
     /// be reset before it is handed out again.
     pub fn reset_does_something(&self) -> bool {
-        self.reset_releases_locks || self.reset_clears_settings || self.reset_clears_objects
+        self.reset_releases_locks
+            || self.reset_clears_settings
+            || self.reset_clears_objects
+            || self.reset_unlistens
     }
 
     pub fn is_pooled(&self) -> bool {
@@ -587,6 +595,7 @@ mod tests {
             reset_clears_settings: true,
             reset_clears_objects: true,
             tracks_prepared: false,
+            reset_unlistens: true,
             reset_always: always,
             abort_on_disconnect: false,
             links_at_connect: false,

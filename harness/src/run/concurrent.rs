@@ -193,6 +193,9 @@ impl Runner<'_> {
                 available,
             }));
         }
+        for (c, r) in super::settle_notifications(steps, &mut clients).await {
+            shared.emit(super::received(c, r));
+        }
         drop(clients);
         shared.emit(super::case_end(&meta, t_steps, reset_us));
         Ok(())
@@ -257,6 +260,10 @@ async fn client_task(
         let bound_ns = bounds.of(step.op, step.ms);
         // The client gives up a while after the bound, so a slow op is seen as slow.
         let give_up = Duration::from_nanos(bound_ns) + Duration::from_secs(2);
+        // What arrived while the client was idle, before its op.
+        for r in client.take_received() {
+            sh.emit(super::received(c, r));
+        }
         let t_invoke = sh.now();
         sh.inflight.borrow_mut().insert(
             i,
@@ -293,10 +300,16 @@ async fn client_task(
             ),
             Op::Disconnect => {
                 client.disconnect();
+                for r in client.take_received() {
+                    sh.emit(super::received(c, r));
+                }
                 (Reply::Ok, None)
             }
             Op::Reconnect => {
                 client.disconnect();
+                for r in client.take_received() {
+                    sh.emit(super::received(c, r));
+                }
                 match client.connect(&config).await {
                     Ok(()) => (Reply::Ok, None),
                     Err(e) => (connect_error(&e), None),
@@ -342,6 +355,9 @@ async fn client_task(
             value: reply,
             backend: served,
         }));
+        for r in client.take_received() {
+            sh.emit(super::received(c, r));
+        }
     }
     // The script is done: a pinned pooled connection goes back to the pool, as a replica's
     // `defer conn.Close()` would (session locks stay on it). Recorded: the checker ends the

@@ -152,6 +152,10 @@ impl<'a> Runner<'a> {
                 continue;
             }
 
+            // What arrived while the client was idle, before its op.
+            for r in clients[c].take_received() {
+                rec.emit(received(c, r));
+            }
             let t_exec = Instant::now();
             let mut waits = Waits::default();
             let mut closed = None;
@@ -166,6 +170,11 @@ impl<'a> Runner<'a> {
                     plan::close_at_release(&mut waits, &closing);
                     self.invoke(rec, p, i, step, None);
                     clients[c].disconnect();
+                    // Received on the connection just closed: recorded before the op
+                    // completes (a reconnect's new connection never listened).
+                    for r in clients[c].take_received() {
+                        rec.emit(received(c, r));
+                    }
                     slots[c].connected = false;
                     slots[c].broken = false;
                     if step.op == Op::Reconnect {
@@ -266,6 +275,9 @@ impl<'a> Runner<'a> {
                         let obs = self.observer.snapshot().await?;
                         served = obs.ran(&crate::sql::tag(i));
                         first_look = Some(obs);
+                        if let Some(b) = served {
+                            clients[c].served_by(b);
+                        }
                     }
                     if reply.ended_by_server() {
                         slots[c].connected = false;
@@ -293,6 +305,9 @@ impl<'a> Runner<'a> {
                 value: reply.clone(),
                 backend: served,
             }));
+            for r in clients[c].take_received() {
+                rec.emit(received(c, r));
+            }
             let exec_us = t_exec.elapsed().as_micros() as u64;
 
             let t_obs = Instant::now();
@@ -344,6 +359,9 @@ impl<'a> Runner<'a> {
                 );
             }
             last_obs = obs;
+        }
+        for (c, r) in settle_notifications(steps, &mut clients).await {
+            rec.emit(received(c, r));
         }
         drop(clients);
         rec.emit(case_end(&meta, t_steps, reset_us));
@@ -512,6 +530,39 @@ impl<'a> Runner<'a> {
         }));
         Ok(())
     }
+}
+
+/// A notification a client received, as the history records it.
+fn received(c: usize, r: crate::client::Received) -> Body {
+    Body::Notification(crate::history::Notified {
+        p: Process::Client(c),
+        backend: r.backend,
+        channel: r.heard.channel,
+        payload: r.heard.payload,
+        pid: r.heard.pid,
+    })
+}
+
+/// How long the case's end waits for notifications still on their way (a `NOTIFY` is sent
+/// to an idle listener at its commit; the listener's backend, the pooler and the client's
+/// connection pass it on within a millisecond or two here).
+pub const NOTIFY_SETTLE: Duration = Duration::from_millis(100);
+
+/// At the case's end, when it sent a notification: wait [`NOTIFY_SETTLE`], then take what
+/// each client received.
+async fn settle_notifications(
+    steps: &[Step],
+    clients: &mut [crate::client::LogicalClient],
+) -> Vec<(usize, crate::client::Received)> {
+    if !steps.iter().any(|s| s.op == Op::Notify) {
+        return vec![];
+    }
+    tokio::time::sleep(NOTIFY_SETTLE).await;
+    clients
+        .iter_mut()
+        .enumerate()
+        .flat_map(|(c, x)| x.take_received().into_iter().map(move |r| (c, r)))
+        .collect()
 }
 
 /// The `case_end` event of either schedule: the time in steps since `t_steps`, and the

@@ -361,6 +361,7 @@ mod tests {
             reset_clears_settings: true,
             reset_clears_objects: true,
             tracks_prepared: false,
+            reset_unlistens: true,
             reset_always: false,
             abort_on_disconnect: false,
             links_at_connect: false,

@@ -340,14 +340,17 @@ fn shipped_topologies_parse() {
             "session-mode",
             "session-mode-faults",
             "session-mode-no-reset",
+            "session-mode-settings",
             "transaction-mode",
             "transaction-mode-faults",
             "transaction-mode-host-faults",
             "transaction-mode-lifetime",
+            "transaction-mode-listen",
             "transaction-mode-partitions",
             "transaction-mode-prepared",
             "transaction-mode-prepared-tracked",
             "transaction-mode-reset-always",
+            "transaction-mode-reset-always-settings",
             "transaction-mode-settings",
             "transaction-mode-two-poolers",
             "transaction-mode-xact",
@@ -452,6 +455,24 @@ fn shipped_topologies_expect_what_was_decided() {
             "app.no_orphans",
             "app.temp_state_follows"
         ]
+    );
+    // A LISTEN stays on the shared server: notifications go to whoever holds it, or nowhere
+    // (docs/session-state.md, "LISTEN and NOTIFY").
+    assert_eq!(
+        violated("transaction-mode-listen"),
+        [
+            "app.mutual_exclusion",
+            "app.no_orphans",
+            "app.no_stale_holder",
+            "app.notifications_arrive"
+        ]
+    );
+    // Session pooling keeps settings and LISTENs with their client; the reset at every
+    // release clears a client's own.
+    assert!(violated("session-mode-settings").is_empty());
+    assert_eq!(
+        violated("transaction-mode-reset-always-settings"),
+        ["app.settings_stay_put", "app.notifications_arrive"]
     );
     // Faults add lost locks to what each pooling mode already breaks.
     assert_eq!(

@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod fault;
 pub mod key;
+pub mod notify;
 pub mod object;
 pub mod op;
 pub mod partition;

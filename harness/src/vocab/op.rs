@@ -65,6 +65,14 @@ pub enum Op {
     DeclareHold,
     /// `FETCH FIRST FROM pgchaos_cur`: the label, or 34000.
     Fetch,
+    /// `LISTEN pgchaos` (the one shared channel, `vocab::notify`): for the session from its
+    /// commit (inside a transaction block: at COMMIT, not at ROLLBACK).
+    Listen,
+    /// `UNLISTEN pgchaos`, at commit like `LISTEN`.
+    Unlisten,
+    /// `NOTIFY pgchaos, '<client>:<step>'` (the payload names the sender): delivered at
+    /// commit to every backend listening then.
+    Notify,
     /// Script only: the client thinks for `ms`, holding whatever it holds (no statement).
     Sleep,
     /// Script only: `SELECT pg_sleep(ms / 1000)` on its connection (server-side work).
@@ -152,7 +160,7 @@ impl Op {
     pub const SCRIPT_ONLY: [Op; 4] = [Op::Sleep, Op::PgSleep, Op::Migrate, Op::Raise];
 
     /// Ops a random workload can weigh.
-    pub const ALL: [Op; 28] = [
+    pub const ALL: [Op; 31] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -181,6 +189,9 @@ impl Op {
         Op::ReadTemp,
         Op::DeclareHold,
         Op::Fetch,
+        Op::Listen,
+        Op::Unlisten,
+        Op::Notify,
     ];
 
     /// Faults of the servers a topology's `faults` section can weigh.
@@ -259,6 +270,9 @@ impl Op {
             Op::ReadTemp => "read_temp",
             Op::DeclareHold => "declare_hold",
             Op::Fetch => "fetch",
+            Op::Listen => "listen",
+            Op::Unlisten => "unlisten",
+            Op::Notify => "notify",
             Op::Sleep => "sleep",
             Op::PgSleep => "pg_sleep",
             Op::Migrate => "migrate",

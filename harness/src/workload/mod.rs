@@ -75,7 +75,7 @@ impl fmt::Display for Step {
 
 /// Ops in shrinking order: proptest shrinks a union towards its first alternatives, so the
 /// simplest ops come first.
-const SIMPLICITY: [Op; 28] = [
+const SIMPLICITY: [Op; 31] = [
     Op::TryLock,
     Op::Ping,
     Op::Unlock,
@@ -104,6 +104,9 @@ const SIMPLICITY: [Op; 28] = [
     Op::CreateTemp,
     Op::Fetch,
     Op::DeclareHold,
+    Op::Listen,
+    Op::Notify,
+    Op::Unlisten,
 ];
 
 /// A strategy for one step of this workload.

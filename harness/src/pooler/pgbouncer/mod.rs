@@ -168,6 +168,8 @@ impl Pooler for PgBouncer {
             // (docs/session-state.md, "Named objects").
             reset_clears_objects: q.contains("discard all"),
             tracks_prepared: self.tracks_prepared(),
+            // DISCARD ALL runs UNLISTEN * (docs/session-state.md).
+            reset_unlistens: q.contains("discard all") || q.contains("unlisten"),
             reset_always: self.spec.server_reset_query_always,
             abort_on_disconnect: false,
             links_at_connect: false,
@@ -279,5 +281,14 @@ mod tests {
         assert!(with("1.24.1", Some("100")));
         assert!(with("1.24.1", None), "200 by default since 1.22");
         assert!(!with("1.21.0", None));
+    }
+
+    #[test]
+    fn discard_all_and_unlisten_end_listens() {
+        let unlistens = |q: &str| PgBouncer::new("t", spec(q)).rules().reset_unlistens;
+        assert!(unlistens("DISCARD ALL"));
+        assert!(unlistens("UNLISTEN *"));
+        assert!(!unlistens("RESET ALL"));
+        assert!(!unlistens(""));
     }
 }

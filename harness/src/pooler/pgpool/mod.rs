@@ -162,6 +162,8 @@ impl Pooler for Pgpool {
             reset_clears_settings: q.contains("discard all") || q.contains("reset all"),
             reset_clears_objects: q.contains("discard all"),
             tracks_prepared: false,
+            // DISCARD ALL runs UNLISTEN * (docs/session-state.md).
+            reset_unlistens: q.contains("discard all") || q.contains("unlisten"),
             reset_always: false,
             abort_on_disconnect: true,
             links_at_connect: true,
