@@ -1651,8 +1651,12 @@ fn init_writes_a_working_setup_from_a_repository() {
         "prod",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert_eq!(profiles("rails-app"), vec!["good-job.yaml", "rails.yaml"]);
+    assert_eq!(
+        profiles("rails-app"),
+        vec!["good-job.yaml", "rails-prepared.yaml", "rails.yaml"]
+    );
     assert!(text(&o).contains("profile rails: activerecord (ruby) in Gemfile.lock"));
+    assert!(text(&o).contains("profile rails-prepared: activerecord (ruby) in Gemfile.lock"));
     let o = init(&[&at("go-service")]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(profiles("go-service"), vec!["golang-migrate.yaml"]);

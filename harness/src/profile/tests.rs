@@ -100,7 +100,23 @@ fn keys_are_the_tools_own_derivations() {
             }
         }
     }
-    let named: BTreeSet<&str> = cases.iter().map(|(n, _)| *n).collect();
+    // Profiles of an application's queries rather than a lock protocol: no lock op, no key
+    // of their own (the workload's default keys are only probed by evidence replays).
+    for name in WITHOUT_LOCK {
+        let topo = on_direct(&shipped(name));
+        for op in topo.workload.script.iter().flat_map(|g| &g.ops) {
+            assert!(
+                op.key.is_none() && !op.op.takes_key() && op.op != Op::UnlockAll,
+                "{name}: a lock op in a profile listed without one: {:?}",
+                op.op
+            );
+        }
+    }
+    let named: BTreeSet<&str> = cases
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(WITHOUT_LOCK.iter().copied())
+        .collect();
     for name in all_shipped() {
         assert!(
             named.contains(name.as_str()),
@@ -131,6 +147,9 @@ fn keys_are_the_tools_own_derivations() {
         (-1_497_367_772, -977_423_767)
     );
 }
+
+/// Shipped profiles that take no advisory lock (an application's queries).
+const WITHOUT_LOCK: [&str; 1] = ["rails-prepared"];
 
 fn all_shipped() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
@@ -361,4 +380,47 @@ fn classes_follow_the_facts_worst_first() {
             format!("\"{}\"", c.name())
         );
     }
+}
+
+/// Rails with prepared statements: one Parse per replica before its first execution (the
+/// statement pool's first `conn.prepare`), every later query a Bind of that statement, each
+/// checked by a raise of Rails' error right after it, and no lock anywhere.
+#[test]
+fn rails_prepared_prepares_once_and_checks_every_execution() {
+    use crate::vocab::When;
+    let p = shipped("rails-prepared");
+    let topo = on_direct(&p);
+    assert_eq!(topo.workload.script.len(), 1);
+    let ops = &topo.workload.script[0].ops;
+    let prepares: Vec<usize> = (0..ops.len())
+        .filter(|&i| ops[i].op == Op::PrepareProtocol)
+        .collect();
+    assert_eq!(prepares, vec![0], "one Parse, the replica's first op");
+    let executes: Vec<usize> = (0..ops.len())
+        .filter(|&i| ops[i].op == Op::ExecuteProtocol)
+        .collect();
+    assert!(executes.len() >= 3, "several requests: {executes:?}");
+    for &i in &executes {
+        let next = &ops[i + 1];
+        assert_eq!(next.op, Op::Raise, "step {i}: a raise after each execution");
+        assert_eq!(next.when, When::LastFailed);
+        assert!(
+            next.message
+                .as_deref()
+                .unwrap()
+                .contains("PG::InvalidSqlStatementName"),
+            "{next:?}"
+        );
+    }
+    // The writes run in a transaction whose error path rolls back.
+    let begins = ops.iter().filter(|o| o.op == Op::Begin).count();
+    let rollbacks: Vec<_> = ops.iter().filter(|o| o.op == Op::Rollback).collect();
+    assert!(begins >= 1);
+    assert_eq!(rollbacks.len(), begins);
+    assert!(rollbacks.iter().all(|o| o.when == When::LastFailed));
+    assert!(ops.iter().all(|o| !o.op.acquires()));
+    assert_eq!(
+        p.expected.get("transaction-mode-prepared"),
+        Some(&Class::ErrorPath)
+    );
 }
