@@ -52,6 +52,12 @@ pub enum Class {
     /// was still waiting when the harness's patience (`lock_timeout`) ran out.
     #[serde(rename = "stuck")]
     Stuck,
+    /// A notification did not reach the client that listened for it, or reached one that
+    /// never listened (`app.notifications_arrive`): a LISTEN-based runner with a polling
+    /// fallback only runs the job late. Below `stuck` (nothing waits forever), above
+    /// `error path` (nothing tells the tool).
+    #[serde(rename = "missed")]
+    Missed,
     /// The tool's own error path (a `raise`: its timeout error, "another migration is
     /// running", "failed to release").
     #[serde(rename = "error path")]
@@ -61,11 +67,12 @@ pub enum Class {
 }
 
 impl Class {
-    pub const ALL: [Class; 6] = [
+    pub const ALL: [Class; 7] = [
         Class::RanTwice,
         Class::Lost,
         Class::Leaked,
         Class::Stuck,
+        Class::Missed,
         Class::ErrorPath,
         Class::Safe,
     ];
@@ -76,6 +83,7 @@ impl Class {
             Class::Lost => "lost",
             Class::Leaked => "leaked",
             Class::Stuck => "stuck",
+            Class::Missed => "missed",
             Class::ErrorPath => "error path",
             Class::Safe => "safe",
         }
@@ -92,6 +100,7 @@ impl Class {
             Class::Lost => &["app.no_lost_lock"],
             Class::Leaked => &["app.no_orphans", "app.unlock_reaches_owner"],
             Class::Stuck => &["app.progress"],
+            Class::Missed => &["app.notifications_arrive"],
             Class::ErrorPath | Class::Safe => &[],
         }
     }
@@ -449,6 +458,11 @@ pub struct RunFacts {
     /// The orphaned locks at a case's end (pg_locks), where `app.no_orphans` was violated:
     /// `pid N (backend_start) key K`.
     pub leaked: Vec<String>,
+    /// Invariants a class rests on (`Class::invariants`) that the run could not judge
+    /// (verdict `unknown`): the run's classes say nothing about them, and the cell says so
+    /// (`unknown: ...`) rather than passing for `safe` on them.
+    #[serde(default)]
+    pub unknown: BTreeSet<String>,
 }
 
 impl RunFacts {
@@ -472,6 +486,9 @@ impl RunFacts {
         if v("app.progress") || (waits_forever && (self.lock_timeouts > 0 || stopped)) {
             out.insert(Class::Stuck);
         }
+        if v("app.notifications_arrive") {
+            out.insert(Class::Missed);
+        }
         if self.raised.keys().any(|m| !m.starts_with(HARNESS_STOP)) {
             out.insert(Class::ErrorPath);
         }
@@ -479,6 +496,11 @@ impl RunFacts {
             out.insert(Class::Safe);
         }
         out
+    }
+
+    /// Whether `name` is an invariant some class rests on (`Class::invariants`).
+    pub fn class_invariant(name: &str) -> bool {
+        Class::ALL.iter().any(|c| c.invariants().contains(&name))
     }
 
     /// A `pg.*` invariant was violated: PostgreSQL, the pooler or pgchaos is wrong, and the

@@ -148,8 +148,9 @@ fn keys_are_the_tools_own_derivations() {
     );
 }
 
-/// Shipped profiles that take no advisory lock (an application's queries).
-const WITHOUT_LOCK: [&str; 1] = ["rails-prepared"];
+/// Shipped profiles that take no advisory lock (an application's queries, or a tool's
+/// LISTEN/NOTIFY path alone).
+const WITHOUT_LOCK: [&str; 2] = ["rails-prepared", "que-listen"];
 
 fn all_shipped() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
@@ -373,6 +374,28 @@ fn classes_follow_the_facts_worst_first() {
     assert!(!f.pg_violated());
     f.violated.insert("pg.exclusion".into());
     assert!(f.pg_violated());
+    // A missed notification: below stuck, above the tool's own error path.
+    let mut m = RunFacts::default();
+    m.violated.insert("app.notifications_arrive".into());
+    assert_eq!(m.classes(false), BTreeSet::from([Class::Missed]));
+    m.raised.insert("Que::Error".into(), 1);
+    assert_eq!(m.classes(false).first(), Some(&Class::Missed));
+    m.violated.insert("app.progress".into());
+    assert_eq!(m.classes(false).first(), Some(&Class::Stuck));
+    // Every class that rests on an invariant is reached by that invariant alone (the
+    // mapping has a row for each), and an unjudged one is a class invariant to show.
+    for c in Class::ALL {
+        for inv in c.invariants() {
+            let mut one = RunFacts::default();
+            one.violated.insert((*inv).to_string());
+            let got = one.classes(false);
+            if *inv != "app.unlock_reaches_owner" {
+                assert_eq!(got.first(), Some(&c), "{inv}");
+            }
+            assert!(RunFacts::class_invariant(inv), "{inv}");
+        }
+    }
+    assert!(!RunFacts::class_invariant("app.settings_stay_put"));
     for c in Class::ALL {
         assert_eq!(Class::from_name(c.name()), Some(c));
         assert_eq!(
@@ -422,5 +445,32 @@ fn rails_prepared_prepares_once_and_checks_every_execution() {
     assert_eq!(
         p.expected.get("transaction-mode-prepared"),
         Some(&Class::ErrorPath)
+    );
+}
+
+/// Que's LISTEN path: lockers that LISTEN and stay listening (no unlisten, no disconnect:
+/// a locker that stopped could not be judged), enqueuers that NOTIFY after them, no lock.
+#[test]
+fn que_listen_listens_then_waits_and_enqueuers_notify() {
+    let p = shipped("que-listen");
+    let topo = on_direct(&p);
+    let groups = &topo.workload.script;
+    assert_eq!(groups.len(), 2, "lockers and enqueuers");
+    let (lockers, enqueuers) = (&groups[0].ops, &groups[1].ops);
+    assert_eq!(lockers[0].op, Op::Listen, "the locker's first statement");
+    assert!(lockers.iter().all(|o| !matches!(
+        o.op,
+        Op::Unlisten | Op::Notify | Op::Disconnect | Op::DiscardAll
+    )));
+    assert!(enqueuers.iter().any(|o| o.op == Op::Notify));
+    assert!(enqueuers.iter().all(|o| o.op != Op::Listen));
+    assert!(
+        enqueuers[0].op == Op::Sleep,
+        "the enqueuers start after the lockers' LISTEN"
+    );
+    assert_eq!(p.expected.get("direct"), Some(&Class::Safe));
+    assert_eq!(
+        p.expected.get("transaction-mode-reset-always"),
+        Some(&Class::Missed)
     );
 }

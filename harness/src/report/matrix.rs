@@ -145,6 +145,20 @@ impl Cell {
         self.worst.is_none() || self.expected.is_some_and(|e| Some(e) != self.worst)
     }
 
+    /// The class invariants some completed run could not judge (`unknown`), and no run
+    /// found violated: the cell's class says nothing about them.
+    pub fn unknown(&self) -> BTreeSet<String> {
+        let violated: BTreeSet<&String> =
+            self.runs.iter().flat_map(|r| &r.facts.violated).collect();
+        self.runs
+            .iter()
+            .filter(|r| r.error.is_none())
+            .flat_map(|r| r.facts.unknown.iter())
+            .filter(|n| !violated.contains(n))
+            .cloned()
+            .collect()
+    }
+
     /// A `pg.*` invariant was violated in one of its runs.
     pub fn pg_violated(&self) -> bool {
         self.runs.iter().any(|r| r.facts.pg_violated())
@@ -249,6 +263,11 @@ impl Matrix {
                             let names: Vec<&str> = also.iter().map(|c| c.name()).collect();
                             let _ = write!(text, " (+{})", names.join(", "));
                         }
+                        let unknown = c.unknown();
+                        if !unknown.is_empty() {
+                            let names: Vec<&str> = unknown.iter().map(String::as_str).collect();
+                            let _ = write!(text, " (unknown: {})", names.join(", "));
+                        }
                         if c.differs() {
                             let _ = write!(
                                 text,
@@ -288,7 +307,7 @@ impl Matrix {
         let _ = writeln!(
             s,
             "Each cell: the worst outcome class any seed showed, and how many seeds showed it \
-             (worst first: ran twice, lost, leaked, stuck, error path, safe), linked to its \
+             (worst first: ran twice, lost, leaked, stuck, missed, error path, safe), linked to its \
              minimal case; `(+...)` the other classes seen; **expected** where the cell differs \
              from the profile's `expected:`.\n"
         );
@@ -359,7 +378,7 @@ impl Matrix {
         );
         let _ = writeln!(
             b,
-            "<style>td.cell a {{ color: inherit; }} td.c-safe {{ background: #e3f4e4; }} td.c-error-path {{ background: #fff4d6; }} td.c-stuck {{ background: #ffe0c2; }} td.c-leaked {{ background: #fcd9d0; }} td.c-lost, td.c-ran-twice {{ background: #f7b8ae; font-weight: 600; }} td.differs {{ outline: 3px solid #b3261e; }}</style>"
+            "<style>td.cell a {{ color: inherit; }} td.c-safe {{ background: #e3f4e4; }} td.c-error-path {{ background: #fff4d6; }} td.c-stuck {{ background: #ffe0c2; }} td.c-missed {{ background: #fdebc8; }} td.c-leaked {{ background: #fcd9d0; }} td.c-lost, td.c-ran-twice {{ background: #f7b8ae; font-weight: 600; }} td.differs {{ outline: 3px solid #b3261e; }}</style>"
         );
         let _ = writeln!(b, "<table class=\"matrix\">\n<tr><th>profile</th>");
         for t in &self.topologies {
@@ -402,6 +421,11 @@ impl Matrix {
                 let also: Vec<&str> = c.also().iter().map(|c| c.name()).collect();
                 if !also.is_empty() {
                     let _ = write!(label, " <small>+{}</small>", esc(&also.join(", ")));
+                }
+                let unknown = c.unknown();
+                if !unknown.is_empty() {
+                    let names: Vec<&str> = unknown.iter().map(String::as_str).collect();
+                    let _ = write!(label, " <small>unknown: {}</small>", esc(&names.join(", ")));
                 }
                 if c.differs() {
                     let _ = write!(
@@ -686,6 +710,13 @@ pub fn run_facts(run_dir: &Path) -> Result<RunFacts> {
             .filter(|i| i.verdict == crate::vocab::Verdict::Violated)
             .map(|i| i.name.clone())
             .collect(),
+        unknown: results
+            .invariants
+            .iter()
+            .filter(|i| i.verdict == crate::vocab::Verdict::Unknown)
+            .filter(|i| RunFacts::class_invariant(&i.name))
+            .map(|i| i.name.clone())
+            .collect(),
         ..Default::default()
     };
     let mut in_run = false;
@@ -792,6 +823,56 @@ mod tests {
         let c = cell(Class::Safe, vec![bad]);
         assert_eq!(c.worst, None);
         assert!(c.differs(), "a cell that could not run differs");
+    }
+
+    /// A class invariant no run could judge is shown beside the class, not taken for
+    /// safe; one that another seed found violated is not.
+    #[test]
+    fn an_unjudged_class_invariant_is_shown_not_safe() {
+        let mut r1 = run(1, &[Class::Safe]);
+        r1.facts.unknown.insert("app.notifications_arrive".into());
+        let r2 = run(2, &[Class::Safe]);
+        let c = cell(Class::Safe, vec![r1.clone(), r2]);
+        assert_eq!(
+            c.unknown(),
+            BTreeSet::from(["app.notifications_arrive".to_string()])
+        );
+        let m = Matrix {
+            pgchaos: "0.1.0".into(),
+            versions: "PostgreSQL 18.6".into(),
+            servers: BTreeMap::new(),
+            seeds: vec![1, 2],
+            replicas: None,
+            time_scale_milli: 1000,
+            shrink: "once".into(),
+            max_shrink_runs: 6,
+            plan: vec![],
+            partition: None,
+            merged: 0,
+            jobs: 1,
+            profiles: vec![ProfileRow {
+                name: "rails".into(),
+                tool: "x".into(),
+                file: "profiles/rails.yaml".into(),
+            }],
+            topologies: vec!["transaction-mode".into()],
+            cells: vec![c],
+            run_ms: 2000,
+        };
+        let t = m.table(None);
+        assert!(
+            t.contains("safe 2/2 (unknown: app.notifications_arrive) |"),
+            "{t}"
+        );
+        assert!(
+            m.html()
+                .contains("<small>unknown: app.notifications_arrive</small>")
+        );
+        let mut r3 = run(3, &[Class::Missed]);
+        r3.facts.violated.insert("app.notifications_arrive".into());
+        let c = cell(Class::Missed, vec![r1, r3]);
+        assert!(c.unknown().is_empty(), "violated in another seed");
+        assert_eq!(c.label(), "missed 1/2");
     }
 
     #[test]
