@@ -432,18 +432,24 @@ fn sections(text: &str) -> Vec<(Option<String>, Vec<&str>)> {
     out
 }
 
-/// A `- clients: N` line with N replaced (same line, same columns before it).
+/// A `- clients: N` line with N replaced (same line, same columns before it, a trailing
+/// `# comment` kept).
 fn replicas_line(line: &str, replicas: Option<u32>) -> String {
     let Some(n) = replicas else {
         return line.to_string();
     };
     let t = line.trim_start();
-    match t.strip_prefix("- clients:") {
-        Some(rest) if rest.trim().parse::<u32>().is_ok() => {
-            format!("{}- clients: {n}", &line[..line.len() - t.len()])
-        }
-        _ => line.to_string(),
+    let Some(rest) = t.strip_prefix("- clients:") else {
+        return line.to_string();
+    };
+    let value = rest.find(" #").map_or(rest, |i| &rest[..i]).trim();
+    if value.parse::<u32>().is_err() {
+        return line.to_string();
     }
+    // What follows the number, as written (its spaces and comment).
+    let lead = rest.len() - rest.trim_start().len();
+    let comment = &rest[lead + value.len()..];
+    format!("{}- clients: {n}{comment}", &line[..line.len() - t.len()])
 }
 
 /// What one run showed, read from its results and its history (generated cases only).
