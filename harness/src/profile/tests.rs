@@ -301,10 +301,19 @@ fn composition_keeps_the_profiles_lines_and_replaces_the_servers() {
     // A group's count with a comment after it is replaced too (que-listen's groups).
     let p = shipped("que-listen");
     let (text, topo) = p.compose(base, "mine", &c).unwrap();
-    assert!(topo.workload.script.iter().all(|g| g.clients == 3), "{text}");
+    assert!(
+        topo.workload.script.iter().all(|g| g.clients == 3),
+        "{text}"
+    );
     assert!(text.contains("- clients: 3                    # the worker processes' lockers"));
-    assert_eq!(replicas_line("  - clients: 5 # x", None), "  - clients: 5 # x");
-    assert_eq!(replicas_line("  - clients: five", Some(2)), "  - clients: five");
+    assert_eq!(
+        replicas_line("  - clients: 5 # x", None),
+        "  - clients: 5 # x"
+    );
+    assert_eq!(
+        replicas_line("  - clients: five", Some(2)),
+        "  - clients: five"
+    );
 }
 
 #[test]
