@@ -37,6 +37,32 @@ fn is_unknown(c: Option<&Completion>, op: Op) -> bool {
     }
 }
 
+/// An entry that happens at one instant (a probe, a received notification): invoked and
+/// completed at the event that records it, with no invocation or completion event of its own.
+fn instant<'e>(
+    entries: &mut Vec<Entry<'e>>,
+    completed: &mut Vec<Option<(u64, &'e Completion)>>,
+    invokes: &mut Vec<Option<&'e Invoke>>,
+    marks: &mut Vec<(Mark, u64)>,
+    act: Act<'e>,
+    step: Option<usize>,
+    now: u64,
+) {
+    let id = entries.len();
+    entries.push(Entry {
+        act,
+        step,
+        inv: now,
+        done: Some(now),
+        unknown: false,
+        orphaned: false,
+    });
+    completed.push(None);
+    invokes.push(None);
+    marks.push((Mark::Invoke(id), now));
+    marks.push((Mark::Complete(id), now));
+}
+
 /// Build a case's entries and marks from its events (a `case` event to its `case_end`).
 pub fn build(events: &[Event]) -> Marks<'_> {
     let start = events.first().map(|e| e.t).unwrap_or(0);
@@ -192,49 +218,45 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                     }
                     ProbeWhy::Before | ProbeWhy::End => None,
                 };
-                let id = entries.len();
-                entries.push(Entry {
-                    act: Act::Probe {
-                        key: p.key,
-                        available: p.available,
-                        after,
-                    },
-                    step: p.step,
-                    inv: now,
-                    done: Some(now),
-                    unknown: false,
-                    orphaned: false,
-                });
-                completed.push(None);
-                invokes.push(None);
-                at[i].push((Mark::Invoke(id), now));
-                at[i].push((Mark::Complete(id), now));
+                let act = Act::Probe {
+                    key: p.key,
+                    available: p.available,
+                    after,
+                };
+                let marks = &mut at[i];
+                instant(
+                    &mut entries,
+                    &mut completed,
+                    &mut invokes,
+                    marks,
+                    act,
+                    p.step,
+                    now,
+                );
             }
             Body::Notification(n) => {
                 // Received by the time it was written: after everything written before it.
                 let Process::Client(client) = n.p else {
                     continue;
                 };
-                let id = entries.len();
-                entries.push(Entry {
-                    act: Act::Notified {
-                        client,
-                        backend: n.backend,
-                        note: (n.channel == crate::vocab::notify::CHANNEL)
-                            .then(|| crate::vocab::notify::sender(&n.payload))
-                            .flatten(),
-                        payload: &n.payload,
-                    },
-                    step: None,
-                    inv: now,
-                    done: Some(now),
-                    unknown: false,
-                    orphaned: false,
-                });
-                completed.push(None);
-                invokes.push(None);
-                at[i].push((Mark::Invoke(id), now));
-                at[i].push((Mark::Complete(id), now));
+                let act = Act::Notified {
+                    client,
+                    backend: n.backend,
+                    note: (n.channel == crate::vocab::notify::CHANNEL)
+                        .then(|| crate::vocab::notify::sender(&n.payload))
+                        .flatten(),
+                    payload: &n.payload,
+                };
+                let marks = &mut at[i];
+                instant(
+                    &mut entries,
+                    &mut completed,
+                    &mut invokes,
+                    marks,
+                    act,
+                    None,
+                    now,
+                );
             }
             _ => {}
         }
