@@ -57,7 +57,27 @@ pub fn expected_config(spec: &PgbouncerSpec) -> Vec<ExpectedSetting> {
             });
         }
     }
+    if !spec.settings.contains_key("max_prepared_statements") {
+        // The model's `tracks_prepared` rests on it: the version's default, checked like
+        // the others (a PgBouncer older than its declared version would not track).
+        out.push(ExpectedSetting {
+            key: "max_prepared_statements".to_string(),
+            value: default_max_prepared_statements(&spec.version).to_string(),
+            declared_by: None,
+        });
+    }
     out
+}
+
+/// `max_prepared_statements` when `pgbouncer.ini` leaves it unset: 200 from 1.22 (its
+/// `src/main.c`; `SHOW CONFIG` of 1.24.1 prints 200, docs/session-state.md), 0 (off) before.
+pub fn default_max_prepared_statements(version: &str) -> u32 {
+    let mut it = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    if (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (1, 22) {
+        200
+    } else {
+        0
+    }
 }
 
 /// How PgBouncer reads and prints a setting (libusual's `cfparser.c`, PgBouncer's `src/main.c`).
@@ -463,8 +483,32 @@ mod tests {
                 default("query_wait_timeout", "120"),
                 default("client_idle_timeout", "0"),
                 default("transaction_timeout", "0"),
+                default("max_prepared_statements", "200"),
             ]
         );
+    }
+
+    #[test]
+    fn the_prepared_statement_tracking_the_model_assumes_is_checked_against_show_config() {
+        // The fixture's PgBouncer (1.24.1) tracks by default: a topology declaring 1.21 (whose
+        // default is off) would be modelled without tracking, and the launch check says so.
+        let running = rows(SHOW_CONFIG_1_24_1);
+        let old = PgbouncerSpec {
+            version: "1.21.0".into(),
+            ..faults_spec()
+        };
+        assert!(!super::super::PgBouncer::new("t", old.clone()).tracks_prepared());
+        let d = differences(&old, &running);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].contains("max_prepared_statements"), "{d:?}");
+        assert!(d[0].contains("200"), "{d:?}");
+        // Declared explicitly, the declared value is what is compared.
+        let mut declared = faults_spec();
+        declared
+            .settings
+            .insert("max_prepared_statements".into(), "0".into());
+        assert_eq!(differences(&declared, &running).len(), 1);
+        assert_eq!(differences(&faults_spec(), &running), Vec::<String>::new());
     }
 
     #[test]

@@ -67,14 +67,7 @@ impl PgBouncer {
     pub fn tracks_prepared(&self) -> bool {
         match self.spec.settings.get("max_prepared_statements") {
             Some(v) => v.trim().parse::<u64>().is_ok_and(|n| n > 0),
-            None => {
-                let mut it = self
-                    .spec
-                    .version
-                    .split('.')
-                    .map(|p| p.parse::<u32>().unwrap_or(0));
-                (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (1, 22)
-            }
+            None => config::default_max_prepared_statements(&self.spec.version) > 0,
         }
     }
 
