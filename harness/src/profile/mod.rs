@@ -474,26 +474,18 @@ pub struct RunFacts {
 impl RunFacts {
     /// Every class the run showed (`safe` alone when none other).
     pub fn classes(&self, waits_forever: bool) -> BTreeSet<Class> {
-        let v = |n: &str| self.violated.contains(n);
-        let mut out = BTreeSet::new();
-        if v("app.mutual_exclusion") || v("app.applied_once") {
-            out.insert(Class::RanTwice);
-        }
-        if v("app.no_lost_lock") {
-            out.insert(Class::Lost);
-        }
-        if v("app.no_orphans") {
-            out.insert(Class::Leaked);
-        }
+        // A class that rests on invariants is shown when one of them is violated (the
+        // table `Class::invariants` is the one mapping).
+        let mut out: BTreeSet<Class> = Class::ALL
+            .into_iter()
+            .filter(|c| c.invariants().iter().any(|i| self.violated.contains(*i)))
+            .collect();
         // A tool that waits (or retries) forever, stopped at the harness's patience: its
         // blocking lock ended at lock_timeout, or a retry loop ran out and the script raised
         // the harness's stop.
         let stopped = self.raised.keys().any(|m| m.starts_with(HARNESS_STOP));
-        if v("app.progress") || (waits_forever && (self.lock_timeouts > 0 || stopped)) {
+        if waits_forever && (self.lock_timeouts > 0 || stopped) {
             out.insert(Class::Stuck);
-        }
-        if v("app.notifications_arrive") {
-            out.insert(Class::Missed);
         }
         if self.raised.keys().any(|m| !m.starts_with(HARNESS_STOP)) {
             out.insert(Class::ErrorPath);
