@@ -143,6 +143,10 @@ scenario! {
     settings_reset_session_mode => "settings-reset-session-mode",
     settings_local_does_not_leak => "settings-local-does-not-leak",
     settings_reset_always => "settings-reset-always",
+    search_path_leak_transaction_mode => "search-path-leak-transaction-mode",
+    search_path_reset_session_mode => "search-path-reset-session-mode",
+    role_leak_transaction_mode => "role-leak-transaction-mode",
+    reset_transaction_mode => "reset-transaction-mode",
     // pgpool-II balancing over a standby: lock calls stay on the primary (docs/pgpool.md §17).
     pgpool_load_balance_lock_on_primary => "pgpool-load-balance-lock-on-primary",
     // Named objects a backend owns: prepared statements, temp tables, held cursors.

@@ -197,7 +197,7 @@ impl Expect {
                 self.aborted = false;
             }
             (Op::DiscardAll, _) => {
-                self.settings.reset_all();
+                self.settings.discard_all();
                 self.unsure.clear();
                 self.objects.discard_all();
                 self.unsure_objects.clear();
@@ -209,6 +209,12 @@ impl Expect {
                 }
             }
             (Op::SetLocal, Some((g, v))) => self.settings.set_local(g, v),
+            (Op::Reset, Some((g, _))) => {
+                self.settings.reset(g);
+                if self.settings.at_begin.is_none() {
+                    self.unsure.remove(&g);
+                }
+            }
             (op, _) => {
                 if let Some((kind, role)) = op.object() {
                     let at = slot(kind, c);

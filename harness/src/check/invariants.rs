@@ -47,6 +47,7 @@ const STATEMENTS: &[Op] = &[
     Op::Set,
     Op::SetLocal,
     Op::Show,
+    Op::Reset,
     Op::Prepare,
     Op::Execute,
     Op::Deallocate,
@@ -653,10 +654,8 @@ impl Invariant for SettingsStayPut {
             if expected == shown {
                 continue;
             }
-            let whose = shown
-                .parse::<u64>()
-                .ok()
-                .and_then(|v| guc.setter_of(v))
+            let whose = guc
+                .setter_of_text(shown)
                 .filter(|c| c != client)
                 .map(|c| format!(" (the value C{} sets)", c + 1))
                 .unwrap_or_default();

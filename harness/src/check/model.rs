@@ -2267,7 +2267,7 @@ pub fn exec(x: &mut Backend, st: &Stmt, call: Call, available: bool) -> (Option<
                 released.extend(x.session.keys().copied());
                 x.session.clear();
                 x.tainted.clear();
-                x.settings.reset_all();
+                x.settings.discard_all();
                 x.objects.discard_all();
                 // DISCARD ALL runs UNLISTEN *.
                 x.listening = false;
@@ -2330,6 +2330,11 @@ pub fn exec(x: &mut Backend, st: &Stmt, call: Call, available: bool) -> (Option<
         (Op::SetLocal, _) => {
             let (g, v) = setting.expect("set_local names a setting");
             x.settings.set_local(g, v);
+            Some(Reply::Ok)
+        }
+        (Op::Reset, _) => {
+            let (g, _) = setting.expect("reset names a setting");
+            x.settings.reset(g);
             Some(Reply::Ok)
         }
         (Op::Show, _) => {
@@ -2510,9 +2515,13 @@ impl<'e> Spec for Case<'e> {
                     y.session.clear();
                     y.tainted.clear();
                 }
-                if self.rules.reset_clears_settings {
-                    y.settings.reset_all();
-                }
+                // RESET ALL keeps the role; DISCARD ALL and RESET ROLE reset it.
+                let (all, role) = (
+                    self.rules.reset_clears_settings,
+                    self.rules.reset_clears_role,
+                );
+                y.settings
+                    .reset_where(|g| if g.row().reset_all_clears { all } else { role });
                 if self.rules.reset_clears_objects {
                     y.objects.discard_all();
                 }

@@ -564,7 +564,7 @@ fn forged_read(
         let g = inv.guc?;
         let is_write =
             |w: &crate::history::Invoke| matches!(w.f, Op::Set | Op::SetLocal) && w.guc == Some(g);
-        return pick(&is_write).map(|c| g.value_of(c).to_string());
+        return pick(&is_write).map(|c| g.text_of(c));
     }
     let (kind, role) = inv.f.object()?;
     if role != crate::vocab::object::Role::Use {

@@ -70,7 +70,10 @@ impl StepView<'_> {
             s.push_str(&format!(" {g}"));
         }
         if let Some(ms) = self.ms {
-            s.push_str(&format!(" {ms}ms"));
+            match self.guc {
+                Some(g) => s.push_str(&format!(" {}", g.row().unit.label(ms))),
+                None => s.push_str(&format!(" {ms}ms")),
+            }
         }
         s
     }

@@ -156,6 +156,12 @@ pub fn unsupported(t: &Topology, has_admin: bool) -> Option<String> {
             "the console faults {f} without `external.admin` (the pooler's admin console performs them)"
         ));
     }
+    if t.workload.may_set(crate::vocab::Guc::Role) {
+        return Some(format!(
+            "a workload that may `set` the role (it switches to roles pgchaos creates, `{}<n>`, and it creates none on a deployment it did not start; a script naming only other settings runs)",
+            crate::vocab::setting::ROLE_PREFIX
+        ));
+    }
     if t.postgres.standby {
         return Some("postgres.standby (a failover needs servers pgchaos started)".into());
     }

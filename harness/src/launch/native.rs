@@ -82,12 +82,16 @@ pub fn client_role_sql(t: &Topology) -> String {
         .filter_map(|o| o.ms)
         .max()
         .unwrap_or(0);
-    sql::configure_client_role(
+    let settings = sql::configure_client_role(
         CLIENT_ROLE,
         w.lock_timeout_ms,
         longest,
         &t.postgres.settings,
-    )
+    );
+    // The roles `set: role` switches to, whatever the workload: a scenario replays its own
+    // steps on the topology's servers.
+    let roles = sql::setting_roles(CLIENT_ROLE, crate::topology::limits::MAX_CLIENTS);
+    format!("{settings}; {roles}")
 }
 
 /// Durability traded for speed: a chaos run's cluster is thrown away at its end. The

@@ -451,6 +451,11 @@ pub struct PoolRules {
     /// written before settings were modelled lack it (they have no `set`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reset_clears_settings: bool,
+    /// The reset query resets the role (`DISCARD ALL`, `RESET ROLE`, `RESET SESSION
+    /// AUTHORIZATION`; `RESET ALL` keeps it). Histories written before the role was modelled
+    /// lack it (they never set it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_clears_role: bool,
     /// The reset query drops the session's named objects (`vocab::object`: prepared
     /// statements, temporary tables, held cursors): `DISCARD ALL`. Histories written before
     /// objects were modelled lack it (they have no object op).
@@ -491,6 +496,15 @@ pub struct PoolRules {
     pub replicas: usize,
 }
 
+/// Whether a (lowercased) reset query resets the role: `DISCARD ALL`, `RESET ROLE`, `RESET
+/// SESSION AUTHORIZATION`, `SET SESSION AUTHORIZATION DEFAULT` (checked by hand:
+/// docs/session-state.md, "SET ROLE and search_path"); `RESET ALL` does not.
+pub fn reset_clears_role(q: &str) -> bool {
+    ["discard all", "reset role", "session authorization"]
+        .iter()
+        .any(|s| q.contains(s))
+}
+
 fn one() -> usize {
     1
 }
@@ -518,6 +532,7 @@ impl PoolRules {
             pool_size: usize::MAX,
             reset_releases_locks: false,
             reset_clears_settings: false,
+            reset_clears_role: false,
             reset_clears_objects: false,
             tracks_prepared: false,
             reset_unlistens: false,
@@ -534,6 +549,7 @@ impl PoolRules {
     pub fn reset_does_something(&self) -> bool {
         self.reset_releases_locks
             || self.reset_clears_settings
+            || self.reset_clears_role
             || self.reset_clears_objects
             || self.reset_unlistens
     }
@@ -593,6 +609,7 @@ mod tests {
             pool_size: 2,
             reset_releases_locks: true,
             reset_clears_settings: true,
+            reset_clears_role: true,
             reset_clears_objects: true,
             tracks_prepared: false,
             reset_unlistens: true,

@@ -359,6 +359,7 @@ mod tests {
             pool_size: size,
             reset_releases_locks: true,
             reset_clears_settings: true,
+            reset_clears_role: true,
             reset_clears_objects: true,
             tracks_prepared: false,
             reset_unlistens: true,

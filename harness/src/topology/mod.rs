@@ -432,6 +432,16 @@ impl Workload {
             || self.faults.contains_key(&op)
             || self.script.iter().any(|g| g.ops.iter().any(|o| o.op == op))
     }
+
+    /// Whether the workload may set this setting: a script names it, drawn ops draw every one.
+    pub fn may_set(&self, g: crate::vocab::Guc) -> bool {
+        let drawn = self.script.is_empty() && self.ops.keys().any(|op| op.sets() && op.takes_guc());
+        drawn
+            || self
+                .script
+                .iter()
+                .any(|s| s.ops.iter().any(|o| o.op.sets() && o.guc == Some(g)))
+    }
 }
 
 /// The `faults` section: which faults of the servers the nemesis may inject (a fault step is

@@ -1831,3 +1831,23 @@ fn external_passwords_come_from_the_environment() {
     let bad = ExternalSpec::expand_with("x=${a-b}", "external.admin", lookup).unwrap_err();
     assert!(bad.contains("not an environment variable's name"), "{bad}");
 }
+
+#[test]
+fn a_drawn_set_may_set_every_setting_and_a_script_only_the_ones_it_names() {
+    use crate::vocab::Guc;
+    let drawn = ok(&format!(
+        "{MINIMAL}workload:\n  ops:\n    try_lock: 1\n    set_local: 1\n"
+    ));
+    for g in Guc::ALL {
+        assert!(drawn.workload.may_set(g), "{g}");
+    }
+    let shown = ok(&format!(
+        "{MINIMAL}workload:\n  ops:\n    try_lock: 1\n    show: 1\n"
+    ));
+    assert!(!shown.workload.may_set(Guc::Role), "show sets nothing");
+    let script = ok(&format!(
+        "{MINIMAL}run:\n  schedule: concurrent\nworkload:\n  script:\n    - clients: 2\n      ops:\n        - set: lock_timeout\n        - show: role\n        - lock: 1\n"
+    ));
+    assert!(script.workload.may_set(Guc::LockTimeout));
+    assert!(!script.workload.may_set(Guc::Role));
+}

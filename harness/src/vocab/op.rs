@@ -45,6 +45,9 @@ pub enum Op {
     SetLocal,
     /// Reads a setting back (`pg_settings`): the value the session set, or `default`.
     Show,
+    /// `RESET <guc>` (`reset: role` is `RESET ROLE`): back to the default, for the session
+    /// (inside a transaction: undone at rollback, as `SET` is).
+    Reset,
     // Named objects a backend owns (`vocab::object`: one row per kind says what each op does).
     /// `PREPARE pgchaos_ps AS SELECT '<client>'`.
     Prepare,
@@ -160,7 +163,7 @@ impl Op {
     pub const SCRIPT_ONLY: [Op; 4] = [Op::Sleep, Op::PgSleep, Op::Migrate, Op::Raise];
 
     /// Ops a random workload can weigh.
-    pub const ALL: [Op; 31] = [
+    pub const ALL: [Op; 32] = [
         Op::TryLock,
         Op::Lock,
         Op::Unlock,
@@ -180,6 +183,7 @@ impl Op {
         Op::Set,
         Op::SetLocal,
         Op::Show,
+        Op::Reset,
         Op::Prepare,
         Op::Execute,
         Op::Deallocate,
@@ -261,6 +265,7 @@ impl Op {
             Op::Set => "set",
             Op::SetLocal => "set_local",
             Op::Show => "show",
+            Op::Reset => "reset",
             Op::Prepare => "prepare",
             Op::Execute => "execute",
             Op::Deallocate => "deallocate",
@@ -335,9 +340,9 @@ impl Op {
         )
     }
 
-    /// Names a setting (`vocab::setting`): `set`, `set_local`, `show`.
+    /// Names a setting (`vocab::setting`): `set`, `set_local`, `show`, `reset`.
     pub fn takes_guc(self) -> bool {
-        matches!(self, Op::Set | Op::SetLocal | Op::Show)
+        matches!(self, Op::Set | Op::SetLocal | Op::Show | Op::Reset)
     }
 
     /// Sets a setting (its value is the step's `ms`).

@@ -8,25 +8,105 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// A setting the workload may `SET`: each is a duration in milliseconds.
+/// A setting the workload may `SET`: a duration in milliseconds, or a schema search path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Guc {
     /// What Airflow sets before `pg_advisory_lock`.
     LockTimeout,
     StatementTimeout,
+    /// A schema leaked to another client resolves its unqualified names elsewhere. The
+    /// schemas need not exist (PostgreSQL skips missing ones when it resolves a name).
+    SearchPath,
+    /// `SET ROLE`: a role leaked to another client is a privilege leaked. The roles are the
+    /// harness's (`pgchaos_r<n>`, NOLOGIN, granted to the client role: `sql::client_roles`).
+    Role,
 }
 
-/// One setting: its name, and the values a client sets (`base_ms + 100 * n` for client `n`,
-/// 1-based, so every client's value is its own and a value read says who set it).
+/// How a setting's values are written in `SET` and read back from `pg_settings.setting`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Milliseconds: `SET g = '1100ms'`, read back as `1100`.
+    Ms,
+    /// A schema name: `SET g = 'pgchaos_s1'`, read back as `pgchaos_s1`.
+    Schema,
+    /// A role name: `SET role = 'pgchaos_r1'` (the same as `SET ROLE pgchaos_r1`), read back
+    /// from `current_setting('role')` (`pg_settings` has no row for it; unset, it is `none`).
+    Role,
+}
+
+/// The prefix of a [`Unit::Schema`] value's schema name.
+pub const SCHEMA_PREFIX: &str = "pgchaos_s";
+
+/// The prefix of a [`Unit::Role`] value's role name.
+pub const ROLE_PREFIX: &str = "pgchaos_r";
+
+impl Unit {
+    /// The value as `pg_settings.setting` shows it (and as `show` replies).
+    pub fn text(self, v: u64) -> String {
+        match self {
+            Unit::Ms => v.to_string(),
+            Unit::Schema => format!("{SCHEMA_PREFIX}{v}"),
+            Unit::Role => format!("{ROLE_PREFIX}{v}"),
+        }
+    }
+
+    /// The SQL literal `SET` sends.
+    pub fn literal(self, v: u64) -> String {
+        match self {
+            Unit::Ms => format!("'{v}ms'"),
+            Unit::Schema | Unit::Role => format!("'{}'", self.text(v)),
+        }
+    }
+
+    /// The expression `show` reads: the value when this session set it (`SET` or `SET
+    /// LOCAL`), else [`DEFAULT`] (the role's or the server's own).
+    pub fn show_sql(self, name: &str) -> String {
+        match self {
+            Unit::Ms | Unit::Schema => format!(
+                "(SELECT CASE WHEN source = 'session' THEN setting ELSE '{DEFAULT}' END \
+                 FROM pg_settings WHERE name = '{name}')"
+            ),
+            Unit::Role => format!(
+                "(SELECT CASE WHEN v = 'none' THEN '{DEFAULT}' ELSE v END \
+                 FROM current_setting('{name}') v)"
+            ),
+        }
+    }
+
+    /// The value as a step's label shows it (`1100ms`, `pgchaos_s1`).
+    pub fn label(self, v: u64) -> String {
+        match self {
+            Unit::Ms => format!("{v}ms"),
+            Unit::Schema | Unit::Role => self.text(v),
+        }
+    }
+
+    /// The value `text` reads back, if it is one of this unit's.
+    pub fn parse(self, text: &str) -> Option<u64> {
+        match self {
+            Unit::Ms => text.parse().ok(),
+            Unit::Schema => text.strip_prefix(SCHEMA_PREFIX)?.parse().ok(),
+            Unit::Role => text.strip_prefix(ROLE_PREFIX)?.parse().ok(),
+        }
+    }
+}
+
+/// One setting: its name, its unit, and the values a client sets (`base + step * n` for client
+/// `n`, 1-based, so every client's value is its own and a value read says who set it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GucRow {
     pub guc: Guc,
     pub name: &'static str,
+    pub unit: Unit,
     /// Chosen so that no value ends anything a case does: a `lock_timeout` value is a lock
     /// wait's bound (the run's bounds take the largest into account), a `statement_timeout`
     /// value is a minute past any statement of a case.
-    pub base_ms: u64,
+    pub base: u64,
+    pub step: u64,
+    /// `RESET ALL` resets it (every setting but `role`: RESET ALL keeps the role, DISCARD ALL
+    /// and `RESET ROLE` reset it; docs/session-state.md, "SET ROLE and search_path").
+    pub reset_all_clears: bool,
 }
 
 /// Every setting the workload may set.
@@ -34,12 +114,34 @@ pub const GUCS: &[GucRow] = &[
     GucRow {
         guc: Guc::LockTimeout,
         name: "lock_timeout",
-        base_ms: 1000,
+        unit: Unit::Ms,
+        base: 1000,
+        step: 100,
+        reset_all_clears: true,
     },
     GucRow {
         guc: Guc::StatementTimeout,
         name: "statement_timeout",
-        base_ms: 60_000,
+        unit: Unit::Ms,
+        base: 60_000,
+        step: 100,
+        reset_all_clears: true,
+    },
+    GucRow {
+        guc: Guc::SearchPath,
+        name: "search_path",
+        unit: Unit::Schema,
+        base: 0,
+        step: 1,
+        reset_all_clears: true,
+    },
+    GucRow {
+        guc: Guc::Role,
+        name: "role",
+        unit: Unit::Role,
+        base: 0,
+        step: 1,
+        reset_all_clears: false,
     },
 ];
 
@@ -48,7 +150,12 @@ pub const GUCS: &[GucRow] = &[
 pub const DEFAULT: &str = "default";
 
 impl Guc {
-    pub const ALL: [Guc; 2] = [Guc::LockTimeout, Guc::StatementTimeout];
+    pub const ALL: [Guc; 4] = [
+        Guc::LockTimeout,
+        Guc::StatementTimeout,
+        Guc::SearchPath,
+        Guc::Role,
+    ];
 
     pub fn row(self) -> &'static GucRow {
         GUCS.iter()
@@ -67,13 +174,25 @@ impl Guc {
 
     /// The value client `client` (0-based) sets.
     pub fn value_of(self, client: usize) -> u64 {
-        self.row().base_ms + 100 * (client as u64 + 1)
+        let r = self.row();
+        r.base + r.step * (client as u64 + 1)
+    }
+
+    /// The value client `client` sets, as `show` reads it back.
+    pub fn text_of(self, client: usize) -> String {
+        self.row().unit.text(self.value_of(client))
     }
 
     /// The client (0-based) whose value this is, if it is one.
-    pub fn setter_of(self, ms: u64) -> Option<usize> {
-        let base = self.row().base_ms;
-        (ms > base && (ms - base).is_multiple_of(100)).then(|| ((ms - base) / 100 - 1) as usize)
+    pub fn setter_of(self, v: u64) -> Option<usize> {
+        let r = self.row();
+        (v > r.base && (v - r.base).is_multiple_of(r.step))
+            .then(|| ((v - r.base) / r.step - 1) as usize)
+    }
+
+    /// The client (0-based) whose value `shown` (a `show` reply) is, if it is one.
+    pub fn setter_of_text(self, shown: &str) -> Option<usize> {
+        self.row().unit.parse(shown).and_then(|v| self.setter_of(v))
     }
 
     /// The largest value of this setting that clients `0..clients` set.
@@ -110,7 +229,7 @@ impl SessionSettings {
     /// `show`'s reply text.
     pub fn shown(&self, g: Guc) -> String {
         self.show(g)
-            .map(|v| v.to_string())
+            .map(|v| g.row().unit.text(v))
             .unwrap_or_else(|| DEFAULT.into())
     }
 
@@ -151,10 +270,27 @@ impl SessionSettings {
         self.local.clear();
     }
 
-    /// `RESET ALL` / `DISCARD ALL` (outside a transaction): every value back to its default.
+    /// `RESET g`: back to the default, for the session (inside a transaction until it ends:
+    /// a rollback restores the value, as for `SET`).
+    pub fn reset(&mut self, g: Guc) {
+        self.session.remove(&g);
+        self.local.remove(&g);
+    }
+
+    /// The settings `f` picks back to their defaults (a reset outside a transaction).
+    pub fn reset_where(&mut self, f: impl Fn(Guc) -> bool) {
+        self.session.retain(|g, _| !f(*g));
+        self.local.retain(|g, _| !f(*g));
+    }
+
+    /// `RESET ALL`: every setting whose row says so (not the role).
     pub fn reset_all(&mut self) {
-        self.session.clear();
-        self.local.clear();
+        self.reset_where(|g| g.row().reset_all_clears);
+    }
+
+    /// `DISCARD ALL` (outside a transaction): every value back to its default, the role too.
+    pub fn discard_all(&mut self) {
+        self.reset_where(|_| true);
     }
 }
 
@@ -169,12 +305,17 @@ mod tests {
             for c in 0..8 {
                 assert_eq!(g.setter_of(g.value_of(c)), Some(c), "{g} C{}", c + 1);
             }
-            assert_eq!(g.setter_of(g.row().base_ms), None);
-            assert_eq!(g.setter_of(7), None);
+            assert_eq!(g.setter_of(g.row().base), None);
+            assert_eq!(g.setter_of_text(&g.text_of(2)), Some(2));
+            assert_eq!(g.setter_of_text(DEFAULT), None);
             assert_eq!(g.largest(3), g.value_of(2));
         }
         assert_eq!(Guc::LockTimeout.value_of(0), 1100);
         assert_eq!(Guc::from_name("work_mem"), None);
+        assert_eq!(Guc::LockTimeout.setter_of(7), None);
+        assert_eq!(Guc::SearchPath.text_of(0), "pgchaos_s1");
+        assert_eq!(Guc::SearchPath.row().unit.literal(1), "'pgchaos_s1'");
+        assert_eq!(Guc::LockTimeout.row().unit.literal(1100), "'1100ms'");
     }
 
     #[test]
@@ -215,6 +356,27 @@ mod tests {
         s.end(true);
         assert_eq!(s.show(g), Some(7));
         s.reset_all();
+        assert!(s.is_default());
+    }
+
+    /// The hand transcript (docs/session-state.md, "SET ROLE and search_path"): RESET ALL
+    /// keeps the role, DISCARD ALL resets it, a rolled-back RESET ROLE is undone.
+    #[test]
+    fn the_role_survives_reset_all_but_not_discard_all() {
+        let mut s = SessionSettings::default();
+        assert_eq!(s.shown(Guc::Role), DEFAULT);
+        s.set(Guc::Role, Guc::Role.value_of(0));
+        s.set(Guc::SearchPath, Guc::SearchPath.value_of(0));
+        assert_eq!(s.shown(Guc::Role), "pgchaos_r1");
+        s.reset_all();
+        assert_eq!(s.shown(Guc::Role), "pgchaos_r1");
+        assert_eq!(s.shown(Guc::SearchPath), DEFAULT);
+        s.begin();
+        s.reset(Guc::Role);
+        assert_eq!(s.shown(Guc::Role), DEFAULT);
+        s.end(false);
+        assert_eq!(s.shown(Guc::Role), "pgchaos_r1");
+        s.discard_all();
         assert!(s.is_default());
     }
 }

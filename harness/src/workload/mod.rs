@@ -61,7 +61,11 @@ impl fmt::Display for Step {
             write!(f, " {g}")?;
         }
         if let Some(ms) = self.ms {
-            write!(f, " {ms}ms")?;
+            // A setting's value in its unit (`vocab::setting`); else a duration.
+            match self.guc {
+                Some(g) => write!(f, " {}", g.row().unit.label(ms))?,
+                None => write!(f, " {ms}ms")?,
+            }
         }
         if let Some(m) = &self.message {
             write!(f, " {m:?}")?;
@@ -75,7 +79,7 @@ impl fmt::Display for Step {
 
 /// Ops in shrinking order: proptest shrinks a union towards its first alternatives, so the
 /// simplest ops come first.
-const SIMPLICITY: [Op; 31] = [
+const SIMPLICITY: [Op; 32] = [
     Op::TryLock,
     Op::Ping,
     Op::Unlock,
@@ -95,6 +99,7 @@ const SIMPLICITY: [Op; 31] = [
     Op::Show,
     Op::Set,
     Op::SetLocal,
+    Op::Reset,
     Op::Execute,
     Op::Prepare,
     Op::Deallocate,

@@ -157,6 +157,8 @@ impl Pooler for PgBouncer {
             reset_releases_locks: q.contains("discard all") || q.contains("pg_advisory_unlock_all"),
             // DISCARD ALL runs RESET ALL (docs/session-state.md).
             reset_clears_settings: q.contains("discard all") || q.contains("reset all"),
+            // RESET ALL keeps the role (docs/session-state.md, "SET ROLE and search_path").
+            reset_clears_role: crate::pooler::reset_clears_role(&q),
             // DISCARD ALL deallocates, closes and drops temporary tables
             // (docs/session-state.md, "Named objects").
             reset_clears_objects: q.contains("discard all"),

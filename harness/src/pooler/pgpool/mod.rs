@@ -160,6 +160,8 @@ impl Pooler for Pgpool {
             // docs/pgpool.md §5: with `ABORT` alone C1's SET reaches C2; the default list's
             // DISCARD ALL leaves C2 the default.
             reset_clears_settings: q.contains("discard all") || q.contains("reset all"),
+            // RESET ALL keeps the role (docs/session-state.md, "SET ROLE and search_path").
+            reset_clears_role: crate::pooler::reset_clears_role(&q),
             reset_clears_objects: q.contains("discard all"),
             tracks_prepared: false,
             // DISCARD ALL runs UNLISTEN * (docs/session-state.md).
