@@ -147,6 +147,8 @@ scenario! {
     search_path_reset_session_mode => "search-path-reset-session-mode",
     role_leak_transaction_mode => "role-leak-transaction-mode",
     reset_transaction_mode => "reset-transaction-mode",
+    tracked_search_path_follows_client => "tracked-search-path-follows-client",
+    tracked_role_still_leaks => "tracked-role-still-leaks",
     // pgpool-II balancing over a standby: lock calls stay on the primary (docs/pgpool.md §17).
     pgpool_load_balance_lock_on_primary => "pgpool-load-balance-lock-on-primary",
     // Named objects a backend owns: prepared statements, temp tables, held cursors.
@@ -157,12 +159,14 @@ scenario! {
     objects_protocol_tracked_discard => "objects-protocol-tracked-discard",
     objects_reset_session_mode => "objects-reset-session-mode",
     objects_rollback => "objects-rollback",
+    objects_deallocate => "objects-deallocate",
     // LISTEN and NOTIFY (docs/session-state.md).
     listen_transaction_mode => "listen-transaction-mode",
     listen_session_mode => "listen-session-mode",
     listen_in_transaction => "listen-in-transaction",
     listen_session_mode_no_reset => "listen-session-mode-no-reset",
     listen_reset_always => "listen-reset-always",
+    unlisten_transaction_mode => "unlisten-transaction-mode",
     // Faults of the servers: each kind's effect on locks, by identity.
     fault_pooler_reconnect => "fault-pooler-reconnect",
     fault_pooler_reconnect_at_release => "fault-pooler-reconnect-at-release",

@@ -1435,6 +1435,45 @@ mod tests {
         assert!(!old.tracks_prepared && !old.reset_clears_objects);
     }
 
+    /// The tracked-settings fixture (transaction mode, two servers, `search_path` tracked):
+    /// C2 reads the default on the server C1's SET left, and C1 reads its own value on a
+    /// second server. Both are explained exactly when the pooler restores each client's
+    /// tracked value at link (`PoolRules::tracked_settings`); without the rule both reads are
+    /// replies no order explains, and a tracked `lock_timeout` changes nothing.
+    #[test]
+    fn tracking_is_what_makes_a_setting_follow_its_client() {
+        let judged = |edit: &dyn Fn(&mut crate::pooler::PoolRules)| {
+            let mut events = events_of("settings-tracked-holds");
+            let Body::Run(h) = &mut events[0].body else {
+                panic!("a run header first")
+            };
+            edit(&mut h.rules);
+            let ctx = CheckContext::of(h);
+            let case = crate::history::view::cases(&events)[0].to_vec();
+            let v = check_case(&ctx, &case).unwrap();
+            (
+                v.violations
+                    .iter()
+                    .map(|v| v.invariant.clone())
+                    .collect::<BTreeSet<_>>(),
+                v.undecided.is_empty(),
+            )
+        };
+        let (tracked, judged_all) = judged(&|_| {});
+        assert!(tracked.is_empty(), "{tracked:?}");
+        assert!(judged_all);
+        let (untracked, _) = judged(&|r| r.tracked_settings.clear());
+        assert!(untracked.contains("pg.show_matches"), "{untracked:?}");
+        let (other, _) = judged(&|r| r.tracked_settings = vec![crate::vocab::Guc::LockTimeout]);
+        assert!(other.contains("pg.show_matches"), "{other:?}");
+        // Histories written before tracking was modelled track nothing.
+        let old: crate::pooler::PoolRules = serde_json::from_str(
+            r#"{"mode":"transaction","pool_size":2,"reset_releases_locks":true,"reset_always":false}"#,
+        )
+        .unwrap();
+        assert!(old.tracked_settings.is_empty());
+    }
+
     /// `app.notifications_arrive` judges both ways, and says unknown where it cannot: a
     /// client that listened and stopped may or may not have heard.
     #[test]

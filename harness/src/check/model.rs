@@ -223,6 +223,20 @@ pub struct Client {
     /// ALL` (PgBouncer 1.24 with `max_prepared_statements`: a Bind of one of them then closes
     /// the client with 08P01 `prepared statement did not exist`; docs/session-state.md).
     pub proto_forgotten: bool,
+    /// The values the pooler keeps for this connection of the settings it tracks
+    /// (`PoolRules::tracked_settings`), restored on each server it is linked to.
+    pub tracked: crate::vocab::setting::Tracked,
+}
+
+impl Client {
+    /// A new connection (or none): what the pooler kept for the last one is gone.
+    fn new_connection(&mut self, conn: Conn) {
+        self.conn = conn;
+        self.linked = None;
+        self.proto = None;
+        self.proto_forgotten = false;
+        self.tracked = Default::default();
+    }
 }
 
 /// One possible state of the servers.
@@ -850,10 +864,14 @@ impl<'e> Case<'e> {
         if st.reply.ended_by_server() {
             return self.ended(&s, e, st);
         }
+        let linking = s.clients[c].linked.is_none();
         let cands = self.assign(&s, e, st)?;
         let mut out = vec![];
         let mut err = None;
-        for (s2, b) in cands {
+        for (mut s2, b) in cands {
+            if linking {
+                self.restore_tracked(&mut s2, c, b);
+            }
             let r = if points == 2 {
                 self.stmt_start(s2, e, st, b)
             } else {
@@ -1096,10 +1114,19 @@ impl<'e> Case<'e> {
     fn stmt_once(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
         self.check_runnable(&s, b)?;
         if is_anonymous(b) {
-            // A server the model has not heard of: it holds nothing and has no transaction.
-            let fresh = Backend::default();
-            let mut tmp = fresh.clone();
+            // A server the model has not heard of: it holds nothing and has no transaction;
+            // a pooler that tracks settings restored the client's on it.
+            let mut tmp = Backend::default();
+            let tracked = &self.rules.tracked_settings;
+            if self.pooled() {
+                s.clients[st.client]
+                    .tracked
+                    .restore(tracked, &mut tmp.settings);
+            }
             let (pred, _) = exec(&mut tmp, st, self.call(&s, e, st), true);
+            if self.pooled() && tmp.tx == Tx::Idle {
+                s.clients[st.client].tracked.learn(tracked, &tmp.settings);
+            }
             if let Some(p) = pred
                 && !p.same_as(st.reply)
             {
@@ -1160,7 +1187,25 @@ impl<'e> Case<'e> {
             s.client(c).linked = Some(b);
         } else {
             s.client(c).linked = None;
+            if let Some(x) = s.backends.get(&b) {
+                let settings = x.settings.clone();
+                s.clients[c]
+                    .tracked
+                    .learn(&self.rules.tracked_settings, &settings);
+            }
             self.released(s, b);
+        }
+    }
+
+    /// The pooler links client `c` to server `b`: it restores the settings it tracks to the
+    /// client's values (`PoolRules::tracked_settings`).
+    fn restore_tracked(&self, s: &mut State, c: usize, b: BackendId) {
+        if !self.pooled() || self.rules.tracked_settings.is_empty() {
+            return;
+        }
+        let tracked = s.clients[c].tracked;
+        if let Some(x) = s.backends.get_mut(&b) {
+            tracked.restore(&self.rules.tracked_settings, &mut x.settings);
         }
     }
 
@@ -1614,10 +1659,8 @@ impl<'e> Case<'e> {
     /// by the pooler's rules.
     fn client_gone(&self, s: &State, c: usize, cause: Cause) -> State {
         let mut s = s.clone();
-        let linked = s.client(c).linked.take();
-        s.clients[c].conn = Conn::Down;
-        s.clients[c].proto = None;
-        s.clients[c].proto_forgotten = false;
+        let linked = s.client(c).linked;
+        s.clients[c].new_connection(Conn::Down);
         if let Some(b) = linked
             && let Some(x) = s.backends.get(&b)
         {
@@ -1673,11 +1716,7 @@ impl<'e> Case<'e> {
                 return Err(Why::Accepted { down, fault });
             }
         }
-        let cl = s.client(c);
-        cl.conn = Conn::Up;
-        cl.linked = None;
-        cl.proto = None;
-        cl.proto_forgotten = false;
+        s.client(c).new_connection(Conn::Up);
         Ok(vec![s])
     }
 
@@ -2382,11 +2421,7 @@ impl<'e> Spec for Case<'e> {
             }
             Act::Release { client } => {
                 let mut s = s.clone();
-                let cl = s.client(*client);
-                cl.linked = None;
-                cl.conn = Conn::Down;
-                cl.proto = None;
-                cl.proto_forgotten = false;
+                s.client(*client).new_connection(Conn::Down);
                 Ok(vec![s])
             }
             Act::Terminate { target, reply } => self.terminate(s, *target, reply, point),

@@ -466,6 +466,12 @@ pub struct PoolRules {
     /// kinds whose row says `Carry::Tracked` follow the client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tracks_prepared: bool,
+    /// Settings the pooler tracks per client and restores on whatever server it links the
+    /// client to (PgBouncer's `track_extra_parameters`, for the settings PostgreSQL reports:
+    /// `vocab::setting`'s `reported` column): they follow the client, not the server.
+    /// Histories written before it lack it (nothing tracked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tracked_settings: Vec<crate::vocab::Guc>,
     /// The reset query ends the session's `LISTEN`s (`DISCARD ALL`, `UNLISTEN *`). Histories
     /// written before notifications were modelled lack it (they have no `listen`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -535,6 +541,7 @@ impl PoolRules {
             reset_clears_role: false,
             reset_clears_objects: false,
             tracks_prepared: false,
+            tracked_settings: vec![],
             reset_unlistens: false,
             reset_always: false,
             abort_on_disconnect: false,
@@ -612,6 +619,7 @@ mod tests {
             reset_clears_role: true,
             reset_clears_objects: true,
             tracks_prepared: false,
+            tracked_settings: vec![],
             reset_unlistens: true,
             reset_always: always,
             abort_on_disconnect: false,

@@ -362,6 +362,7 @@ mod tests {
             reset_clears_role: true,
             reset_clears_objects: true,
             tracks_prepared: false,
+            tracked_settings: vec![],
             reset_unlistens: true,
             reset_always: false,
             abort_on_disconnect: false,

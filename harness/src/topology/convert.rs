@@ -976,6 +976,7 @@ impl Cx<'_> {
         let ops = self.ops(&raw.ops, api)?;
         let think = self.duration_range(&raw.think, "workload.think")?;
         let script = self.script(&raw.script)?;
+        let settings = self.gucs(&raw.settings)?;
         let (clients, keys) = if script.is_empty() {
             (clients, keys)
         } else {
@@ -1023,9 +1024,74 @@ impl Cx<'_> {
             lock_timeout_ms: lock_timeout.as_millis() as u64,
             think,
             script,
+            settings,
             faults: BTreeMap::new(),
             fault_weight: 0,
         })
+    }
+
+    /// A setting's name (`vocab::setting`), for `what`.
+    fn guc(&self, leaf: &Leaf, what: &str) -> Res<crate::vocab::Guc> {
+        let names: Vec<&str> = crate::vocab::setting::GUCS.iter().map(|r| r.name).collect();
+        let hint = || vec![format!("settings: {}", names.join(", "))];
+        let text = match &leaf.value {
+            Node::Str(s) => s.clone(),
+            _ => {
+                return Err(self.err(
+                    &leaf.referenced,
+                    format!(
+                        "`{what}` must be a setting's name, found {}",
+                        self.found(leaf)
+                    ),
+                    hint(),
+                ));
+            }
+        };
+        crate::vocab::Guc::from_name(&text).ok_or_else(|| {
+            let mut hints = Vec::new();
+            let close = close_matches(&text, names.iter().copied());
+            if !close.is_empty() {
+                hints.push(did_you_mean(&close));
+            }
+            hints.extend(hint());
+            self.err(&leaf.referenced, format!("unknown setting `{text}`"), hints)
+        })
+    }
+
+    /// `workload.settings`: the settings drawn `set`/`set_local`/`show`/`reset` steps name
+    /// (default: every row of `vocab::setting`), a non-empty list without repeats.
+    fn gucs(&self, leaf: &Leaf) -> Res<Vec<crate::vocab::Guc>> {
+        const WHAT: &str = "workload.settings";
+        let items = match &leaf.value {
+            Node::Absent => return Ok(crate::vocab::Guc::ALL.to_vec()),
+            Node::Seq(items) if !items.is_empty() => items,
+            _ => {
+                return Err(self.err(
+                    &leaf.referenced,
+                    format!(
+                        "`{WHAT}` must be a non-empty list of settings, found {}",
+                        self.found(leaf)
+                    ),
+                    vec![
+                        "e.g. `settings: [search_path, role]`; leave it out to draw every setting"
+                            .into(),
+                    ],
+                ));
+            }
+        };
+        let mut out = Vec::new();
+        for item in items {
+            let g = self.guc(item, WHAT)?;
+            if out.contains(&g) {
+                return Err(self.err(
+                    &item.referenced,
+                    format!("setting `{g}` listed twice in `{WHAT}`"),
+                    Vec::new(),
+                ));
+            }
+            out.push(g);
+        }
+        Ok(out)
     }
 
     /// `a..b` (both included) or one duration; `None` when absent.
@@ -1287,22 +1353,16 @@ impl Cx<'_> {
             }
             if op.takes_guc() {
                 // `set: lock_timeout`: each replica sets its own value (`vocab::setting`).
-                let names: Vec<&str> = crate::vocab::setting::GUCS.iter().map(|r| r.name).collect();
                 let Some(a) = arg else {
+                    let names: Vec<&str> =
+                        crate::vocab::setting::GUCS.iter().map(|r| r.name).collect();
                     return Err(self.err(
                         &at,
                         format!("`{name}` needs a setting: `{name}: lock_timeout`"),
                         vec![format!("settings: {}", names.join(", "))],
                     ));
                 };
-                let text = self.string(a, &name, &[])?;
-                step.guc = Some(crate::vocab::Guc::from_name(&text).ok_or_else(|| {
-                    self.err(
-                        &a.referenced,
-                        format!("unknown setting `{text}`"),
-                        vec![format!("settings: {}", names.join(", "))],
-                    )
-                })?);
+                step.guc = Some(self.guc(a, &name)?);
                 out.push(step);
                 continue;
             }
@@ -1822,6 +1882,7 @@ impl Default for RawWorkload {
             ops: absent(),
             think: absent(),
             script: absent(),
+            settings: absent(),
         }
     }
 }

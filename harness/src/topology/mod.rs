@@ -370,6 +370,9 @@ pub struct Workload {
     /// Scripted replicas instead of random steps (the same script every case; concurrent
     /// schedule). When given, `clients` is their total.
     pub script: Vec<ScriptGroup>,
+    /// The settings drawn setting ops name (`workload.settings`; default every row of
+    /// `vocab::setting`).
+    pub settings: Vec<crate::vocab::Guc>,
     /// Faults of the servers a step may be (the `faults` section): kind -> weight among
     /// the faults, and the weight of a fault step among the ops (`faults.weight`).
     pub faults: BTreeMap<Op, u32>,
@@ -433,9 +436,12 @@ impl Workload {
             || self.script.iter().any(|g| g.ops.iter().any(|o| o.op == op))
     }
 
-    /// Whether the workload may set this setting: a script names it, drawn ops draw every one.
+    /// Whether the workload may set this setting: a script names it, or drawn ops draw it
+    /// (`workload.settings`).
     pub fn may_set(&self, g: crate::vocab::Guc) -> bool {
-        let drawn = self.script.is_empty() && self.ops.keys().any(|op| op.sets() && op.takes_guc());
+        let drawn = self.script.is_empty()
+            && self.settings.contains(&g)
+            && self.ops.keys().any(|op| op.sets() && op.takes_guc());
         drawn
             || self
                 .script

@@ -281,6 +281,8 @@ pub(super) struct RawWorkload {
     pub(super) think: Leaf,
     #[serde(default = "absent")]
     pub(super) script: Leaf,
+    #[serde(default = "absent")]
+    pub(super) settings: Leaf,
 }
 
 #[derive(Deserialize)]

@@ -1851,3 +1851,56 @@ fn a_drawn_set_may_set_every_setting_and_a_script_only_the_ones_it_names() {
     assert!(script.workload.may_set(Guc::LockTimeout));
     assert!(!script.workload.may_set(Guc::Role));
 }
+
+#[test]
+fn workload_settings_narrows_the_drawn_settings() {
+    use crate::vocab::Guc;
+    let t = ok(&format!(
+        "{MINIMAL}workload:\n  settings: [search_path, role]\n  ops:\n    try_lock: 1\n    set: 1\n"
+    ));
+    assert_eq!(t.workload.settings, vec![Guc::SearchPath, Guc::Role]);
+    assert!(t.workload.may_set(Guc::Role));
+    assert!(!t.workload.may_set(Guc::LockTimeout));
+    let all = ok(&format!("{MINIMAL}workload:\n  ops:\n    try_lock: 1\n"));
+    assert_eq!(all.workload.settings, Guc::ALL.to_vec());
+    // Each error points at the value.
+    let cases = [
+        (
+            "settings: [search_pth]",
+            5,
+            14,
+            "unknown setting `search_pth`",
+        ),
+        (
+            "settings: [role, role]",
+            5,
+            20,
+            "setting `role` listed twice",
+        ),
+        (
+            "settings: []",
+            5,
+            13,
+            "must be a non-empty list of settings",
+        ),
+        (
+            "settings: role",
+            5,
+            13,
+            "must be a non-empty list of settings",
+        ),
+        ("settings: [3]", 5, 14, "must be a setting's name, found"),
+    ];
+    for (line, l, c, needle) in cases {
+        let e = err(&format!(
+            "{MINIMAL}workload:\n  {line}\n  ops:\n    try_lock: 1\n"
+        ));
+        assert_eq!((e.line(), e.column()), (Some(l), Some(c)), "{line}: {e}");
+        assert!(e.message().contains(needle), "{line}: {e}");
+    }
+    let close = err(&format!("{MINIMAL}workload:\n  settings: [search_pth]\n"));
+    assert!(
+        close.to_string().contains("did you mean `search_path`"),
+        "{close}"
+    );
+}

@@ -60,12 +60,16 @@ impl Unit {
     }
 
     /// The expression `show` reads: the value when this session set it (`SET` or `SET
-    /// LOCAL`), else [`DEFAULT`] (the role's or the server's own).
+    /// LOCAL`), else [`DEFAULT`] (the role's or the server's own). A value the session set
+    /// equal to its reset value is the default too: a pooler that tracks the setting
+    /// (`PoolRules::tracked_settings`) restores a client that never set it with a `SET` of
+    /// the default (source `session`, setting = `reset_val`; docs/session-state.md,
+    /// "Settings a pooler tracks"). No client sets the default: each sets its own value.
     pub fn show_sql(self, name: &str) -> String {
         match self {
             Unit::Ms | Unit::Schema => format!(
-                "(SELECT CASE WHEN source = 'session' THEN setting ELSE '{DEFAULT}' END \
-                 FROM pg_settings WHERE name = '{name}')"
+                "(SELECT CASE WHEN source = 'session' AND setting IS DISTINCT FROM reset_val \
+                 THEN setting ELSE '{DEFAULT}' END FROM pg_settings WHERE name = '{name}')"
             ),
             Unit::Role => format!(
                 "(SELECT CASE WHEN v = 'none' THEN '{DEFAULT}' ELSE v END \
@@ -107,6 +111,13 @@ pub struct GucRow {
     /// `RESET ALL` resets it (every setting but `role`: RESET ALL keeps the role, DISCARD ALL
     /// and `RESET ROLE` reset it; docs/session-state.md, "SET ROLE and search_path").
     pub reset_all_clears: bool,
+    /// PostgreSQL reports its changes to the client (`ParameterStatus`, a `GUC_REPORT`
+    /// setting), so a pooler can track each client's value and restore it on whichever server
+    /// it links the client to (PgBouncer's `track_extra_parameters`). Observed on 18.6 behind
+    /// PgBouncer 1.24.1 (docs/session-state.md, "Settings a pooler tracks"): `search_path` is
+    /// reported and follows its client; `role`, `lock_timeout`, `statement_timeout` are not,
+    /// and leak even when listed.
+    pub reported: bool,
 }
 
 /// Every setting the workload may set.
@@ -118,6 +129,7 @@ pub const GUCS: &[GucRow] = &[
         base: 1000,
         step: 100,
         reset_all_clears: true,
+        reported: false,
     },
     GucRow {
         guc: Guc::StatementTimeout,
@@ -126,6 +138,7 @@ pub const GUCS: &[GucRow] = &[
         base: 60_000,
         step: 100,
         reset_all_clears: true,
+        reported: false,
     },
     GucRow {
         guc: Guc::SearchPath,
@@ -134,6 +147,7 @@ pub const GUCS: &[GucRow] = &[
         base: 0,
         step: 1,
         reset_all_clears: true,
+        reported: true,
     },
     GucRow {
         guc: Guc::Role,
@@ -142,6 +156,7 @@ pub const GUCS: &[GucRow] = &[
         base: 0,
         step: 1,
         reset_all_clears: false,
+        reported: false,
     },
 ];
 
@@ -204,6 +219,42 @@ impl Guc {
 impl fmt::Display for Guc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The values a pooler keeps for one client connection, of the settings it tracks
+/// (`PoolRules::tracked_settings`): what the client last saw reported (`None`: the default).
+/// Learned when the client's server goes back to the pool, restored on the next server it is
+/// linked to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tracked([Option<u64>; Guc::ALL.len()]);
+
+impl Tracked {
+    fn at(g: Guc) -> usize {
+        Guc::ALL.iter().position(|x| *x == g).expect("in ALL")
+    }
+
+    pub fn get(&self, g: Guc) -> Option<u64> {
+        self.0[Self::at(g)]
+    }
+
+    /// The client leaves server settings `s` (outside a transaction): the pooler has seen
+    /// each tracked setting's value reported.
+    pub fn learn(&mut self, tracked: &[Guc], s: &SessionSettings) {
+        for g in tracked {
+            self.0[Self::at(*g)] = s.show(*g);
+        }
+    }
+
+    /// The pooler links the client to a server with settings `s`: it sets each tracked
+    /// setting to the client's value (a `SET`, or the default's).
+    pub fn restore(&self, tracked: &[Guc], s: &mut SessionSettings) {
+        for g in tracked {
+            match self.get(*g) {
+                Some(v) => s.set(*g, v),
+                None => s.reset(*g),
+            }
+        }
     }
 }
 

@@ -137,9 +137,10 @@ pub fn step_strategy(w: &Workload) -> BoxedStrategy<Step> {
     }
     let op = Union::new_weighted(ops);
     let keys = w.keys.clone();
-    (0..w.clients as usize, op, 0..keys.len(), 0..Guc::ALL.len())
+    let gucs = w.settings.clone();
+    (0..w.clients as usize, op, 0..keys.len(), 0..gucs.len())
         .prop_map(move |(client, op, k, g)| {
-            let guc = op.takes_guc().then(|| Guc::ALL[g]);
+            let guc = op.takes_guc().then(|| gucs[g]);
             Step {
                 client,
                 op,
@@ -376,6 +377,7 @@ mod tests {
             lock_timeout_ms: 20,
             think: None,
             script: vec![],
+            settings: Guc::ALL.to_vec(),
             faults: BTreeMap::new(),
             fault_weight: 0,
         }

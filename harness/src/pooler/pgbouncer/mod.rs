@@ -71,6 +71,26 @@ impl PgBouncer {
         }
     }
 
+    /// The settings of `vocab::setting` PgBouncer restores per client: those named in
+    /// `track_extra_parameters` (1.20+; its default, `IntervalStyle`, names none of them) that
+    /// PostgreSQL reports. PgBouncer takes any name, and one PostgreSQL does not report is
+    /// never restored (`role` and `lock_timeout` listed still leak: docs/session-state.md,
+    /// "Settings a pooler tracks").
+    pub fn tracked_settings(&self) -> Vec<crate::vocab::Guc> {
+        let listed = self
+            .spec
+            .settings
+            .get("track_extra_parameters")
+            .map(|v| v.to_ascii_lowercase())
+            .unwrap_or_default();
+        let names: Vec<&str> = listed.split(',').map(str::trim).collect();
+        crate::vocab::setting::GUCS
+            .iter()
+            .filter(|r| r.reported && names.contains(&r.name))
+            .map(|r| r.guc)
+            .collect()
+    }
+
     /// `pgbouncer.ini` for this run (see [`config::ini`]).
     pub fn ini(&self, cx: &ConfigContext) -> String {
         config::ini(&self.topology_name, &self.spec, cx)
@@ -163,6 +183,7 @@ impl Pooler for PgBouncer {
             // (docs/session-state.md, "Named objects").
             reset_clears_objects: q.contains("discard all"),
             tracks_prepared: self.tracks_prepared(),
+            tracked_settings: self.tracked_settings(),
             // DISCARD ALL runs UNLISTEN * (docs/session-state.md).
             reset_unlistens: q.contains("discard all") || q.contains("unlisten"),
             reset_always: self.spec.server_reset_query_always,
@@ -259,6 +280,30 @@ mod tests {
         let objects = |q: &str| PgBouncer::new("t", spec(q)).rules().reset_clears_objects;
         assert!(objects("DISCARD ALL"));
         assert!(!objects("RESET ALL"));
+    }
+
+    #[test]
+    fn only_reported_settings_named_in_track_extra_parameters_are_tracked() {
+        use crate::vocab::Guc;
+        let tracked = |v: Option<&str>| {
+            let mut s = spec("");
+            if let Some(v) = v {
+                s.settings.insert("track_extra_parameters".into(), v.into());
+            }
+            PgBouncer::new("t", s).rules().tracked_settings
+        };
+        assert_eq!(
+            tracked(None),
+            vec![],
+            "the default, IntervalStyle, names none"
+        );
+        assert_eq!(tracked(Some("search_path")), vec![Guc::SearchPath]);
+        assert_eq!(
+            tracked(Some("IntervalStyle, Search_Path ,role,lock_timeout")),
+            vec![Guc::SearchPath],
+            "role and lock_timeout are not reported: listed, they still leak"
+        );
+        assert_eq!(tracked(Some("search_pathx")), vec![]);
     }
 
     #[test]

@@ -164,6 +164,7 @@ impl Pooler for Pgpool {
             reset_clears_role: crate::pooler::reset_clears_role(&q),
             reset_clears_objects: q.contains("discard all"),
             tracks_prepared: false,
+            tracked_settings: vec![],
             // DISCARD ALL runs UNLISTEN * (docs/session-state.md).
             reset_unlistens: q.contains("discard all") || q.contains("unlisten"),
             reset_always: false,
