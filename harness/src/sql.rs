@@ -388,56 +388,21 @@ mod tests {
     use super::*;
     use crate::vocab::object;
 
-    /// The ops a client runs as one statement of `op_sql`. Every other op sends none of
-    /// its own: the connection ops (`disconnect`, `reconnect`, `open`, `release`), the
-    /// nemesis's faults, the client-side `sleep` and `raise`, and `migrate` (its own
-    /// statements, `migrate_*` below).
-    const STATEMENTS: [Op; 28] = [
-        Op::TryLock,
-        Op::Lock,
-        Op::Unlock,
-        Op::UnlockAll,
-        Op::Begin,
-        Op::Commit,
-        Op::Rollback,
-        Op::XactLock,
-        Op::TryXactLock,
-        Op::DiscardAll,
-        Op::FailStatement,
-        Op::Ping,
-        Op::PgSleep,
-        Op::Set,
-        Op::SetLocal,
-        Op::Show,
-        Op::Reset,
-        Op::Prepare,
-        Op::Execute,
-        Op::Deallocate,
-        Op::PrepareProtocol,
-        Op::CreateTemp,
-        Op::ReadTemp,
-        Op::DeclareHold,
-        Op::Fetch,
-        Op::Listen,
-        Op::Unlisten,
-        Op::Notify,
-    ];
-
     #[test]
     fn every_sql_op_carries_its_tag_and_key() {
-        let every = Op::ALL
-            .into_iter()
-            .chain(Op::SCRIPT_ONLY)
-            .chain(Op::FAULTS)
-            .chain([Op::Open, Op::Release]);
+        // The op table says which ops send SQL of their own (`Sends::Sql`); every other op
+        // sends none here: the connection ops, the nemesis's faults, the client-side `sleep`
+        // and `raise`, `migrate` (its own statements, `migrate_*` below), and a protocol-level
+        // Bind/Execute.
         let mut with_sql = 0;
-        for op in every {
+        for row in crate::vocab::op::OPS {
+            let op = row.op;
             let key = op.takes_key().then_some(Key::Big(4242424242));
             let ms = (op.takes_duration() || op.sets()).then_some(250);
             let guc = op.takes_guc().then_some(Guc::LockTimeout);
             let sql = op_sql_full(op, key, ms, guc, 2, 7);
-            if !STATEMENTS.contains(&op) {
-                assert_eq!(sql, None, "{op} sends no statement of its own");
+            if row.sends != crate::vocab::op::Sends::Sql {
+                assert_eq!(sql, None, "{op} sends no SQL of its own");
                 continue;
             }
             let sql = sql.unwrap_or_else(|| panic!("{op} is a statement but has no SQL"));
@@ -473,7 +438,12 @@ mod tests {
                 assert!(!sql.contains(';'), "DISCARD ALL must be sent alone");
             }
         }
-        assert_eq!(with_sql, STATEMENTS.len(), "every statement op was checked");
+        let sql_ops = crate::vocab::op::OPS
+            .iter()
+            .filter(|r| r.sends == crate::vocab::op::Sends::Sql)
+            .count();
+        assert_eq!(with_sql, sql_ops, "every SQL op was checked");
+        assert!(with_sql >= 28, "the table lists the SQL ops: {with_sql}");
         assert!(
             op_sql_ms(Op::PgSleep, None, Some(250), 1)
                 .unwrap()

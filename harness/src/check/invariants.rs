@@ -30,37 +30,7 @@ const TEMP_CREATES: &[Op] = &[Op::CreateTemp, Op::DeclareHold];
 const TEMP_USES: &[Op] = &[Op::ReadTemp, Op::Fetch];
 const LISTENS: &[Op] = &[Op::Listen];
 const NOTIFIES: &[Op] = &[Op::Notify];
-const STATEMENTS: &[Op] = &[
-    Op::TryLock,
-    Op::Lock,
-    Op::Unlock,
-    Op::UnlockAll,
-    Op::Begin,
-    Op::Commit,
-    Op::Rollback,
-    Op::XactLock,
-    Op::TryXactLock,
-    Op::DiscardAll,
-    Op::FailStatement,
-    Op::Ping,
-    Op::PgSleep,
-    Op::Set,
-    Op::SetLocal,
-    Op::Show,
-    Op::Reset,
-    Op::Prepare,
-    Op::Execute,
-    Op::Deallocate,
-    Op::PrepareProtocol,
-    Op::ExecuteProtocol,
-    Op::CreateTemp,
-    Op::ReadTemp,
-    Op::DeclareHold,
-    Op::Fetch,
-    Op::Listen,
-    Op::Unlisten,
-    Op::Notify,
-];
+const STATEMENTS: &[Op] = &Op::STATEMENTS;
 
 /// One moment of a case: a mark, with what the application saw there and every state the
 /// servers may be in.

@@ -1264,6 +1264,12 @@ mod tests {
             "C2 show lock_timeout replied default on pid 101 (backend_start 2026-11-30 00:53:20.000001+00) at 0.008 ms: no order of the case's operations explains it: the model predicts 1100 on pid 101",
         ),
         (
+            // A tracked setting lost on the way to C1's second server (`PoolRules::tracked_settings`).
+            "settings-tracked",
+            "pg.show_matches",
+            "C1 show search_path replied default on pid 102 (backend_start 2026-11-30 00:53:20.000002+00)",
+        ),
+        (
             "settings-stay-put",
             "app.settings_stay_put",
             "C2 read lock_timeout = 1100 (the value C1 sets) on pid 101 (backend_start 2026-11-30 00:53:20.000001+00), but its own session has default",

@@ -136,6 +136,7 @@ pub(super) const WORKLOAD_KEYS: &[&str] = &[
     "ops",
     "think",
     "script",
+    "settings",
 ];
 pub(super) const FAULTS_KEYS: &[&str] = &["kinds", "weight", "hold", "delay"];
 pub(super) const RUN_KEYS: &[&str] = &[

@@ -213,7 +213,7 @@ fn hints_say_what_is_valid() {
     assert!(
         e.hints()
             .iter()
-            .any(|h| h.starts_with("valid ops: try_lock, lock,"))
+            .any(|h| h.starts_with("valid ops: try_lock, ping,"))
     );
 
     let e = load_bad("unknown-invariant.yaml");
@@ -352,6 +352,7 @@ fn shipped_topologies_parse() {
             "transaction-mode-reset-always",
             "transaction-mode-reset-always-settings",
             "transaction-mode-settings",
+            "transaction-mode-tracked-settings",
             "transaction-mode-two-poolers",
             "transaction-mode-xact",
         ]

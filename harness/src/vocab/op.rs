@@ -158,72 +158,298 @@ pub enum Op {
     PartitionClientsPooler,
 }
 
+/// Which ops an op is among: what a topology may weigh, what a script may add, what the
+/// nemesis runs, and what only the runner records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// A random workload can weigh it (`workload.ops`), and a script can name it.
+    Workload,
+    /// Only a script names it (it takes an argument, or a protocol's context).
+    Script,
+    /// A fault of the servers (the `faults` section; scripts may name it).
+    Fault,
+    /// Recorded by the runner, never asked for (`open`, `release`).
+    Internal,
+}
+
+/// How an op reaches the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sends {
+    /// No statement of its own: a connection op, a fault, the client's own time or error
+    /// path, `migrate` (its own statements, `sql::migrate_*`).
+    Nothing,
+    /// One message of SQL (`sql::op_sql_full`), judged as a statement.
+    Sql,
+    /// Protocol messages without SQL text of its own (Bind/Execute of a prepared statement),
+    /// judged as a statement.
+    Protocol,
+}
+
+/// One op: its YAML name, its family and what it sends.
+#[derive(Clone, Copy, Debug)]
+pub struct OpRow {
+    pub op: Op,
+    pub name: &'static str,
+    pub family: Family,
+    pub sends: Sends,
+}
+
+const fn row(op: Op, name: &'static str, family: Family, sends: Sends) -> OpRow {
+    OpRow {
+        op,
+        name,
+        family,
+        sends,
+    }
+}
+
+/// Every op, one row each. The workload's rows come in shrinking order: proptest shrinks a
+/// union towards its first alternatives, so the simplest ops come first (`Op::ALL` keeps
+/// this order, and generation draws from it: reordering them changes every seed's cases).
+pub const OPS: &[OpRow] = &[
+    row(Op::TryLock, "try_lock", Family::Workload, Sends::Sql),
+    row(Op::Ping, "ping", Family::Workload, Sends::Sql),
+    row(Op::Unlock, "unlock", Family::Workload, Sends::Sql),
+    row(Op::Begin, "begin", Family::Workload, Sends::Sql),
+    row(Op::Commit, "commit", Family::Workload, Sends::Sql),
+    row(Op::Rollback, "rollback", Family::Workload, Sends::Sql),
+    row(
+        Op::TryXactLock,
+        "try_xact_lock",
+        Family::Workload,
+        Sends::Sql,
+    ),
+    row(Op::Lock, "lock", Family::Workload, Sends::Sql),
+    row(Op::XactLock, "xact_lock", Family::Workload, Sends::Sql),
+    row(Op::UnlockAll, "unlock_all", Family::Workload, Sends::Sql),
+    row(
+        Op::Disconnect,
+        "disconnect",
+        Family::Workload,
+        Sends::Nothing,
+    ),
+    row(Op::Reconnect, "reconnect", Family::Workload, Sends::Nothing),
+    row(Op::DiscardAll, "discard_all", Family::Workload, Sends::Sql),
+    row(
+        Op::FailStatement,
+        "fail_statement",
+        Family::Workload,
+        Sends::Sql,
+    ),
+    row(Op::Cancel, "cancel", Family::Workload, Sends::Nothing),
+    row(Op::Terminate, "terminate", Family::Workload, Sends::Nothing),
+    row(Op::Show, "show", Family::Workload, Sends::Sql),
+    row(Op::Set, "set", Family::Workload, Sends::Sql),
+    row(Op::SetLocal, "set_local", Family::Workload, Sends::Sql),
+    row(Op::Reset, "reset", Family::Workload, Sends::Sql),
+    row(Op::Execute, "execute", Family::Workload, Sends::Sql),
+    row(Op::Prepare, "prepare", Family::Workload, Sends::Sql),
+    row(Op::Deallocate, "deallocate", Family::Workload, Sends::Sql),
+    row(
+        Op::ExecuteProtocol,
+        "execute_protocol",
+        Family::Workload,
+        Sends::Protocol,
+    ),
+    row(
+        Op::PrepareProtocol,
+        "prepare_protocol",
+        Family::Workload,
+        Sends::Sql,
+    ),
+    row(Op::ReadTemp, "read_temp", Family::Workload, Sends::Sql),
+    row(Op::CreateTemp, "create_temp", Family::Workload, Sends::Sql),
+    row(Op::Fetch, "fetch", Family::Workload, Sends::Sql),
+    row(
+        Op::DeclareHold,
+        "declare_hold",
+        Family::Workload,
+        Sends::Sql,
+    ),
+    row(Op::Listen, "listen", Family::Workload, Sends::Sql),
+    row(Op::Notify, "notify", Family::Workload, Sends::Sql),
+    row(Op::Unlisten, "unlisten", Family::Workload, Sends::Sql),
+    row(Op::Sleep, "sleep", Family::Script, Sends::Nothing),
+    row(Op::PgSleep, "pg_sleep", Family::Script, Sends::Sql),
+    row(Op::Migrate, "migrate", Family::Script, Sends::Nothing),
+    row(Op::Raise, "raise", Family::Script, Sends::Nothing),
+    row(Op::Open, "open", Family::Internal, Sends::Nothing),
+    row(Op::Release, "release", Family::Internal, Sends::Nothing),
+    row(
+        Op::PoolerPause,
+        "pooler_pause",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::PoolerReconnect,
+        "pooler_reconnect",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(Op::PoolerKill, "pooler_kill", Family::Fault, Sends::Nothing),
+    row(
+        Op::PoolerReload,
+        "pooler_reload",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::PoolerRestart,
+        "pooler_restart",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::PoolerCrash,
+        "pooler_crash",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::PoolerFreeze,
+        "pooler_freeze",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(Op::PgRestart, "pg_restart", Family::Fault, Sends::Nothing),
+    row(Op::PgCrash, "pg_crash", Family::Fault, Sends::Nothing),
+    row(
+        Op::BackendKill,
+        "backend_kill",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::BackendFreeze,
+        "backend_freeze",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(Op::Promote, "promote", Family::Fault, Sends::Nothing),
+    row(Op::LinkCut, "link_cut", Family::Fault, Sends::Nothing),
+    row(
+        Op::LinkBlackhole,
+        "link_blackhole",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(Op::LinkDelay, "link_delay", Family::Fault, Sends::Nothing),
+    row(
+        Op::HostFreezePooler,
+        "host_freeze_pooler",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::HostFreezePostgres,
+        "host_freeze_postgres",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::HostKillPooler,
+        "host_kill_pooler",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::HostKillPostgres,
+        "host_kill_postgres",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::HostRestartPooler,
+        "host_restart_pooler",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::HostRestartPostgres,
+        "host_restart_postgres",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::PartitionPoolerPostgres,
+        "partition_pooler_postgres",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+    row(
+        Op::PartitionClientsPooler,
+        "partition_clients_pooler",
+        Family::Fault,
+        Sends::Nothing,
+    ),
+];
+
+/// A selection of [`OPS`].
+#[derive(Clone, Copy)]
+enum Pick {
+    Family(Family),
+    Statement,
+}
+
+const fn picks(r: &OpRow, p: Pick) -> bool {
+    match p {
+        Pick::Family(f) => r.family as u8 == f as u8,
+        Pick::Statement => !matches!(r.sends, Sends::Nothing),
+    }
+}
+
+/// How many ops of `OPS` `p` keeps.
+const fn count(p: Pick) -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < OPS.len() {
+        if picks(&OPS[i], p) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// The ops of `OPS` that `p` keeps, in table order (`N` is their count).
+const fn collect<const N: usize>(p: Pick) -> [Op; N] {
+    let mut out = [Op::Ping; N];
+    let (mut i, mut n) = (0, 0);
+    while i < OPS.len() {
+        if picks(&OPS[i], p) {
+            out[n] = OPS[i].op;
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == N, "the count of a selection of ops");
+    out
+}
+
+const WORKLOAD: Pick = Pick::Family(Family::Workload);
+const SCRIPT: Pick = Pick::Family(Family::Script);
+const FAULT: Pick = Pick::Family(Family::Fault);
+
 impl Op {
     /// Script-only ops (they take an argument, or a protocol's context).
-    pub const SCRIPT_ONLY: [Op; 4] = [Op::Sleep, Op::PgSleep, Op::Migrate, Op::Raise];
+    pub const SCRIPT_ONLY: [Op; count(SCRIPT)] = collect(SCRIPT);
 
-    /// Ops a random workload can weigh.
-    pub const ALL: [Op; 32] = [
-        Op::TryLock,
-        Op::Lock,
-        Op::Unlock,
-        Op::UnlockAll,
-        Op::Begin,
-        Op::Commit,
-        Op::Rollback,
-        Op::XactLock,
-        Op::TryXactLock,
-        Op::DiscardAll,
-        Op::Disconnect,
-        Op::Reconnect,
-        Op::Terminate,
-        Op::Cancel,
-        Op::FailStatement,
-        Op::Ping,
-        Op::Set,
-        Op::SetLocal,
-        Op::Show,
-        Op::Reset,
-        Op::Prepare,
-        Op::Execute,
-        Op::Deallocate,
-        Op::PrepareProtocol,
-        Op::ExecuteProtocol,
-        Op::CreateTemp,
-        Op::ReadTemp,
-        Op::DeclareHold,
-        Op::Fetch,
-        Op::Listen,
-        Op::Unlisten,
-        Op::Notify,
-    ];
+    /// Ops a random workload can weigh, simplest first.
+    pub const ALL: [Op; count(WORKLOAD)] = collect(WORKLOAD);
 
     /// Faults of the servers a topology's `faults` section can weigh.
-    pub const FAULTS: [Op; 23] = [
-        Op::PoolerPause,
-        Op::PoolerReconnect,
-        Op::PoolerKill,
-        Op::PoolerReload,
-        Op::PoolerRestart,
-        Op::PoolerCrash,
-        Op::PoolerFreeze,
-        Op::PgRestart,
-        Op::PgCrash,
-        Op::BackendKill,
-        Op::BackendFreeze,
-        Op::Promote,
-        Op::LinkCut,
-        Op::LinkBlackhole,
-        Op::LinkDelay,
-        Op::HostFreezePooler,
-        Op::HostFreezePostgres,
-        Op::HostKillPooler,
-        Op::HostKillPostgres,
-        Op::HostRestartPooler,
-        Op::HostRestartPostgres,
-        Op::PartitionPoolerPostgres,
-        Op::PartitionClientsPooler,
-    ];
+    pub const FAULTS: [Op; count(FAULT)] = collect(FAULT);
+
+    /// Ops judged as statements (`Sends::Sql` or `Sends::Protocol`): what the model steps
+    /// and `app.progress` bounds.
+    pub const STATEMENTS: [Op; count(Pick::Statement)] = collect(Pick::Statement);
+
+    /// This op's row of [`OPS`].
+    pub fn row(self) -> &'static OpRow {
+        OPS.iter()
+            .find(|r| r.op == self)
+            .expect("every op has a row")
+    }
 
     /// A fault of the servers by its YAML name.
     pub fn from_fault_name(s: &str) -> Option<Op> {
@@ -245,69 +471,7 @@ impl Op {
 
     /// The YAML / report spelling.
     pub fn name(self) -> &'static str {
-        match self {
-            Op::TryLock => "try_lock",
-            Op::Lock => "lock",
-            Op::Unlock => "unlock",
-            Op::UnlockAll => "unlock_all",
-            Op::Begin => "begin",
-            Op::Commit => "commit",
-            Op::Rollback => "rollback",
-            Op::XactLock => "xact_lock",
-            Op::TryXactLock => "try_xact_lock",
-            Op::DiscardAll => "discard_all",
-            Op::Disconnect => "disconnect",
-            Op::Reconnect => "reconnect",
-            Op::Terminate => "terminate",
-            Op::Cancel => "cancel",
-            Op::FailStatement => "fail_statement",
-            Op::Ping => "ping",
-            Op::Set => "set",
-            Op::SetLocal => "set_local",
-            Op::Show => "show",
-            Op::Reset => "reset",
-            Op::Prepare => "prepare",
-            Op::Execute => "execute",
-            Op::Deallocate => "deallocate",
-            Op::PrepareProtocol => "prepare_protocol",
-            Op::ExecuteProtocol => "execute_protocol",
-            Op::CreateTemp => "create_temp",
-            Op::ReadTemp => "read_temp",
-            Op::DeclareHold => "declare_hold",
-            Op::Fetch => "fetch",
-            Op::Listen => "listen",
-            Op::Unlisten => "unlisten",
-            Op::Notify => "notify",
-            Op::Sleep => "sleep",
-            Op::PgSleep => "pg_sleep",
-            Op::Migrate => "migrate",
-            Op::Raise => "raise",
-            Op::Open => "open",
-            Op::Release => "release",
-            Op::PoolerPause => "pooler_pause",
-            Op::PoolerReconnect => "pooler_reconnect",
-            Op::PoolerKill => "pooler_kill",
-            Op::PoolerReload => "pooler_reload",
-            Op::PoolerRestart => "pooler_restart",
-            Op::PoolerCrash => "pooler_crash",
-            Op::PoolerFreeze => "pooler_freeze",
-            Op::PgRestart => "pg_restart",
-            Op::PgCrash => "pg_crash",
-            Op::BackendKill => "backend_kill",
-            Op::BackendFreeze => "backend_freeze",
-            Op::Promote => "promote",
-            Op::LinkCut => "link_cut",
-            Op::LinkBlackhole => "link_blackhole",
-            Op::LinkDelay => "link_delay",
-            Op::HostFreezePooler => "host_freeze_pooler",
-            Op::HostFreezePostgres => "host_freeze_postgres",
-            Op::HostKillPooler => "host_kill_pooler",
-            Op::HostKillPostgres => "host_kill_postgres",
-            Op::HostRestartPooler => "host_restart_pooler",
-            Op::HostRestartPostgres => "host_restart_postgres",
-            Op::PartitionPoolerPostgres => "partition_pooler_postgres",
-            Op::PartitionClientsPooler => "partition_clients_pooler",
-        }
+        self.row().name
     }
 
     /// A workload op by its YAML name (`open` is not one; nor are the script-only ops).
@@ -385,5 +549,44 @@ impl Op {
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One row per op, each name the op's serde spelling (what histories and YAML carry),
+    /// and every op in exactly one family.
+    #[test]
+    fn every_op_has_one_row_named_as_serde_spells_it() {
+        let mut names = std::collections::BTreeSet::new();
+        let mut ops = std::collections::BTreeSet::new();
+        for r in OPS {
+            assert!(ops.insert(r.op), "{:?}: two rows", r.op);
+            assert!(names.insert(r.name), "{}: two rows", r.name);
+            let serde = serde_json::to_string(&r.op).unwrap();
+            assert_eq!(serde, format!("\"{}\"", r.name), "{:?}", r.op);
+            assert_eq!(r.op.row().name, r.name);
+        }
+        let families = Op::ALL.len() + Op::SCRIPT_ONLY.len() + Op::FAULTS.len() + 2;
+        assert_eq!(
+            families,
+            OPS.len(),
+            "workload + script + faults + open/release"
+        );
+        for op in Op::ALL {
+            assert_eq!(Op::from_name(op.name()), Some(op));
+        }
+        for op in Op::FAULTS {
+            assert_eq!(Op::from_fault_name(op.name()), Some(op));
+            assert!(
+                !Op::STATEMENTS.contains(&op),
+                "{op}: a fault sends no statement"
+            );
+        }
+        assert!(Op::STATEMENTS.contains(&Op::ExecuteProtocol));
+        assert!(Op::STATEMENTS.contains(&Op::PgSleep));
+        assert!(!Op::STATEMENTS.contains(&Op::Migrate));
     }
 }

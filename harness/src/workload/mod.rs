@@ -77,42 +77,8 @@ impl fmt::Display for Step {
     }
 }
 
-/// Ops in shrinking order: proptest shrinks a union towards its first alternatives, so the
-/// simplest ops come first.
-const SIMPLICITY: [Op; 32] = [
-    Op::TryLock,
-    Op::Ping,
-    Op::Unlock,
-    Op::Begin,
-    Op::Commit,
-    Op::Rollback,
-    Op::TryXactLock,
-    Op::Lock,
-    Op::XactLock,
-    Op::UnlockAll,
-    Op::Disconnect,
-    Op::Reconnect,
-    Op::DiscardAll,
-    Op::FailStatement,
-    Op::Cancel,
-    Op::Terminate,
-    Op::Show,
-    Op::Set,
-    Op::SetLocal,
-    Op::Reset,
-    Op::Execute,
-    Op::Prepare,
-    Op::Deallocate,
-    Op::ExecuteProtocol,
-    Op::PrepareProtocol,
-    Op::ReadTemp,
-    Op::CreateTemp,
-    Op::Fetch,
-    Op::DeclareHold,
-    Op::Listen,
-    Op::Notify,
-    Op::Unlisten,
-];
+/// Ops in shrinking order (`vocab::op::OPS` lists the workload's simplest first).
+const SIMPLICITY: [Op; Op::ALL.len()] = Op::ALL;
 
 /// A strategy for one step of this workload.
 pub fn step_strategy(w: &Workload) -> BoxedStrategy<Step> {
