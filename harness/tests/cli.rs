@@ -144,13 +144,11 @@ fn transaction_mode_mutual_exclusion_is_found_shrunk_and_reproduced() {
 }
 
 /// `pgchaos analyze DIR` re-checks the stored history with the current checker: the same
-/// verdicts, violating cases and minimal sizes as the run printed; and `history` prints a case
-/// of it. The search's budget is partly wall-clock time (`run.search_time`, 2 s a case), so a
-/// case near it can be judged by one check and left `unknown` by the other on a loaded
-/// machine (seen in CI: case 1 of a session-mode-faults run judged in 1.9 s online, over 2 s
-/// in analyze). Where the two checks left the same cases unknown, everything must be equal;
-/// otherwise every case both judged must get the same verdict from both, and each side's
-/// unknown cases are listed.
+/// verdicts, violating and unknown cases and minimal sizes as the run printed; and `history`
+/// prints a case of it. The search's budget is the model's work (`run.search_work`), not
+/// wall-clock time, so a case over budget is over it in both checks, on any machine. (Before,
+/// with 2 s of wall clock, CI saw case 1 of a session-mode-faults run judged in 1.9 s online
+/// and over 2 s in analyze, and this test had to accept either.)
 fn assert_analyze_agrees(dir: &Path, results: &Value) {
     let o = pgchaos(&["analyze", dir.to_str().unwrap()]);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
@@ -197,31 +195,19 @@ fn assert_analyze_agrees(dir: &Path, results: &Value) {
     );
     let mut agreed_on_violations = std::collections::BTreeSet::new();
     for ((name, r), (_, a)) in ran.iter().zip(&again) {
-        let (viol_r, unk_r) = unknown(results, name);
-        let (viol_a, unk_a) = unknown(&analysed, name);
-        if unk_r == unk_a {
-            assert_eq!(r, a, "{name} in {}", dir.display());
-            if r.0 == "violated" {
-                agreed_on_violations.insert(name.clone());
-            }
-        } else {
-            let either: std::collections::BTreeSet<u64> = unk_r.union(&unk_a).copied().collect();
-            assert_eq!(
-                viol_r.difference(&either).collect::<Vec<_>>(),
-                viol_a.difference(&either).collect::<Vec<_>>(),
-                "{name} in {}: cases judged by both (unknown: run {unk_r:?}, analyze {unk_a:?})",
-                dir.display()
-            );
-            if r.2 == a.2 && r.0 == "violated" && a.0 == "violated" {
-                assert_eq!(r.3, a.3, "{name}: the same first failure, minimal size");
-                agreed_on_violations.insert(name.clone());
-            }
+        assert_eq!(
+            unknown(results, name),
+            unknown(&analysed, name),
+            "{name} in {}: (violating, unknown) cases, run vs analyze",
+            dir.display()
+        );
+        assert_eq!(r, a, "{name} in {}", dir.display());
+        if r.0 == "violated" {
+            agreed_on_violations.insert(name.clone());
         }
     }
-    if ran.iter().zip(&again).all(|(r, a)| r == a) {
-        let want = if results["passed"] == true { 0 } else { 1 };
-        assert_eq!(o.status.code(), Some(want), "{}", text(&o));
-    }
+    let want = if results["passed"] == true { 0 } else { 1 };
+    assert_eq!(o.status.code(), Some(want), "{}", text(&o));
     assert_eq!(analysed["cases"], results["cases"]);
     assert_eq!(analysed["steps"], results["steps"]);
     assert_eq!(analysed["skipped_steps"], results["skipped_steps"]);
@@ -929,7 +915,8 @@ fn failover_loss_is_found_shrunk_and_reproduced() {
 
 /// A SET left on a shared server (transaction-mode-settings, docs/session-state.md): found,
 /// shrunk to a SET and another client's read of it, and reproduced; the model explains every
-/// read (no `pg.*`).
+/// read (no `pg.*`). All 256 cases, so every expectation of the topology is reached; only the
+/// leak is shrunk.
 #[test]
 fn a_leaked_setting_is_found_shrunk_and_reproduced() {
     let _serial = serial();
@@ -939,8 +926,8 @@ fn a_leaked_setting_is_found_shrunk_and_reproduced() {
         "transaction-mode-settings",
         "--seed",
         "5",
-        "--cases",
-        "64",
+        "--shrink-only",
+        "app.settings_stay_put",
         "--out",
         out.to_str().unwrap(),
         "--quiet",

@@ -116,7 +116,11 @@ pub enum Mark {
 pub struct Budget {
     /// States held across all configurations at once.
     pub max_states: usize,
-    /// Time for one case.
+    /// The model's work for one case: calls of its step and internal moves. What decides a
+    /// search's end on any machine, so a history is judged the same when it is checked
+    /// again (`pgchaos analyze`) on a quieter or busier one.
+    pub max_work: u64,
+    /// Wall-clock time for one case: a safety net far past what `max_work` takes.
     pub max_time: Duration,
 }
 
@@ -124,15 +128,25 @@ impl Default for Budget {
     fn default() -> Self {
         Budget {
             max_states: 20_000,
-            max_time: Duration::from_secs(2),
+            max_work: DEFAULT_MAX_WORK,
+            max_time: Duration::from_secs(DEFAULT_MAX_SECS),
         }
     }
 }
+
+/// [`Budget::max_work`] by default: about 3 s of search on this project's machine under a load
+/// of 7 on its 2 cores (360,000 model steps a second, measured re-checking a concurrent
+/// history of transaction-mode-settings; docs/checker.md, "The search's budget").
+pub const DEFAULT_MAX_WORK: u64 = 1_000_000;
+
+/// [`Budget::max_time`] by default.
+pub const DEFAULT_MAX_SECS: u64 = 30;
 
 impl From<crate::history::SearchBudget> for Budget {
     fn from(b: crate::history::SearchBudget) -> Self {
         Budget {
             max_states: b.max_states,
+            max_work: b.max_work,
             max_time: Duration::from_millis(b.max_ms),
         }
     }
@@ -157,6 +171,7 @@ pub type SpecFailure<P> = Failure<<P as Spec>::State, <P as Spec>::Why>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Over {
     States(usize),
+    Work(u64),
     Time(Duration),
     /// More operations pending at once than a configuration can say (32).
     Pending(usize),
@@ -166,6 +181,7 @@ impl std::fmt::Display for Over {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Over::States(n) => write!(f, "more than {n} states"),
+            Over::Work(n) => write!(f, "more than {n} model steps"),
             Over::Time(d) => write!(f, "more than {:.1} s", d.as_secs_f64()),
             Over::Pending(n) => write!(f, "{n} operations pending at once"),
         }
@@ -207,6 +223,8 @@ pub struct Search<'a, P: Spec> {
     fresh_from: usize,
     /// Points placed (for what was judged).
     pub placed: u64,
+    /// The model's work so far: calls of its step and internal moves.
+    pub work: u64,
     over: Option<Over>,
 }
 
@@ -214,7 +232,8 @@ impl<'a, P: Spec> Search<'a, P> {
     pub fn new(spec: &'a P, initial: P::State, budget: Budget) -> Self {
         let mut configs = Map::default();
         let mut s = Set::default();
-        for st in settle(spec, vec![initial], 0) {
+        let mut work = 0;
+        for st in settle_counted(spec, vec![initial], 0, &mut work) {
             s.insert(st);
         }
         configs.insert(0, s);
@@ -227,6 +246,7 @@ impl<'a, P: Spec> Search<'a, P> {
             forced: HashSet::new(),
             fresh_from: 0,
             placed: 0,
+            work,
             over: None,
         }
     }
@@ -331,6 +351,9 @@ impl<'a, P: Spec> Search<'a, P> {
         if total > self.budget.max_states {
             return Err(self.stop(Over::States(self.budget.max_states)));
         }
+        if self.work > self.budget.max_work {
+            return Err(self.stop(Over::Work(self.budget.max_work)));
+        }
         if self.started.elapsed() > self.budget.max_time {
             return Err(self.stop(Over::Time(self.budget.max_time)));
         }
@@ -342,7 +365,7 @@ impl<'a, P: Spec> Search<'a, P> {
         let mut total = 0;
         for set in self.configs.values_mut() {
             let states: Vec<P::State> = set.drain().collect();
-            set.extend(settle(self.spec, states, now));
+            set.extend(settle_counted(self.spec, states, now, &mut self.work));
             total += set.len();
         }
         self.check_budget(total)
@@ -372,6 +395,7 @@ impl<'a, P: Spec> Search<'a, P> {
                     continue;
                 }
                 let next = with_phase(key, slot, ph + 1);
+                self.work += 1;
                 let succ = if self.forced.contains(&e) {
                     Ok(self.spec.force(&s, e, ph, now))
                 } else {
@@ -386,7 +410,7 @@ impl<'a, P: Spec> Search<'a, P> {
                 match succ {
                     Ok(v) => {
                         self.placed += 1;
-                        for st in settle(self.spec, v, now) {
+                        for st in settle_counted(self.spec, v, now, &mut self.work) {
                             add(st, &mut work);
                         }
                     }
@@ -415,6 +439,16 @@ impl<'a, P: Spec> Search<'a, P> {
 /// The states `states` lead to once every internal move that can happen by `now` has had its
 /// chance (each state, and everything reachable from it by internal moves).
 pub fn settle<P: Spec>(spec: &P, states: Vec<P::State>, now: u64) -> Vec<P::State> {
+    settle_counted(spec, states, now, &mut 0)
+}
+
+/// [`settle`], adding its calls of the model's internal moves to `count`.
+fn settle_counted<P: Spec>(
+    spec: &P,
+    states: Vec<P::State>,
+    now: u64,
+    count: &mut u64,
+) -> Vec<P::State> {
     let mut seen: Set<P::State> = Set::default();
     let mut out = vec![];
     let mut work = states;
@@ -422,6 +456,7 @@ pub fn settle<P: Spec>(spec: &P, states: Vec<P::State>, now: u64) -> Vec<P::Stat
         if !seen.insert(s.clone()) {
             continue;
         }
+        *count += 1;
         for n in spec.internal(&s, now) {
             if !seen.contains(&n) {
                 work.push(n);
@@ -644,6 +679,7 @@ mod tests {
             0,
             Budget {
                 max_states: 50,
+                max_work: DEFAULT_MAX_WORK,
                 max_time: Duration::from_secs(5),
             },
         );
@@ -654,5 +690,41 @@ mod tests {
         let out = s.mark(Mark::Complete(n), 2);
         assert_eq!(out.unwrap_err(), Over::States(50));
         assert!(s.over().is_some());
+    }
+
+    /// The work budget ends a search at the same point on any machine: the same history over
+    /// the same budget stops after the same work, and with room to spare it is judged.
+    #[test]
+    fn a_search_past_its_work_says_so_and_stops_at_the_same_point() {
+        let n = 10;
+        let mut ops: Vec<(RegOp, bool)> =
+            (0..n).map(|i| (RegOp::Write(i as u8 + 1), true)).collect();
+        ops.push((RegOp::Read(Some(3)), false));
+        let r = Register { ops };
+        let run = |max_work: u64| {
+            let mut s = Search::new(
+                &r,
+                0,
+                Budget {
+                    max_states: 1_000_000,
+                    max_work,
+                    max_time: Duration::from_secs(60),
+                },
+            );
+            for i in 0..n {
+                s.mark(Mark::Invoke(i), 0).unwrap();
+            }
+            s.mark(Mark::Invoke(n), 1).unwrap();
+            (s.mark(Mark::Complete(n), 2).map(|f| f.is_none()), s.work)
+        };
+        let (ample, used) = run(DEFAULT_MAX_WORK);
+        assert_eq!(ample, Ok(true), "the read of 3 is explained");
+        let small = used / 2;
+        let (a, wa) = run(small);
+        let (b, wb) = run(small);
+        assert_eq!(a, Err(Over::Work(small)));
+        assert_eq!(b, Err(Over::Work(small)));
+        assert_eq!(wa, wb, "the same point");
+        assert!(wa > small && wa < used, "{wa} of {used}");
     }
 }

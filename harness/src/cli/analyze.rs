@@ -30,7 +30,10 @@ pub struct Args {
     /// The search's budget per case: states held at once (default: the run's).
     #[arg(long)]
     search_states: Option<usize>,
-    /// ... and time per case, e.g. 2s (default: the run's).
+    /// ... the model's work per case (default: the run's; what decides, on any machine).
+    #[arg(long)]
+    search_work: Option<u64>,
+    /// ... and wall-clock time per case, a safety net, e.g. 30s (default: the run's).
     #[arg(long)]
     search_time: Option<String>,
     /// Print the violations found (every pg.* one, the first hundred app.* ones): phase, case,
@@ -73,6 +76,9 @@ pub fn analyze(a: Args) -> Result<Exit> {
             }
             if let Some(n) = a.search_states {
                 cx.budget.max_states = n;
+            }
+            if let Some(n) = a.search_work {
+                cx.budget.max_work = n;
             }
             if let Some(t) = search_time {
                 cx.budget.max_time = t;

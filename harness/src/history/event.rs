@@ -192,11 +192,42 @@ impl Bounds {
 }
 
 /// How far the checker's search may go on one case before it answers unknown: states held at
-/// once, and milliseconds.
+/// once, the model's work (what decides, the same on any machine), and milliseconds (a safety
+/// net).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "WrittenBudget")]
 pub struct SearchBudget {
     pub max_states: usize,
+    pub max_work: u64,
     pub max_ms: u64,
+}
+
+/// A [`SearchBudget`] as a history holds it. Histories written before the work budget have
+/// none, and their milliseconds were the budget itself (2 s): they read with the default work
+/// and the default safety net, so a re-check does not depend on the machine either.
+#[derive(Deserialize)]
+struct WrittenBudget {
+    max_states: usize,
+    max_work: Option<u64>,
+    max_ms: u64,
+}
+
+impl From<WrittenBudget> for SearchBudget {
+    fn from(w: WrittenBudget) -> Self {
+        let d = SearchBudget::default();
+        match w.max_work {
+            Some(max_work) => SearchBudget {
+                max_states: w.max_states,
+                max_work,
+                max_ms: w.max_ms,
+            },
+            None => SearchBudget {
+                max_states: w.max_states,
+                max_work: d.max_work,
+                max_ms: w.max_ms.max(d.max_ms),
+            },
+        }
+    }
 }
 
 impl Default for SearchBudget {
@@ -205,7 +236,8 @@ impl Default for SearchBudget {
         // `check` keeps the two equal).
         SearchBudget {
             max_states: 20_000,
-            max_ms: 2_000,
+            max_work: crate::check::search::DEFAULT_MAX_WORK,
+            max_ms: crate::check::search::DEFAULT_MAX_SECS * 1000,
         }
     }
 }
@@ -428,6 +460,24 @@ impl Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A budget round-trips; one written before the work budget reads with the default work
+    /// and safety net (its 2 s was the budget itself).
+    #[test]
+    fn search_budgets_read_old_and_new() {
+        let b = SearchBudget {
+            max_states: 7,
+            max_work: 1234,
+            max_ms: 500,
+        };
+        let back: SearchBudget = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(back, b);
+        let old: SearchBudget =
+            serde_json::from_str(r#"{"max_states":20000,"max_ms":2000}"#).unwrap();
+        assert_eq!(old.max_states, 20000);
+        assert_eq!(old.max_work, crate::check::search::DEFAULT_MAX_WORK);
+        assert_eq!(old.max_ms, crate::check::search::DEFAULT_MAX_SECS * 1000);
+    }
 
     #[test]
     fn events_are_one_flat_object_each() {

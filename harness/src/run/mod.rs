@@ -383,6 +383,7 @@ impl<'a> Runner<'a> {
         let r = &self.cluster.topology.run;
         crate::history::SearchBudget {
             max_states: r.search_states,
+            max_work: r.search_work,
             max_ms: r.search_time.as_millis() as u64,
         }
     }

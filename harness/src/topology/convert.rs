@@ -1765,6 +1765,13 @@ impl Cx<'_> {
             10_000_000,
             DEFAULT_SEARCH_STATES,
         )? as usize;
+        let search_work = u64::from(self.u32_or(
+            &raw.search_work,
+            "run.search_work",
+            1_000,
+            4_000_000_000,
+            DEFAULT_SEARCH_WORK,
+        )?);
         let search_time = self.duration_or(
             &raw.search_time,
             "run.search_time",
@@ -1808,6 +1815,7 @@ impl Cx<'_> {
             shrink_replays,
             shrink_quorum,
             search_states,
+            search_work,
             search_time,
         })
     }
@@ -1901,6 +1909,7 @@ impl Default for RawRun {
             shrink_replays: absent(),
             shrink_quorum: absent(),
             search_states: absent(),
+            search_work: absent(),
             search_time: absent(),
             shrink_time: absent(),
             time_scale: absent(),

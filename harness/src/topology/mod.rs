@@ -510,6 +510,8 @@ pub struct RunSpec {
     /// The checker's budget per case: states held at once, and time. A case whose search
     /// needs more is unknown.
     pub search_states: usize,
+    /// The model's work per case (`check::search::Budget::max_work`).
+    pub search_work: u64,
     pub search_time: Duration,
 }
 
@@ -542,7 +544,8 @@ pub mod limits {
     pub const DEFAULT_SHRINK_REPLAYS: u32 = 3;
     pub const DEFAULT_SHRINK_QUORUM: u32 = 2;
     pub const DEFAULT_SEARCH_STATES: u32 = 20_000;
-    pub const DEFAULT_SEARCH_TIME_MS: u64 = 2_000;
+    pub const DEFAULT_SEARCH_WORK: u32 = crate::check::search::DEFAULT_MAX_WORK as u32;
+    pub const DEFAULT_SEARCH_TIME_MS: u64 = crate::check::search::DEFAULT_MAX_SECS * 1000;
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
     pub const DEFAULT_SHRINK_TIME_SECS: u64 = 60;

@@ -151,6 +151,7 @@ pub(super) const RUN_KEYS: &[&str] = &[
     "shrink_replays",
     "shrink_quorum",
     "search_states",
+    "search_work",
     "search_time",
     "shrink_time",
     "time_scale",
@@ -344,6 +345,8 @@ pub(super) struct RawRun {
     pub(super) shrink_quorum: Leaf,
     #[serde(default = "absent")]
     pub(super) search_states: Leaf,
+    #[serde(default = "absent")]
+    pub(super) search_work: Leaf,
     #[serde(default = "absent")]
     pub(super) search_time: Leaf,
     #[serde(default = "absent")]

@@ -628,7 +628,8 @@ fn defaults_apply() {
             shrink_replays: 3,
             shrink_quorum: 2,
             search_states: 20_000,
-            search_time: Duration::from_secs(2),
+            search_work: 1_000_000,
+            search_time: Duration::from_secs(30),
         }
     );
     assert_eq!(t.app_pool, None);
