@@ -381,6 +381,50 @@ fn the_concurrent_schedule_meets_expect_concurrent() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// Every shipped `compose/NAME` directory is what `pgchaos compose NAME` writes today (no
+/// Docker needed to write it): a change to what the servers are given at start (init.sql,
+/// configs) that forgot to regenerate them fails here, in `just test`, and not only in the
+/// Docker recipe. The secrets file is the run's own and is not shipped.
+#[test]
+fn shipped_compose_directories_are_what_compose_writes() {
+    let shipped = root().join("compose");
+    let mut checked = 0;
+    for d in std::fs::read_dir(&shipped).unwrap() {
+        let d = d.unwrap();
+        if !d.file_type().unwrap().is_dir() {
+            continue;
+        }
+        let name = d.file_name().to_string_lossy().to_string();
+        let out = tmp(&format!("fresh-compose-{name}"));
+        let o = pgchaos(&["compose", &name, "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "compose {name}: {}", text(&o));
+        let mut files = 0;
+        for f in std::fs::read_dir(&out).unwrap() {
+            let f = f.unwrap().file_name().to_string_lossy().to_string();
+            if f == ".env" {
+                continue;
+            }
+            let want = std::fs::read_to_string(out.join(&f)).unwrap();
+            let have = std::fs::read_to_string(d.path().join(&f)).unwrap_or_else(|e| {
+                panic!("compose/{name}/{f}: {e} (run pgchaos compose {name} --force)")
+            });
+            assert_eq!(
+                have, want,
+                "compose/{name}/{f} is stale: run pgchaos compose {name} --force"
+            );
+            files += 1;
+        }
+        assert!(files >= 3, "compose {name} wrote {files} files");
+        let _ = std::fs::remove_dir_all(&out);
+        checked += 1;
+    }
+    assert!(
+        checked >= 3,
+        "only {checked} compose directories under {}",
+        shipped.display()
+    );
+}
+
 #[test]
 fn a_malformed_topology_exits_2_naming_file_line_and_column() {
     let _serial = serial();
