@@ -128,6 +128,7 @@ macro_rules! scenario {
 scenario! {
     xact_lock_released_at_rollback => "xact-lock-released-at-rollback",
     xact_lock_released_at_commit => "xact-lock-released-at-commit",
+    xact_lock_waits_and_reconnect => "xact-lock-waits-and-reconnect",
     session_lock_unlock => "session-lock-unlock",
     session_lock_survives_rollback => "session-lock-survives-rollback",
     stacking => "stacking",
@@ -225,6 +226,39 @@ docker_scenario! {
     docker_host_restart_postgres => "host-restart-postgres",
     docker_partition_pooler_postgres => "partition-pooler-postgres",
     docker_partition_clients_pooler => "partition-clients-pooler",
+}
+
+/// Every op a workload can weigh, and every fault, is replayed against the real servers by
+/// at least one scenario file (the ops' table is `vocab::op::OPS`).
+#[test]
+fn every_op_and_fault_is_replayed_by_a_scenario() {
+    let mut used = BTreeSet::new();
+    for entry in std::fs::read_dir(root().join("scenarios")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            for part in text.split("op: ").skip(1) {
+                let name: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                used.insert(name);
+            }
+        }
+    }
+    let ops = pgchaos::vocab::Op::ALL
+        .into_iter()
+        .chain(pgchaos::vocab::Op::FAULTS);
+    let missing: Vec<&str> = ops
+        .map(|o| o.name())
+        .filter(|n| !used.contains(*n))
+        .collect();
+    assert!(missing.is_empty(), "ops no scenario replays: {missing:?}");
+    assert!(
+        used.len() > 40,
+        "only {} ops found in scenarios/",
+        used.len()
+    );
 }
 
 #[test]
