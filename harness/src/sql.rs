@@ -7,18 +7,34 @@
 //! the one that ran the lock call. Each op also carries a tag comment (`/*pgchaos s12*/`)
 //! that the observer can find in `pg_stat_activity.query` for ops that cannot report their
 //! identity in-band (`DISCARD ALL` must run alone; a failed statement returns no row).
+//!
+//! The identity row of an op also echoes the op's step ([`echo`]: `<step> AS step`), so the
+//! client can tell a reply that answers another statement (a pooler whose replies slipped
+//! out of step: `vocab::reply::code::OUT_OF_STEP`, docs/session-state.md, "Replies out of
+//! step") from its own.
 
 use crate::vocab::{Guc, Key, Op};
 
 /// The identity of the backend running the statement: pid and `backend_start` as the server
 /// prints it (ISO DateStyle, pinned for the client role by the launcher; the harness turns it
-/// into microseconds, [`crate::vocab::backend::parse_timestamptz`]). Two columns; op results have one
-/// more. Deliberately bare: on a fresh backend, `extract(epoch ...)` and casts cost ~0.7 ms of
+/// into microseconds, [`crate::vocab::backend::parse_timestamptz`]). Two columns: the contender's
+/// own; an op's identity echoes its step too ([`identity`]), and op results have one more. Deliberately bare: on a fresh backend, `extract(epoch ...)` and casts cost ~0.7 ms of
 /// catalog lookups, and every case starts with fresh backends.
 pub const IDENTITY: &str =
     "SELECT pg_backend_pid(), backend_start FROM pg_stat_get_activity(pg_backend_pid())";
-const IDENTITY_COLS: &str = "SELECT pg_backend_pid(), backend_start";
 const IDENTITY_FROM: &str = "FROM pg_stat_get_activity(pg_backend_pid())";
+
+/// The identity columns of an op's reply with its step echoed: pid, `backend_start`, and the
+/// literal `step` (three columns; a row that also carries the op's result has four). The
+/// client compares the echoed step with the one it sent ([`crate::client::in_step`]).
+pub fn echo(step: usize) -> String {
+    format!("SELECT pg_backend_pid(), backend_start, {step} AS step")
+}
+
+/// The identity query of step `step`: [`IDENTITY`] with the step echoed.
+pub fn identity(step: usize) -> String {
+    format!("{} {IDENTITY_FROM}", echo(step))
+}
 
 /// The tag comment that marks a step's SQL.
 pub fn tag(step: usize) -> String {
@@ -62,8 +78,9 @@ pub fn op_sql_full(
     // Ops that can fail on their own (lock timeout, the failing statement) report identity
     // in a first statement of the same message, so an error still leaves it; the others
     // return identity and result in one row (they fail only where identity would too).
-    let id_then = |stmt: String| format!("{t} {IDENTITY}; {stmt}");
-    let with_id = |call: String| format!("{t} {IDENTITY_COLS}, {call} {IDENTITY_FROM}");
+    let id = identity(step);
+    let id_then = |stmt: String| format!("{t} {id}; {stmt}");
+    let with_id = |call: String| format!("{t} {}, {call} {IDENTITY_FROM}", echo(step));
     Some(match op {
         Op::TryLock => with_id(format!("pg_try_advisory_lock({})", k())),
         Op::Lock => id_then(format!("SELECT pg_advisory_lock({})::text", k())),
@@ -132,9 +149,9 @@ pub fn op_sql_full(
         )),
         // Transaction control first: in an aborted transaction the identity query itself
         // would fail, so it comes after (same query message, same backend).
-        Op::Begin => format!("{t} BEGIN; {IDENTITY}"),
-        Op::Commit => format!("{t} COMMIT; {IDENTITY}"),
-        Op::Rollback => format!("{t} ROLLBACK; {IDENTITY}"),
+        Op::Begin => format!("{t} BEGIN; {id}"),
+        Op::Commit => format!("{t} COMMIT; {id}"),
+        Op::Rollback => format!("{t} ROLLBACK; {id}"),
         // Refused inside any transaction block, including a multi-statement message.
         Op::DiscardAll => format!("{t} DISCARD ALL"),
         Op::Disconnect
@@ -172,6 +189,50 @@ pub fn op_sql_full(
     })
 }
 
+/// The rows an op's message returns when it succeeds, as [`op_sql_full`] writes it: what the
+/// client checks a reply against ([`crate::client::in_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// No row at all (`DISCARD ALL`, which must run alone).
+    NoRow,
+    /// The identity row with its step echoed (three columns).
+    Identity,
+    /// One row: the identity, its step and the op's result (four columns).
+    IdentityWithResult,
+    /// The identity row, then the statement's one-column result row.
+    IdentityThenResult,
+    /// Not a simple-query op of its own (the protocol-level ops, `migrate`, the rest).
+    Other,
+}
+
+/// The rows op `op` returns when it succeeds.
+pub fn shape(op: Op) -> Shape {
+    match op {
+        Op::DiscardAll => Shape::NoRow,
+        Op::TryLock | Op::Unlock | Op::UnlockAll | Op::TryXactLock | Op::Ping | Op::Show => {
+            Shape::IdentityWithResult
+        }
+        Op::Lock | Op::XactLock | Op::PgSleep | Op::Execute | Op::ReadTemp | Op::Fetch => {
+            Shape::IdentityThenResult
+        }
+        Op::FailStatement
+        | Op::Set
+        | Op::SetLocal
+        | Op::Reset
+        | Op::Prepare
+        | Op::Deallocate
+        | Op::CreateTemp
+        | Op::DeclareHold
+        | Op::Listen
+        | Op::Unlisten
+        | Op::Notify
+        | Op::Begin
+        | Op::Commit
+        | Op::Rollback => Shape::Identity,
+        _ => Shape::Other,
+    }
+}
+
 /// The migration `migrate` applies (one version, as golang-migrate's first migration would):
 /// its table and the version record. Created with the database; emptied by every reset.
 pub const MIGRATIONS_TABLE: &str = "pgchaos_schema_migrations";
@@ -193,8 +254,9 @@ pub fn migrations_reset() -> String {
 /// `migrate`, first half: is version 1 recorded? (Identity first, then the count.)
 pub fn migrate_check(step: usize) -> String {
     format!(
-        "{} {IDENTITY}; SELECT count(*)::text FROM {MIGRATIONS_TABLE} WHERE version = 1",
-        tag(step)
+        "{} {}; SELECT count(*)::text FROM {MIGRATIONS_TABLE} WHERE version = 1",
+        tag(step),
+        identity(step)
     )
 }
 
@@ -202,9 +264,10 @@ pub fn migrate_check(step: usize) -> String {
 /// with 42P07, as a real migration would) and record it, in one implicit transaction.
 pub fn migrate_apply(step: usize, replica: &str) -> String {
     format!(
-        "{} {IDENTITY}; CREATE TABLE {MIGRATED_TABLE} (id int); \
+        "{} {}; CREATE TABLE {MIGRATED_TABLE} (id int); \
          INSERT INTO {MIGRATIONS_TABLE} (version, replica, backend_pid) VALUES (1, '{replica}', pg_backend_pid())",
-        tag(step)
+        tag(step),
+        identity(step)
     )
 }
 
@@ -434,6 +497,9 @@ mod tests {
             }
             if op != Op::DiscardAll {
                 assert!(sql.contains("pg_backend_pid()"), "{op} reports identity");
+                if op != Op::PrepareProtocol {
+                    assert!(sql.contains("7 AS step"), "{op} echoes its step: {sql}");
+                }
             } else {
                 assert!(!sql.contains(';'), "DISCARD ALL must be sent alone");
             }
@@ -456,12 +522,37 @@ mod tests {
         );
     }
 
+    /// Every op that sends SQL of its own has a shape, and the shape is what its SQL returns:
+    /// a result beside the identity exactly when the echo is followed by a comma.
+    #[test]
+    fn every_sql_op_has_the_shape_of_its_sql() {
+        for row in crate::vocab::op::OPS {
+            let op = row.op;
+            if row.sends != crate::vocab::op::Sends::Sql || op == Op::PrepareProtocol {
+                continue;
+            }
+            let key = op.takes_key().then_some(Key::Big(7));
+            let ms = (op.takes_duration() || op.sets()).then_some(250);
+            let guc = op.takes_guc().then_some(Guc::LockTimeout);
+            let sql = op_sql_full(op, key, ms, guc, 0, 3).unwrap();
+            let beside = sql.contains(&format!("{},", echo(3)));
+            match shape(op) {
+                Shape::NoRow => assert!(!sql.contains("AS step"), "{op}"),
+                Shape::IdentityWithResult => assert!(beside, "{op}: {sql}"),
+                Shape::Identity | Shape::IdentityThenResult => {
+                    assert!(!beside && sql.contains(&identity(3)), "{op}: {sql}")
+                }
+                Shape::Other => panic!("{op} sends SQL but has no shape"),
+            }
+        }
+    }
+
     #[test]
     fn transaction_control_runs_before_the_identity_query() {
         for op in [Op::Commit, Op::Rollback, Op::Begin] {
             let sql = op_sql(op, None, 1).unwrap();
             assert!(
-                sql.find(IDENTITY).unwrap() > sql.find(';').unwrap(),
+                sql.find(&identity(1)).unwrap() > sql.find(';').unwrap(),
                 "{sql}"
             );
         }

@@ -758,6 +758,45 @@ impl Invariant for NotificationsArrive {
     }
 }
 
+invariant!(
+    RepliesInStep,
+    "app.replies_in_step",
+    App,
+    &[STATEMENTS],
+    "every reply a client gets answers the statement it sent: the identity row each statement returns echoes that statement's step, and the reply has that statement's shape"
+);
+impl Invariant for RepliesInStep {
+    fn info(&self) -> InvariantInfo {
+        Self::INFO
+    }
+    fn needs(&self) -> Needs {
+        &[STATEMENTS]
+    }
+    fn history_only(&self) -> bool {
+        // The reply alone says it: the client compared the echoed step with the one it sent.
+        true
+    }
+    fn judge(&self, m: &Moment, out: &mut Vec<String>) {
+        let (true, Act::Stmt(st)) = (m.completes, &m.entry.act) else {
+            return;
+        };
+        let Reply::Error { code, message } = st.reply else {
+            return;
+        };
+        if code != code::OUT_OF_STEP {
+            return;
+        }
+        let step = m.entry.step.map(|s| format!(" (step {})", s + 1));
+        out.push(format!(
+            "C{} {}{} at {:.3} ms got a reply to another statement: {message}; the client closed the connection",
+            st.client + 1,
+            st.op,
+            step.unwrap_or_default(),
+            m.t as f64 / 1e6,
+        ));
+    }
+}
+
 /// Every invariant, in report order: `pg.*` first, then `app.*`.
 pub static ALL: &[&dyn Invariant] = &[
     &Exclusion,
@@ -784,6 +823,7 @@ pub static ALL: &[&dyn Invariant] = &[
     &PreparedStatementsFollow,
     &TempStateFollows,
     &NotificationsArrive,
+    &RepliesInStep,
 ];
 
 static CATALOG: LazyLock<Vec<InvariantInfo>> =
@@ -807,7 +847,7 @@ mod tests {
     fn the_catalog_is_well_formed() {
         let names: BTreeSet<&str> = catalog().iter().map(|i| i.name).collect();
         assert_eq!(names.len(), ALL.len(), "names are unique");
-        assert_eq!(ALL.len(), 24);
+        assert_eq!(ALL.len(), 25);
         let mut seen_app = false;
         for i in catalog() {
             assert!(i.name.starts_with(&format!("{}.", i.tier)), "{}", i.name);

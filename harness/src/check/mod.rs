@@ -1305,6 +1305,13 @@ mod tests {
             "C1 listened (step 1) and stayed, but never received C2's notification \"C2 s1\" (step 2,",
         ),
         (
+            // C2's first ping after C1 (a listener) left got the reply to PgBouncer's DISCARD
+            // ALL: no identity row (docs/session-state.md, "Replies out of step").
+            "replies-in-step",
+            "app.replies_in_step",
+            "C2 ping (step 3) at 0.010 ms got a reply to another statement: ping returns an identity row, but none came",
+        ),
+        (
             "no-lost-lock",
             "app.no_lost_lock",
             "C1 believes it holds 7, but pooler_reconnect closed the backend that granted it (pid 101 (backend_start 2026-11-30 00:53:20.000001+00))",

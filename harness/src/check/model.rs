@@ -1456,7 +1456,9 @@ impl<'e> Case<'e> {
     /// granted under `link_blackhole`, shown by a look, its reply lost at `link_cut`).
     fn closed(&self, s: &State, e: usize, st: &Stmt) -> Vec<State> {
         let c = st.client;
-        let mut out = vec![self.client_gone(s, c, Cause::Disconnect)];
+        // A reply out of step: the rest of it may still be in flight when the client leaves.
+        let in_flight = st.reply.is_out_of_step();
+        let mut out = self.client_leaves(s, c, in_flight);
         if st.op == Op::ExecuteProtocol && s.clients.get(c).is_some_and(|x| x.proto_forgotten) {
             out.extend(self.forgotten_closed(s, c));
         }
@@ -1484,10 +1486,39 @@ impl<'e> Case<'e> {
             self.touch(&mut s3, e, b);
             self.after_statement(&mut s3, e, c, b);
             for s4 in wake_all(s3, &rel) {
-                out.push(self.client_gone(&s4, c, Cause::Disconnect));
+                out.extend(self.client_leaves(&s4, c, in_flight));
             }
         }
         out
+    }
+
+    /// Client `c` leaves ([`Case::client_gone`]); when a reply may be in flight on its server
+    /// (`in_flight`) and the pooler then closes the server instead of resetting it
+    /// ([`PoolRules::closes_server_in_flight`]), that too.
+    fn client_leaves(&self, s: &State, c: usize, in_flight: bool) -> Vec<State> {
+        let mut out = vec![self.client_gone(s, c, Cause::Disconnect)];
+        if !in_flight || !self.rules.closes_server_in_flight {
+            return out;
+        }
+        if let Some(b) = s.clients.get(c).and_then(|x| x.linked)
+            && s.backends.get(&b).is_some_and(|x| x.life.is_alive())
+        {
+            let mut s2 = s.clone();
+            close(s2.backends.get_mut(&b).expect("linked"), Cause::Disconnect);
+            s2.clients[c].linked = None;
+            out.push(self.client_gone(&s2, c, Cause::Disconnect));
+        }
+        out
+    }
+
+    /// A notification may be in flight to client `c` on its linked server: one was delivered
+    /// there that no client has received.
+    fn note_in_flight(&self, s: &State, c: usize) -> bool {
+        s.clients
+            .get(c)
+            .and_then(|x| x.linked)
+            .and_then(|b| s.backends.get(&b))
+            .is_some_and(|x| !x.inbox.is_empty())
     }
 
     /// The pooler closed client `c` at a Bind of a statement it forgot
@@ -2411,10 +2442,12 @@ impl<'e> Spec for Case<'e> {
         match &entry.act {
             Act::Stmt(st) => self.stmt(s, e, st, point, self.points_of(entry)),
             Act::Connect { client, reply } => self.connect(s, *client, reply),
-            Act::Disconnect { client } => Ok(vec![self.client_gone(s, *client, Cause::Disconnect)]),
+            Act::Disconnect { client } => {
+                Ok(self.client_leaves(s, *client, self.note_in_flight(s, *client)))
+            }
             Act::Reconnect { client, reply } => {
                 if point == 0 {
-                    Ok(vec![self.client_gone(s, *client, Cause::Disconnect)])
+                    Ok(self.client_leaves(s, *client, self.note_in_flight(s, *client)))
                 } else {
                     self.connect(s, *client, reply)
                 }

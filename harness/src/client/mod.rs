@@ -86,16 +86,97 @@ fn classify(client: &Client, e: &tokio_postgres::Error) -> (String, String) {
     (sqlstate, message)
 }
 
-/// Identity from a row: a 2-column identity row, or the first 2 columns of a 3-column
-/// identity-and-result row.
+/// Identity from a row: a 2-column identity row, or the first 2 columns of a 3- or 4-column
+/// row (the identity with its step echoed, and the op's result).
 pub fn parse_identity(row: &[Option<String>]) -> Option<BackendId> {
-    if row.len() != 2 && row.len() != 3 {
+    if !(2..=4).contains(&row.len()) {
         return None;
     }
     Some(BackendId {
         pid: row[0].as_deref()?.parse().ok()?,
         start_us: parse_timestamptz(row[1].as_deref()?)?,
     })
+}
+
+/// The step an identity row echoes (`sql::echo`: its third column), if it is one.
+pub fn echoed_step(row: &[Option<String>]) -> Option<usize> {
+    if row.len() != 3 && row.len() != 4 {
+        return None;
+    }
+    parse_identity(row)?;
+    row[2].as_deref()?.parse().ok()
+}
+
+/// Whether the reply to op `op` of step `step` answers that statement: the identity row
+/// echoes `step`, and the rows have the op's shape ([`sql::shape`]): no identity row where one
+/// is always due (the op did not fail), or a row where none is, is a reply to another
+/// statement. `Ok`: the backend the identity row names (none for an error before it);
+/// `Err`: why the reply is out of step, in words.
+pub fn in_step(op: Op, step: usize, raw: &Raw) -> Result<Option<BackendId>, String> {
+    use sql::Shape;
+    let shape = sql::shape(op);
+    let rows = &raw.rows;
+    match shape {
+        Shape::Other => return Ok(rows.iter().find_map(|r| parse_identity(r))),
+        Shape::NoRow => {
+            return match rows.first() {
+                None => Ok(None),
+                Some(r) => Err(format!(
+                    "{op} returns no row, but {} came, the first {r:?}",
+                    rows.len()
+                )),
+            };
+        }
+        _ => {}
+    }
+    let mut echo: Option<(BackendId, usize)> = None;
+    let mut results = 0;
+    for r in rows {
+        if let Some(s) = echoed_step(r) {
+            if s != step {
+                let b = parse_identity(r).expect("echoed");
+                return Err(format!(
+                    "the identity row echoes step {s}, but the op sent step {step} (the row names {b})"
+                ));
+            }
+            if echo.is_some() {
+                return Err(format!("a second identity row for step {step}: {r:?}"));
+            }
+            let cols = if shape == Shape::IdentityWithResult {
+                4
+            } else {
+                3
+            };
+            if r.len() != cols {
+                return Err(format!(
+                    "{op}'s identity row has {cols} columns, this one {}: {r:?}",
+                    r.len()
+                ));
+            }
+            echo = Some((parse_identity(r).expect("echoed"), s));
+        } else if r.len() == 1 && shape == Shape::IdentityThenResult && echo.is_some() {
+            results += 1;
+            if results > 1 {
+                return Err(format!("{op} returns one result row, another came: {r:?}"));
+            }
+        } else {
+            return Err(format!("a row {op} does not return: {r:?}"));
+        }
+    }
+    if raw.error.is_none() {
+        if echo.is_none() {
+            return Err(format!(
+                "{op} returns an identity row, but none came ({} row(s), no error)",
+                rows.len()
+            ));
+        }
+        if shape == Shape::IdentityThenResult && results == 0 {
+            return Err(format!(
+                "{op} returns a result row after the identity, none came"
+            ));
+        }
+    }
+    Ok(echo.map(|(b, _)| b))
 }
 
 /// An application-side pool every logical client's ops go through (deadpool-postgres,
@@ -400,8 +481,40 @@ impl LogicalClient {
         };
         let left = bound.saturating_sub(t0.elapsed());
         let raw = run_raw_within(lease.client(), &sql, left).await;
+        let checked = if raw.error.as_ref().is_some_and(|(c, _)| c == code::CLOSED) {
+            Ok(raw.rows.iter().find_map(|r| parse_identity(r)))
+        } else {
+            in_step(op, step, &raw)
+        };
+        if let Err(why) = checked {
+            // The reply answers another statement: the connection is out of step with its
+            // statements and unusable. Closed, not given back to an application pool.
+            match lease {
+                Lease::Pooled(o) => drop(deadpool_postgres::Object::take(*o)),
+                Lease::Own(_) | Lease::Held(_) => drop(lease),
+            }
+            if let Some(o) = self.held.take() {
+                drop(deadpool_postgres::Object::take(o));
+            }
+            // What arrived on it came from a backend no reply names.
+            if self.pool.is_none() {
+                self.collect_as(None, true);
+            }
+            let on = self
+                .last
+                .map(|b| format!("; its connection was last served by {b}"))
+                .unwrap_or_default();
+            self.lost();
+            return (
+                Reply::Error {
+                    code: code::OUT_OF_STEP.into(),
+                    message: format!("{why}{on}"),
+                },
+                None,
+            );
+        }
         drop(lease);
-        let served = raw.rows.iter().find_map(|r| parse_identity(r));
+        let served = checked.unwrap_or_default();
         // What arrived during the op came from the backend serving it (PgBouncer passes a
         // server's messages only to the client linked to it).
         if self.pool.is_none() {
@@ -411,7 +524,7 @@ impl LogicalClient {
         }
         let result: Option<Vec<Option<String>>> = raw.rows.iter().find_map(|r| match r.len() {
             1 => Some(vec![r[0].clone()]),
-            3 => Some(vec![r[2].clone()]),
+            4 => Some(vec![r[3].clone()]),
             _ => None,
         });
         let reply = match raw.error {
@@ -628,8 +741,12 @@ mod tests {
             })
         );
         let mut with_result = row.clone();
+        with_result.push(Some("12".into()));
+        assert_eq!(echoed_step(&with_result), Some(12));
         with_result.push(Some("t".into()));
         assert!(parse_identity(&with_result).is_some());
+        assert_eq!(echoed_step(&with_result), Some(12));
+        assert_eq!(echoed_step(&row), None);
         assert!(parse_identity(&row[..1]).is_none());
         let mut bad = row.clone();
         bad[1] = Some("Sun Nov 30 09:00:00.123456 2025 UTC".into());
@@ -637,5 +754,74 @@ mod tests {
             parse_identity(&bad).is_none(),
             "non-ISO DateStyle is refused"
         );
+    }
+
+    fn echo_row(step: usize, result: Option<&str>) -> Vec<Option<String>> {
+        let mut r = vec![
+            Some("7139".to_string()),
+            Some("2025-11-30 09:00:00.123456+00".to_string()),
+            Some(step.to_string()),
+        ];
+        if let Some(x) = result {
+            r.push(Some(x.to_string()));
+        }
+        r
+    }
+
+    fn raw(rows: Vec<Vec<Option<String>>>, error: Option<&str>) -> Raw {
+        Raw {
+            rows,
+            error: error.map(|c| (c.to_string(), String::new())),
+        }
+    }
+
+    #[test]
+    fn a_reply_in_step_names_its_backend() {
+        let b = Some(BackendId {
+            pid: 7139,
+            start_us: 1764493200123456,
+        });
+        let ok = |op, rows| in_step(op, 5, &raw(rows, None));
+        assert_eq!(ok(Op::TryLock, vec![echo_row(5, Some("t"))]), Ok(b));
+        assert_eq!(ok(Op::Listen, vec![echo_row(5, None)]), Ok(b));
+        assert_eq!(
+            ok(Op::Lock, vec![echo_row(5, None), vec![Some(String::new())]]),
+            Ok(b)
+        );
+        assert_eq!(ok(Op::DiscardAll, vec![]), Ok(None));
+        // An error after the identity (lock_timeout), or before any (25P02): in step.
+        assert_eq!(
+            in_step(Op::Lock, 5, &raw(vec![echo_row(5, None)], Some("55P03"))),
+            Ok(b)
+        );
+        assert_eq!(
+            in_step(Op::TryLock, 5, &raw(vec![], Some("25P02"))),
+            Ok(None)
+        );
+    }
+
+    /// The replies PgBouncer 1.24.1 gave out of step (docs/session-state.md, "Replies out of
+    /// step"): DISCARD ALL's (no row) to a statement that always returns one, then each
+    /// statement's reply to the next.
+    #[test]
+    fn a_reply_to_another_statement_is_out_of_step() {
+        let bad = |op, rows, error| in_step(op, 5, &raw(rows, error)).unwrap_err();
+        assert!(bad(Op::Ping, vec![], None).contains("none came"));
+        assert!(bad(Op::Ping, vec![echo_row(4, Some("1"))], None).contains("echoes step 4"));
+        // The step is compared even when an error follows.
+        assert!(bad(Op::Lock, vec![echo_row(4, None)], Some("55P03")).contains("step 4"));
+        // The wrong shape: a three-column identity where the result was due beside it, a
+        // result row where none is, a row for DISCARD ALL.
+        assert!(bad(Op::TryLock, vec![echo_row(5, None)], None).contains("columns"));
+        assert!(
+            bad(
+                Op::Set,
+                vec![echo_row(5, None), vec![Some("x".into())]],
+                None
+            )
+            .contains("does not return")
+        );
+        assert!(bad(Op::DiscardAll, vec![echo_row(5, None)], None).contains("returns no row"));
+        assert!(bad(Op::Lock, vec![echo_row(5, None)], None).contains("result row"));
     }
 }

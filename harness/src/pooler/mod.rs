@@ -490,6 +490,13 @@ pub struct PoolRules {
     /// connecting one may.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub links_at_connect: bool,
+    /// The pooler may close, rather than reset and release, a server its client leaves while
+    /// a reply is in flight on it: a notification for a client that listened, or the rest of
+    /// a reply that came out of step (`vocab::reply::code::OUT_OF_STEP`). PgBouncer 1.24.1:
+    /// `client disconnect before everything was sent to the server` (docs/session-state.md,
+    /// "Replies out of step"). Histories written before it lack it (never closed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closes_server_in_flight: bool,
     /// An application-side pool in front (direct topologies): `none` hands out any
     /// connection per op, `session` keeps one per client; a client's disconnect gives its
     /// connection back as it is.
@@ -546,6 +553,7 @@ impl PoolRules {
             reset_always: false,
             abort_on_disconnect: false,
             links_at_connect: false,
+            closes_server_in_flight: false,
             app_pin: None,
             replicas: 1,
         }
@@ -624,6 +632,7 @@ mod tests {
             reset_always: always,
             abort_on_disconnect: false,
             links_at_connect: false,
+            closes_server_in_flight: false,
             app_pin: None,
             replicas: 1,
         }

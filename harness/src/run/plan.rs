@@ -367,6 +367,7 @@ mod tests {
             reset_always: false,
             abort_on_disconnect: false,
             links_at_connect: false,
+            closes_server_in_flight: false,
             app_pin: None,
             replicas: 1,
         }
@@ -424,6 +425,7 @@ mod tests {
         let rules = PoolRules {
             mode: Some(PoolMode::Session),
             links_at_connect: true,
+            closes_server_in_flight: false,
             ..tx_rules(2)
         };
         let obs = Observation {
@@ -443,6 +445,7 @@ mod tests {
         assert!(would_wait(&rules, &slots, 2, Op::TryLock, &obs).is_some());
         let bouncer = PoolRules {
             links_at_connect: false,
+            closes_server_in_flight: false,
             ..rules
         };
         assert!(would_wait(&bouncer, &slots, 1, Op::TryLock, &obs).is_some());

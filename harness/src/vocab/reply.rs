@@ -36,6 +36,13 @@ pub mod code {
     pub const NO_STATEMENT: &str = "no_statement";
     /// Not a SQLSTATE: the reply was not what the op returns (a harness defect).
     pub const HARNESS: &str = "harness";
+    /// Not a SQLSTATE: the reply answers another statement than the one the client sent: the
+    /// identity row echoes another step, or the reply has the wrong shape (no identity row
+    /// where one is always due, a row where none is). The pooler's replies slipped out of
+    /// step with the statements (PgBouncer 1.24.1 after a notification raced a client's
+    /// leaving: docs/session-state.md, "Replies out of step"). What the statement did is
+    /// unknown, and the client closes the connection: [`super::Reply::is_closed`].
+    pub const OUT_OF_STEP: &str = "out_of_step";
 }
 
 /// What an op returned (error messages are kept for people but not compared).
@@ -101,9 +108,16 @@ impl Reply {
         }
     }
 
-    /// The connection was gone (`closed`).
+    /// The connection was gone (`closed`), or the client closed it because a reply came out
+    /// of step (`out_of_step`): either way the statement's effect is unknown and the client
+    /// has no connection after it.
     pub fn is_closed(&self) -> bool {
-        self.code() == Some(code::CLOSED)
+        matches!(self.code(), Some(code::CLOSED | code::OUT_OF_STEP))
+    }
+
+    /// The reply answered another statement (`out_of_step`).
+    pub fn is_out_of_step(&self) -> bool {
+        self.code() == Some(code::OUT_OF_STEP)
     }
 
     /// The connection was ended under the statement: found `closed`, or the server's last
@@ -128,7 +142,7 @@ impl Reply {
     pub fn outcome(&self) -> Outcome {
         match self.code() {
             None => Outcome::Ok,
-            Some(code::CLOSED | code::TIMEOUT) => Outcome::Info,
+            Some(code::CLOSED | code::TIMEOUT | code::OUT_OF_STEP) => Outcome::Info,
             Some(_) => Outcome::Fail,
         }
     }
@@ -169,6 +183,10 @@ mod tests {
         assert_eq!(Reply::error("55P03").outcome(), Outcome::Fail);
         assert_eq!(Reply::error(code::CLOSED).outcome(), Outcome::Info);
         assert_eq!(Reply::error(code::TIMEOUT).outcome(), Outcome::Info);
+        let out = Reply::error(code::OUT_OF_STEP);
+        assert_eq!(out.outcome(), Outcome::Info);
+        assert!(out.is_closed() && out.ended_by_server() && out.is_out_of_step());
+        assert!(!Reply::error(code::CLOSED).is_out_of_step());
     }
 
     #[test]

@@ -189,6 +189,9 @@ impl Pooler for PgBouncer {
             reset_always: self.spec.server_reset_query_always,
             abort_on_disconnect: false,
             links_at_connect: false,
+            // 1.24.1 closes a server its client leaves with a reply still in flight
+            // (docs/session-state.md, "Replies out of step").
+            closes_server_in_flight: true,
             app_pin: None,
             replicas: 1,
         }

@@ -170,6 +170,7 @@ impl Pooler for Pgpool {
             reset_always: false,
             abort_on_disconnect: true,
             links_at_connect: true,
+            closes_server_in_flight: false,
             app_pin: None,
             replicas: 1,
         }
