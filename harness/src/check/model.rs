@@ -2748,4 +2748,56 @@ mod abort_on_disconnect_tests {
         let (_, closed) = leave_in_tx(false);
         assert_eq!(closed.backends[&b].life, Life::Closing(Cause::Disconnect));
     }
+
+    /// A client leaving with a notification delivered to its server and not yet received
+    /// may find the server closed by a pooler that closes servers with a reply in flight
+    /// (PgBouncer 1.24.1), else reset and released; with nothing in flight, only the reset.
+    #[test]
+    fn a_server_left_with_a_reply_in_flight_may_be_closed() {
+        let b = BackendId {
+            pid: 7,
+            start_us: 1,
+        };
+        let case = |closes: bool| Case {
+            rules: PoolRules {
+                mode: Some(PoolMode::Session),
+                pool_size: 1,
+                reset_releases_locks: true,
+                closes_server_in_flight: closes,
+                ..PoolRules::direct()
+            },
+            timeouts: Timeouts::new(),
+            case_start: 0,
+            entries: vec![],
+            listed: BTreeSet::new(),
+        };
+        let mut s = case(true).initial(1);
+        s.backends.insert(
+            b,
+            Backend {
+                pooled: true,
+                listening: true,
+                ..Default::default()
+            },
+        );
+        s.clients[0].conn = Conn::Up;
+        s.clients[0].linked = Some(b);
+        let lives = |c: &Case, s: &State| -> Vec<Life> {
+            c.client_leaves(s, 0, c.note_in_flight(s, 0))
+                .iter()
+                .map(|x| x.backends[&b].life)
+                .collect()
+        };
+        assert_eq!(lives(&case(true), &s), [Life::Alive], "nothing in flight");
+        s.backends.get_mut(&b).unwrap().inbox.insert((1, 3));
+        assert_eq!(
+            lives(&case(true), &s),
+            [Life::Alive, Life::Closing(Cause::Disconnect)]
+        );
+        assert_eq!(
+            lives(&case(false), &s),
+            [Life::Alive],
+            "a pooler that resets"
+        );
+    }
 }
