@@ -1487,6 +1487,52 @@ mod tests {
         assert!(old.tracked_settings.is_empty());
     }
 
+    /// NOTIFY's commit lock: a `notify` that fails with 55P03 is explained only while another
+    /// client's `notify` (or `commit`) overlaps it in real time, and then sends nothing; alone,
+    /// PostgreSQL has no reason to refuse it (docs/session-state.md, "NOTIFY's commit lock").
+    #[test]
+    fn a_notify_times_out_on_the_commit_lock_only_beside_another() {
+        let head =
+            std::fs::read_to_string(Path::new(FIXTURES).join("notification-matches-holds.jsonl"))
+                .unwrap();
+        let head: Vec<&str> = head.lines().take(6).collect();
+        let history = |c2_inv: u64, c2_done: u64| {
+            let mut lines: Vec<String> = head.iter().map(|l| l.to_string()).collect();
+            lines.push(r#"{"t":5010,"type":"invoke","p":"C1","step":0,"f":"notify"}"#.into());
+            lines.push(format!(
+                r#"{{"t":{c2_inv},"type":"invoke","p":"C2","step":1,"f":"notify"}}"#
+            ));
+            lines.push(r#"{"t":6010,"type":"ok","p":"C1","step":0,"f":"notify","value":{"kind":"ok"},"backend":[101,1796000000000001]}"#.into());
+            lines.push(format!(r#"{{"t":{c2_done},"type":"fail","p":"C2","step":1,"f":"notify","value":{{"kind":"error","code":"55P03","message":"canceling statement due to lock timeout"}},"backend":[102,1796000000000002]}}"#));
+            lines.push(r#"{"t":12010,"type":"obs","at":"end","backends":[{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:53:20.000001+00","state":"idle","query":"/*pgchaos s0*/ SELECT"},{"id":[102,1796000000000002],"backend_start":"2026-11-30 00:53:20.000002+00","state":"idle","query":"/*pgchaos s0*/ SELECT"}]}"#.into());
+            lines.push(r#"{"t":13010,"type":"probe","why":"end","key":7,"available":true}"#.into());
+            lines
+                .push(r#"{"t":14010,"type":"case_end","case":0,"steps_us":1,"reset_us":1}"#.into());
+            lines.push(r#"{"t":15010,"type":"run_end","cases":1,"stopped_by_time_limit":false,"run_ms":1}"#.into());
+            let events: Vec<Event> = lines
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+                .collect();
+            let run = check_history(events.clone().into_iter().map(Ok)).unwrap();
+            let case = crate::history::view::cases(&events)[0].to_vec();
+            let verdict = check_case(&CheckContext::of(&run.header), &case).unwrap();
+            verdict
+                .violations
+                .iter()
+                .map(|v| v.invariant.clone())
+                .collect::<Vec<String>>()
+        };
+        // C2's notify runs while C1's commits: the lock timeout is PostgreSQL's answer.
+        let beside = history(5500, 6500);
+        assert!(!beside.iter().any(|i| i.starts_with("pg.")), "{beside:?}");
+        // C2's notify starts after C1's ended: nothing held the lock.
+        let alone = history(7010, 8010);
+        assert!(
+            alone.iter().any(|i| i == "pg.replies_match_model"),
+            "{alone:?}"
+        );
+    }
+
     /// `app.notifications_arrive` judges both ways, and says unknown where it cannot: a
     /// client that listened and stopped may or may not have heard.
     #[test]

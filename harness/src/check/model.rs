@@ -1107,7 +1107,24 @@ impl<'e> Case<'e> {
             new: e as u32,
             tracks: self.rules.tracks_prepared,
             forgotten: s.clients.get(st.client).is_some_and(|c| c.proto_forgotten),
+            notify_contended: st.reply.code() == Some(code::LOCK_NOT_AVAILABLE)
+                && self.notify_contended(e, st.client),
         }
+    }
+
+    /// Whether another client's statement that can commit notifications (`notify`, or a
+    /// `commit`, whose block may hold one) overlaps entry `e` in real time: its commit may
+    /// hold the lock PostgreSQL serialises NOTIFY commits with while `e` commits its own.
+    fn notify_contended(&self, e: usize, client: usize) -> bool {
+        let me = &self.entries[e];
+        let end = me.done.unwrap_or(u64::MAX);
+        self.entries.iter().enumerate().any(|(i, o)| {
+            i != e
+                && matches!(&o.act, Act::Stmt(x) if x.client != client
+                    && matches!(x.op, Op::Notify | Op::Commit))
+                && o.inv <= end
+                && o.done.unwrap_or(u64::MAX) >= me.inv
+        })
     }
 
     /// A one-point statement on backend `b`.
@@ -2226,6 +2243,9 @@ pub struct Call {
     pub tracks: bool,
     /// The pooler forgot the client's statements ([`Client::proto_forgotten`]).
     pub forgotten: bool,
+    /// It failed with 55P03 while another client's notifications may have been committing
+    /// (`Case::notify_contended`).
+    pub notify_contended: bool,
 }
 
 impl Call {
@@ -2259,6 +2279,24 @@ pub fn exec(x: &mut Backend, st: &Stmt, call: Call, available: bool) -> (Option<
             return (Some(Reply::error(kind.row().missing)), released);
         }
         return (Some(Reply::error(code::IN_FAILED_TRANSACTION)), released);
+    }
+    // PostgreSQL serialises the commit of notifications with a heavyweight lock
+    // (`PreCommit_Notify`: `LockSharedObject(DatabaseRelationId, 0, 0, AccessExclusiveLock)`,
+    // held to the end of the commit), under the session's `lock_timeout`: a statement that
+    // commits notifications fails with 55P03 while another backend commits its own, and its
+    // transaction is rolled back (confirmed by hand: docs/session-state.md, "NOTIFY's commit
+    // lock").
+    let commits_notes = (op == Op::Notify && x.tx != Tx::Open)
+        || (op == Op::Commit && x.tx == Tx::Open && !x.notify_at_commit.is_empty());
+    if call.notify_contended && commits_notes {
+        if op == Op::Commit {
+            let rollback = Stmt {
+                op: Op::Rollback,
+                ..st.clone()
+            };
+            released.extend(exec(x, &rollback, call, available).1);
+        }
+        return (Some(Reply::error(code::LOCK_NOT_AVAILABLE)), released);
     }
     let reply = match (op, key) {
         (Op::TryLock, Some(k)) => {
