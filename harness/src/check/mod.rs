@@ -613,6 +613,36 @@ pub fn describe_state(s: &State) -> String {
 /// the deadline of one that was not.
 fn progress(cx: &CheckContext, view: &CaseView, events: &[Event], out: &mut CaseCheck) {
     for s in &view.steps {
+        // The connect before the step, an op of its own where connecting links a server
+        // (pgpool-II: it waits for a free child), bounded as any op.
+        if let Some(t_open) = s.t_open {
+            let bound = cx.bounds.of(Op::Open, None);
+            let took = s.t_opened.map(|d| d.saturating_sub(t_open));
+            if took.is_none_or(|t| t > bound) {
+                let graph = (view.start.schedule == Schedule::Concurrent)
+                    .then(|| progress_graph(t_open + bound, view, events));
+                let line = match took {
+                    Some(t) => invariants::progress_line(
+                        s.client,
+                        Op::Open,
+                        s.open_done.map(|c| &c.value),
+                        t,
+                        bound,
+                        graph,
+                    ),
+                    None => format!(
+                        "C{} open never completed (invoked at {:.3} ms)",
+                        s.client + 1,
+                        t_open as f64 / 1e6
+                    ),
+                };
+                out.violations.push(Violation {
+                    invariant: "app.progress".into(),
+                    step: s.index,
+                    detail: line,
+                });
+            }
+        }
         let (Some(op), Some(t_inv)) = (s.op, s.t_invoke) else {
             continue;
         };
@@ -674,6 +704,19 @@ fn progress_graph(deadline: u64, view: &CaseView, events: &[Event]) -> String {
     };
     let mut running = vec![];
     for s in &view.steps {
+        // A connect still waiting (pgpool-II: for a free child).
+        if let Some(to) = s.t_open
+            && to <= t
+            && s.t_opened.unwrap_or(u64::MAX) > t
+        {
+            running.push(waits::Running {
+                client: s.client,
+                step: s.index,
+                op: Op::Open,
+                key: None,
+                for_ns: t - to,
+            });
+        }
         let (Some(ti), Some(op)) = (s.t_invoke, s.op) else {
             continue;
         };

@@ -170,7 +170,33 @@ pub fn describe(
             ),
             (None, None) => "a connection".to_string(),
         };
+        // Who holds the pooler's client slots (pgpool-II's children), for a connect.
+        let slots = slot_holders(obs, owner);
         for r in &pool_waiters {
+            if r.op == Op::Open && !obs.clients.is_empty() {
+                let others: Vec<usize> = slots.iter().filter_map(|(_, c)| *c).collect();
+                lines.push(format!(
+                    "{} open ({:.3} s so far) waits for the pooler to accept it{during}: its {} client connections are served ({})",
+                    who(r.client),
+                    r.for_ns as f64 / 1e9,
+                    obs.clients.len(),
+                    slots
+                        .iter()
+                        .map(|(words, _)| words.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                edges.insert(
+                    r.client,
+                    (
+                        Waits::Pool {
+                            what: "a pooler client slot".into(),
+                        },
+                        others,
+                    ),
+                );
+                continue;
+            }
             let others: Vec<usize> = holding.iter().copied().filter(|c| *c != r.client).collect();
             lines.push(format!(
                 "{} {} ({:.3} s so far) waits for {what}{during}{}",
@@ -262,6 +288,38 @@ pub fn describe(
     } else {
         lines.join("; ")
     }
+}
+
+/// The pooler's client connections (pgpool-II: a child serving a client, `pcp_proc_info`'s
+/// `Connected 1`) in words, each with the client whose connection its server is, if the
+/// history says (`owner`): `slot 4242 on 5123@... (the connection of C1)` (pgpool-II's
+/// slot is the child's pid).
+fn slot_holders(
+    obs: &Observation,
+    owner: &BTreeMap<BackendId, usize>,
+) -> Vec<(String, Option<usize>)> {
+    obs.clients
+        .iter()
+        .map(|c| {
+            let linked = c
+                .server
+                .as_ref()
+                .and_then(|id| obs.servers.iter().find(|s| &s.id == id))
+                .and_then(|s| s.pid)
+                .and_then(|pid| obs.backends.iter().find(|b| b.id.pid == pid))
+                .map(|b| b.id);
+            let whose = linked.and_then(|b| owner.get(&b).copied());
+            let words = format!(
+                "slot {} on {}{}",
+                c.id,
+                linked.map(backend).unwrap_or_else(|| "a backend".into()),
+                whose
+                    .map(|w| format!(" (the connection of {})", who(w)))
+                    .unwrap_or_default()
+            );
+            (words, whose)
+        })
+        .collect()
 }
 
 /// A cycle among clients, following "waits for" edges.
