@@ -1292,6 +1292,13 @@ mod tests {
             "C2 ping took 4.080 s, its bound is 2.000 s (it never completed: the client gave up). At the deadline: (sample at 2100.000 ms) C2 ping (2.080 s so far) waits for a connection from the application pool (1/1 open, 0 idle, 1 waiting), its connections held by C1; a new connection to PostgreSQL as a client: refused 53300",
         ),
         (
+            // Recorded on pgpool-II 4.3.5: three clients keep their connections on two
+            // children (harness/tests/pgpool.rs); with three children it holds.
+            "progress-open",
+            "app.progress",
+            "C3 open took 2.502 s, its bound is 0.500 s (it never completed: the client gave up). At the deadline: (sample at 733.168 ms) C3 open (0.506 s so far) waits for the pooler to accept it: its 2 client connections are served (slot 1946 on pid 1998",
+        ),
+        (
             "applied-once",
             "app.applied_once",
             "migration version 1 applied 2 times: C1 (step 1), C2 (step 2) (C2 replied error 42P07)",

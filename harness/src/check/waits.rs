@@ -389,6 +389,63 @@ mod tests {
         }
     }
 
+    /// A connect that waits for the pooler to accept it (pgpool-II, every child serving a
+    /// client) names each client slot, its backend and the client whose connection it is.
+    #[test]
+    fn a_waiting_open_names_the_slots_and_whose_connections_they_are() {
+        use crate::pooler::view::{ClientRow, ClientState, ServerRow, ServerState};
+        let mut obs = Observation::default();
+        for (child, pid) in [(11, 101), (12, 102)] {
+            let mut b = row(pid, 0, None, None);
+            b.state = "idle".into();
+            obs.backends.push(b);
+            obs.servers.push(ServerRow {
+                id: format!("{child}/0/{pid}"),
+                pid: Some(pid),
+                state: ServerState::Linked,
+                client: Some(child.to_string()),
+                closing: false,
+                replica: 0,
+                raw: Default::default(),
+            });
+            obs.clients.push(ClientRow {
+                id: child.to_string(),
+                state: ClientState::Active,
+                server: Some(format!("{child}/0/{pid}")),
+                waiting_us: None,
+                replica: 0,
+                raw: Default::default(),
+            });
+        }
+        let running = vec![Running {
+            client: 2,
+            step: 4,
+            op: Op::Open,
+            key: None,
+            for_ns: 500_000_000,
+        }];
+        // The history knows C1's backend only: C2's slot is named without a client.
+        let owner = BTreeMap::from([(id(101), 0)]);
+        let text = describe(&obs, &running, &owner);
+        assert!(
+            text.starts_with(
+                "C3 open (0.500 s so far) waits for the pooler to accept it: its 2 client connections are served (slot 11 on "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(" (the connection of C1), slot 12 on "),
+            "{text}"
+        );
+        assert!(!text.contains("the connection of C2"), "{text}");
+        // With no slot view (PgBouncer accepts every client), an open waits for a connection.
+        let text = describe(&Observation::default(), &running, &owner);
+        assert!(
+            text.contains("C3 open (0.500 s so far) waits for a connection"),
+            "{text}"
+        );
+    }
+
     /// A fault in progress waits for nothing: it is named with what it makes unavailable, and
     /// the client whose statement cannot get through waits while it holds.
     #[test]

@@ -671,6 +671,24 @@ fn pool_timeout(bound: Duration) -> Reply {
 mod tests {
     use super::*;
 
+    /// A connect that did not complete is the open's `timeout` (outcome unknown to the
+    /// model, judged by app.progress); any other failure without a SQLSTATE is `closed`; the
+    /// step after it sent nothing.
+    #[test]
+    fn a_connect_that_timed_out_is_a_timeout_and_the_step_sends_nothing() {
+        let e = anyhow::Error::new(crate::launch::ConnectTimedOut(Duration::from_millis(2500)))
+            .context("connecting C5");
+        let r = connect_reply(&e);
+        assert_eq!(r.code(), Some(code::TIMEOUT), "{r:?}");
+        assert_eq!(r.outcome(), crate::vocab::Outcome::Info);
+        let r = connect_reply(&anyhow::anyhow!("connection refused"));
+        assert_eq!(r.code(), Some(code::CLOSED));
+        let step = not_connected(&Reply::error(code::TIMEOUT));
+        assert_eq!(step.code(), Some(code::NOT_CONNECTED));
+        assert_eq!(step.outcome(), crate::vocab::Outcome::Fail);
+        assert!(!step.ended_by_server());
+    }
+
     #[test]
     fn identity_rows_parse() {
         let row = vec![
