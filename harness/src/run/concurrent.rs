@@ -1,6 +1,7 @@
 //! The concurrent schedule: every logical client is a task of its own, running its steps in
 //! order against the pooler with real waits (a blocking lock waits up to `lock_timeout`, a
-//! client waits for a pooled server or an application-pool connection), with optional think
+//! client waits for a pooled server or an application-pool connection, or, where connecting
+//! links a server (pgpool-II), for the pooler to accept its connection), with optional think
 //! time between ops; a sampler reads the servers beside them every `run.sample_every`; the
 //! case ends when every client is done, or at `run.case_time_limit` (ops still running are
 //! recorded as `info` and cancelled). Then, once the servers are quiet, one last
