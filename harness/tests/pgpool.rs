@@ -239,3 +239,90 @@ fn a_sigkilled_harness_leaves_no_pgpool_process_and_no_segment_of_its() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Two children and three clients who keep their connections (docs/pgpool.md §3): the third
+/// client's connect waits in pgpool-II's accept queue, without an error, until its bound. The
+/// run goes on and completes: the third client's `open` is its `timeout`, app.progress is
+/// violated with the children and the clients they serve at the deadline, the step after it
+/// sent nothing (`not_connected`) and no pg.* verdict comes of it.
+#[test]
+fn more_clients_than_children_is_stuck_with_the_children_named_and_the_run_completes() {
+    let out = tmp("pgpool-children");
+    let topo = out.join("pgpool-two-children.yaml");
+    std::fs::write(
+        &topo,
+        "name: pgpool-two-children\n\
+         description: Three clients keep their connections on two pgpool-II children.\n\
+         postgres: { version: \"18.6\", settings: { max_connections: 40 } }\n\
+         pgpool: { version: \"4.3.5\", num_init_children: 2 }\n\
+         workload:\n  keys: [42]\n  script:\n\
+         \x20   - clients: 2\n      ops: [ping, sleep: 3500ms, ping]\n\
+         \x20   - clients: 1\n      ops: [sleep: 200ms, ping]\n\
+         run: { schedule: concurrent, cases: 1, seed: 1, time_limit: 2m, op_deadline: 500ms, \
+         case_time_limit: 30s, max_shrink_runs: 0 }\n\
+         expect:\n  app.progress: violated\n",
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let o = pgchaos(&[
+        "chaos",
+        topo.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    // As expected (the expect block says violated): exit 0, like any expected violation.
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let (dir, results) = latest(&out, "pgpool-two-children");
+    let invariants = results["invariants"].as_array().unwrap();
+    let verdict = |name: &str| {
+        invariants
+            .iter()
+            .find(|i| i["name"] == name)
+            .map(|i| i["verdict"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(verdict("app.progress"), "violated", "{results}");
+    for i in invariants {
+        if i["tier"] == "pg" {
+            assert_ne!(i["verdict"], "violated", "{i}");
+        }
+    }
+    let evidence: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("failures/app.progress/evidence.json")).unwrap(),
+    )
+    .unwrap();
+    let detail = evidence["violations"][0]["detail"].as_str().unwrap();
+    for needle in [
+        "C3 open took",
+        "its bound is 0.500 s (it never completed: the client gave up)",
+        "C3 open (",
+        "waits for the pooler to accept it: its 2 client connections are served",
+        "(the connection of C1)",
+        "(the connection of C2)",
+    ] {
+        assert!(detail.contains(needle), "lacks {needle:?}: {detail}");
+    }
+    // The history: C3's open timed out and its ping sent nothing.
+    let zcat = std::process::Command::new("zcat")
+        .arg(dir.join("history.jsonl.gz"))
+        .output()
+        .unwrap();
+    let history = String::from_utf8_lossy(&zcat.stdout);
+    assert!(
+        history
+            .lines()
+            .any(|l| l.contains("\"f\":\"open\"") && l.contains("\"code\":\"timeout\"")),
+        "no timed-out open in the history"
+    );
+    assert!(
+        history.contains("\"code\":\"not_connected\""),
+        "no step that sent nothing"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(110),
+        "{:?}",
+        t0.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

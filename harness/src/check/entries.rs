@@ -116,9 +116,14 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                     message: String::new(),
                 };
                 let r = reply.unwrap_or(&NONE);
-                // No protocol-level statement to execute: nothing was sent (the client's own
-                // bookkeeping, not the servers').
-                if r.code() == Some(crate::vocab::reply::code::NO_STATEMENT) {
+                // No protocol-level statement to execute, or no connection to send it on (the
+                // client's `open` before it failed or timed out): nothing was sent (the
+                // client's own bookkeeping, not the servers').
+                if matches!(
+                    r.code(),
+                    Some(crate::vocab::reply::code::NO_STATEMENT)
+                        | Some(crate::vocab::reply::code::NOT_CONNECTED)
+                ) {
                     continue;
                 }
                 let act = match inv.f {

@@ -613,6 +613,36 @@ pub fn describe_state(s: &State) -> String {
 /// the deadline of one that was not.
 fn progress(cx: &CheckContext, view: &CaseView, events: &[Event], out: &mut CaseCheck) {
     for s in &view.steps {
+        // The connect before the step, an op of its own where connecting links a server
+        // (pgpool-II: it waits for a free child), bounded as any op.
+        if let Some(t_open) = s.t_open {
+            let bound = cx.bounds.of(Op::Open, None);
+            let took = s.t_opened.map(|d| d.saturating_sub(t_open));
+            if took.is_none_or(|t| t > bound) {
+                let graph = (view.start.schedule == Schedule::Concurrent)
+                    .then(|| progress_graph(t_open + bound, view, events));
+                let line = match took {
+                    Some(t) => invariants::progress_line(
+                        s.client,
+                        Op::Open,
+                        s.open_done.map(|c| &c.value),
+                        t,
+                        bound,
+                        graph,
+                    ),
+                    None => format!(
+                        "C{} open never completed (invoked at {:.3} ms)",
+                        s.client + 1,
+                        t_open as f64 / 1e6
+                    ),
+                };
+                out.violations.push(Violation {
+                    invariant: "app.progress".into(),
+                    step: s.index,
+                    detail: line,
+                });
+            }
+        }
         let (Some(op), Some(t_inv)) = (s.op, s.t_invoke) else {
             continue;
         };
@@ -674,6 +704,19 @@ fn progress_graph(deadline: u64, view: &CaseView, events: &[Event]) -> String {
     };
     let mut running = vec![];
     for s in &view.steps {
+        // A connect still waiting (pgpool-II: for a free child).
+        if let Some(to) = s.t_open
+            && to <= t
+            && s.t_opened.unwrap_or(u64::MAX) > t
+        {
+            running.push(waits::Running {
+                client: s.client,
+                step: s.index,
+                op: Op::Open,
+                key: None,
+                for_ns: t - to,
+            });
+        }
         let (Some(ti), Some(op)) = (s.t_invoke, s.op) else {
             continue;
         };
@@ -1247,6 +1290,13 @@ mod tests {
             "progress",
             "app.progress",
             "C2 ping took 4.080 s, its bound is 2.000 s (it never completed: the client gave up). At the deadline: (sample at 2100.000 ms) C2 ping (2.080 s so far) waits for a connection from the application pool (1/1 open, 0 idle, 1 waiting), its connections held by C1; a new connection to PostgreSQL as a client: refused 53300",
+        ),
+        (
+            // Recorded on pgpool-II 4.3.5: three clients keep their connections on two
+            // children (harness/tests/pgpool.rs); with three children it holds.
+            "progress-open",
+            "app.progress",
+            "C3 open took 2.502 s, its bound is 0.500 s (it never completed: the client gave up). At the deadline: (sample at 733.168 ms) C3 open (0.506 s so far) waits for the pooler to accept it: its 2 client connections are served (slot 1946 on pid 1998",
         ),
         (
             "applied-once",

@@ -170,7 +170,33 @@ pub fn describe(
             ),
             (None, None) => "a connection".to_string(),
         };
+        // Who holds the pooler's client slots (pgpool-II's children), for a connect.
+        let slots = slot_holders(obs, owner);
         for r in &pool_waiters {
+            if r.op == Op::Open && !obs.clients.is_empty() {
+                let others: Vec<usize> = slots.iter().filter_map(|(_, c)| *c).collect();
+                lines.push(format!(
+                    "{} open ({:.3} s so far) waits for the pooler to accept it{during}: its {} client connections are served ({})",
+                    who(r.client),
+                    r.for_ns as f64 / 1e9,
+                    obs.clients.len(),
+                    slots
+                        .iter()
+                        .map(|(words, _)| words.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                edges.insert(
+                    r.client,
+                    (
+                        Waits::Pool {
+                            what: "a pooler client slot".into(),
+                        },
+                        others,
+                    ),
+                );
+                continue;
+            }
             let others: Vec<usize> = holding.iter().copied().filter(|c| *c != r.client).collect();
             lines.push(format!(
                 "{} {} ({:.3} s so far) waits for {what}{during}{}",
@@ -264,6 +290,38 @@ pub fn describe(
     }
 }
 
+/// The pooler's client connections (pgpool-II: a child serving a client, `pcp_proc_info`'s
+/// `Connected 1`) in words, each with the client whose connection its server is, if the
+/// history says (`owner`): `slot 4242 on 5123@... (the connection of C1)` (pgpool-II's
+/// slot is the child's pid).
+fn slot_holders(
+    obs: &Observation,
+    owner: &BTreeMap<BackendId, usize>,
+) -> Vec<(String, Option<usize>)> {
+    obs.clients
+        .iter()
+        .map(|c| {
+            let linked = c
+                .server
+                .as_ref()
+                .and_then(|id| obs.servers.iter().find(|s| &s.id == id))
+                .and_then(|s| s.pid)
+                .and_then(|pid| obs.backends.iter().find(|b| b.id.pid == pid))
+                .map(|b| b.id);
+            let whose = linked.and_then(|b| owner.get(&b).copied());
+            let words = format!(
+                "slot {} on {}{}",
+                c.id,
+                linked.map(backend).unwrap_or_else(|| "a backend".into()),
+                whose
+                    .map(|w| format!(" (the connection of {})", who(w)))
+                    .unwrap_or_default()
+            );
+            (words, whose)
+        })
+        .collect()
+}
+
 /// A cycle among clients, following "waits for" edges.
 fn find_cycle(edges: &BTreeMap<usize, (Waits, Vec<usize>)>) -> Option<Vec<usize>> {
     fn dfs(
@@ -329,6 +387,63 @@ mod tests {
                 .into_iter()
                 .collect(),
         }
+    }
+
+    /// A connect that waits for the pooler to accept it (pgpool-II, every child serving a
+    /// client) names each client slot, its backend and the client whose connection it is.
+    #[test]
+    fn a_waiting_open_names_the_slots_and_whose_connections_they_are() {
+        use crate::pooler::view::{ClientRow, ClientState, ServerRow, ServerState};
+        let mut obs = Observation::default();
+        for (child, pid) in [(11, 101), (12, 102)] {
+            let mut b = row(pid, 0, None, None);
+            b.state = "idle".into();
+            obs.backends.push(b);
+            obs.servers.push(ServerRow {
+                id: format!("{child}/0/{pid}"),
+                pid: Some(pid),
+                state: ServerState::Linked,
+                client: Some(child.to_string()),
+                closing: false,
+                replica: 0,
+                raw: Default::default(),
+            });
+            obs.clients.push(ClientRow {
+                id: child.to_string(),
+                state: ClientState::Active,
+                server: Some(format!("{child}/0/{pid}")),
+                waiting_us: None,
+                replica: 0,
+                raw: Default::default(),
+            });
+        }
+        let running = vec![Running {
+            client: 2,
+            step: 4,
+            op: Op::Open,
+            key: None,
+            for_ns: 500_000_000,
+        }];
+        // The history knows C1's backend only: C2's slot is named without a client.
+        let owner = BTreeMap::from([(id(101), 0)]);
+        let text = describe(&obs, &running, &owner);
+        assert!(
+            text.starts_with(
+                "C3 open (0.500 s so far) waits for the pooler to accept it: its 2 client connections are served (slot 11 on "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(" (the connection of C1), slot 12 on "),
+            "{text}"
+        );
+        assert!(!text.contains("the connection of C2"), "{text}");
+        // With no slot view (PgBouncer accepts every client), an open waits for a connection.
+        let text = describe(&Observation::default(), &running, &owner);
+        assert!(
+            text.contains("C3 open (0.500 s so far) waits for a connection"),
+            "{text}"
+        );
     }
 
     /// A fault in progress waits for nothing: it is named with what it makes unavailable, and

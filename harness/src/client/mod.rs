@@ -322,6 +322,27 @@ impl LogicalClient {
         Ok(())
     }
 
+    /// Open the client's own connection within `bound`, as an op: `Ok`, or the refusal's
+    /// SQLSTATE (53300 too many clients), `closed`, or `timeout` when the pooler accepted no
+    /// connection in time (pgpool-II with every child serving a client: the connect waits in
+    /// the kernel's accept queue, docs/pgpool.md §3). An application pool opens its
+    /// connections when an op needs one: `Ok` at once.
+    pub async fn open_within(&mut self, config: &Config, bound: Duration) -> Reply {
+        if self.pool.is_some() {
+            return Reply::Ok;
+        }
+        self.collect(self.last);
+        match crate::launch::connect_heard_within(config, bound).await {
+            Ok((conn, heard)) => {
+                self.conn = Some(conn);
+                self.heard = Some(heard);
+                self.last = None;
+                Reply::Ok
+            }
+            Err(e) => connect_reply(&e),
+        }
+    }
+
     /// Keep the notifications that have arrived, as received on `backend` (`during`: during
     /// the client's op).
     fn collect_as(&mut self, backend: Option<BackendId>, during: bool) {
@@ -709,6 +730,42 @@ impl LogicalClient {
     }
 }
 
+/// A connect that failed, as a reply: `timeout` when it did not complete within its bound,
+/// the refusal's SQLSTATE (e.g. 53300, too many clients), or `closed`.
+pub fn connect_reply(e: &anyhow::Error) -> Reply {
+    if let Some(t) = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<crate::launch::ConnectTimedOut>())
+    {
+        return Reply::Error {
+            code: code::TIMEOUT.into(),
+            message: format!("no connection within {:?}: the pooler accepted none", t.0),
+        };
+    }
+    let db = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<tokio_postgres::Error>())
+        .and_then(|pg| {
+            pg.as_db_error()
+                .map(|d| (d.code().code().to_string(), d.message().to_string()))
+        });
+    match db {
+        Some((code, message)) => Reply::Error { code, message },
+        None => Reply::Error {
+            code: code::CLOSED.into(),
+            message: format!("{e:#}"),
+        },
+    }
+}
+
+/// The reply of a step whose client could not open its connection: nothing was sent.
+pub fn not_connected(open: &Reply) -> Reply {
+    Reply::Error {
+        code: code::NOT_CONNECTED.into(),
+        message: format!("nothing sent: the client's connection did not open ({open})"),
+    }
+}
+
 fn pool_error(message: &str) -> Reply {
     Reply::Error {
         code: code::CLOSED.into(),
@@ -726,6 +783,24 @@ fn pool_timeout(bound: Duration) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connect that did not complete is the open's `timeout` (outcome unknown to the
+    /// model, judged by app.progress); any other failure without a SQLSTATE is `closed`; the
+    /// step after it sent nothing.
+    #[test]
+    fn a_connect_that_timed_out_is_a_timeout_and_the_step_sends_nothing() {
+        let e = anyhow::Error::new(crate::launch::ConnectTimedOut(Duration::from_millis(2500)))
+            .context("connecting C5");
+        let r = connect_reply(&e);
+        assert_eq!(r.code(), Some(code::TIMEOUT), "{r:?}");
+        assert_eq!(r.outcome(), crate::vocab::Outcome::Info);
+        let r = connect_reply(&anyhow::anyhow!("connection refused"));
+        assert_eq!(r.code(), Some(code::CLOSED));
+        let step = not_connected(&Reply::error(code::TIMEOUT));
+        assert_eq!(step.code(), Some(code::NOT_CONNECTED));
+        assert_eq!(step.outcome(), crate::vocab::Outcome::Fail);
+        assert!(!step.ended_by_server());
+    }
 
     #[test]
     fn identity_rows_parse() {

@@ -23,6 +23,11 @@ pub struct StepView<'e> {
     pub message: Option<&'e str>,
     /// The client (re)connected before the op (its connection was gone).
     pub opened: bool,
+    /// That connect, as an op of its own: nanoseconds since the run started at its invoke
+    /// and at its completion, and its completion (a timeout: the pooler accepted none).
+    pub t_open: Option<u64>,
+    pub t_opened: Option<u64>,
+    pub open_done: Option<&'e Completion>,
     pub invoke: Option<&'e Invoke>,
     pub done: Option<&'e Completion>,
     pub skip: Option<&'e Skip>,
@@ -122,6 +127,10 @@ impl<'e> CaseView<'e> {
                     (Op::Open, Some(i)) => {
                         let i = step_of(&mut view, i);
                         view.steps[i].opened = true;
+                        view.steps[i].t_open = Some(ev.t);
+                        if let Process::Client(c) = inv.p {
+                            view.steps[i].client = c;
+                        }
                     }
                     (f, Some(i)) => {
                         let i = step_of(&mut view, i);
@@ -141,13 +150,19 @@ impl<'e> CaseView<'e> {
                     }
                     (_, None) => {}
                 },
-                Body::Ok(c) | Body::Fail(c) | Body::Info(c) => {
-                    if let (Some(i), false) = (c.step, c.f == Op::Open) {
+                Body::Ok(c) | Body::Fail(c) | Body::Info(c) => match (c.step, c.f == Op::Open) {
+                    (Some(i), false) => {
                         let i = step_of(&mut view, i);
                         view.steps[i].done = Some(c);
                         view.steps[i].t_done = Some(ev.t);
                     }
-                }
+                    (Some(i), true) => {
+                        let i = step_of(&mut view, i);
+                        view.steps[i].open_done = Some(c);
+                        view.steps[i].t_opened = Some(ev.t);
+                    }
+                    (None, _) => {}
+                },
                 Body::Skip(sk) => {
                     let i = step_of(&mut view, sk.step);
                     let s = &mut view.steps[i];

@@ -543,9 +543,19 @@ pub struct Heard {
 pub async fn connect_heard(
     config: &Config,
 ) -> Result<(Client, tokio::sync::mpsc::UnboundedReceiver<Heard>)> {
-    let (client, mut conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(NoTls))
+    connect_heard_within(config, IO_TIMEOUT).await
+}
+
+/// [`connect_heard`] bounded by `bound` instead of [`IO_TIMEOUT`]. A connect that does not
+/// complete in time fails with [`ConnectTimedOut`] (a pooler that accepts no more clients:
+/// pgpool-II's clients beyond `num_init_children` wait in the kernel's accept queue).
+pub async fn connect_heard_within(
+    config: &Config,
+    bound: Duration,
+) -> Result<(Client, tokio::sync::mpsc::UnboundedReceiver<Heard>)> {
+    let (client, mut conn) = tokio::time::timeout(bound, config.connect(NoTls))
         .await
-        .map_err(|_| anyhow!("connect timed out after {IO_TIMEOUT:?}"))??;
+        .map_err(|_| anyhow::Error::new(ConnectTimedOut(bound)))??;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         use futures_util::StreamExt;
@@ -562,6 +572,18 @@ pub async fn connect_heard(
     });
     Ok((client, rx))
 }
+
+/// A connect that did not complete within its bound.
+#[derive(Debug)]
+pub struct ConnectTimedOut(pub Duration);
+
+impl std::fmt::Display for ConnectTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "connect timed out after {:?}", self.0)
+    }
+}
+
+impl std::error::Error for ConnectTimedOut {}
 
 pub async fn connect(config: &Config) -> Result<Client> {
     let (client, conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(NoTls))

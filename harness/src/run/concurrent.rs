@@ -1,6 +1,7 @@
 //! The concurrent schedule: every logical client is a task of its own, running its steps in
 //! order against the pooler with real waits (a blocking lock waits up to `lock_timeout`, a
-//! client waits for a pooled server or an application-pool connection), with optional think
+//! client waits for a pooled server or an application-pool connection, or, where connecting
+//! links a server (pgpool-II), for the pooler to accept its connection), with optional think
 //! time between ops; a sampler reads the servers beside them every `run.sample_every`; the
 //! case ends when every client is done, or at `run.case_time_limit` (ops still running are
 //! recorded as `info` and cancelled). Then, once the servers are quiet, one last
@@ -264,6 +265,38 @@ async fn client_task(
         for r in client.take_received() {
             sh.emit(super::received(c, r));
         }
+        // Where connecting is what links a server (pgpool-II: a child accepts the client with
+        // its cached backend), the client connects when its script first needs a connection,
+        // as the replica it models starts then, and the connect is an op of its own, bounded
+        // like any: one that does not complete (every child serving a client) is recorded as
+        // the `open`'s `timeout`, judged by app.progress, and the step sends nothing.
+        if runner.rules.links_at_connect && uses_connection(step.op) && client.needs_connect() {
+            let opened = open_op(sh, c, i, client, &config, &bounds).await;
+            if opened != Reply::Ok {
+                let reply = crate::client::not_connected(&opened);
+                sh.emit(Body::Invoke(Invoke {
+                    p,
+                    step: Some(i),
+                    f: step.op,
+                    key: step.key,
+                    ms: step.ms,
+                    guc: step.guc,
+                    target,
+                    client: None,
+                    when: step.when,
+                    message: step.message.clone(),
+                }));
+                me.after(step.op, &reply);
+                sh.emit(Body::completion(Completion {
+                    p,
+                    step: Some(i),
+                    f: step.op,
+                    value: reply,
+                    backend: None,
+                }));
+                continue;
+            }
+        }
         let t_invoke = sh.now();
         sh.inflight.borrow_mut().insert(
             i,
@@ -310,10 +343,11 @@ async fn client_task(
                 for r in client.take_received() {
                     sh.emit(super::received(c, r));
                 }
-                match client.connect(&config).await {
-                    Ok(()) => (Reply::Ok, None),
-                    Err(e) => (connect_error(&e), None),
-                }
+                // A connect that does not complete in time is the reconnect's `timeout`.
+                (
+                    client.open_within(&config, crate::launch::IO_TIMEOUT).await,
+                    None,
+                )
             }
             Op::Terminate | Op::Cancel => {
                 let fault = Fault::for_op(step.op, target.expect("checked")).expect("a fault");
@@ -386,6 +420,60 @@ async fn client_task(
         }));
     }
     Ok(())
+}
+
+/// Whether the op runs on the client's connection (not its own time, its error path, its
+/// connection ops or a fault).
+fn uses_connection(op: Op) -> bool {
+    !matches!(op, Op::Sleep | Op::Raise | Op::Disconnect | Op::Reconnect) && !op.is_fault()
+}
+
+/// Open client `c`'s connection before step `i`, recorded as an `open` op of that step (in
+/// flight while it waits, so the sampler looks at the servers when it is overdue and a cut
+/// at the case's time limit records it), bounded by the open's bound plus the slack every
+/// op gets. Returns its reply.
+async fn open_op(
+    sh: &Shared<'_, '_>,
+    c: usize,
+    i: usize,
+    client: &mut LogicalClient,
+    config: &tokio_postgres::Config,
+    bounds: &crate::history::Bounds,
+) -> Reply {
+    let p = Process::Client(c);
+    let bound_ns = bounds.of(Op::Open, None);
+    let give_up = Duration::from_nanos(bound_ns) + Duration::from_secs(2);
+    sh.inflight.borrow_mut().insert(
+        i,
+        InFlight {
+            client: c,
+            op: Op::Open,
+            t_invoke: sh.now(),
+            bound_ns,
+        },
+    );
+    sh.emit(Body::Invoke(Invoke {
+        p,
+        step: Some(i),
+        f: Op::Open,
+        key: None,
+        ms: None,
+        guc: None,
+        target: None,
+        client: None,
+        when: Default::default(),
+        message: None,
+    }));
+    let reply = client.open_within(config, give_up).await;
+    sh.inflight.borrow_mut().remove(&i);
+    sh.emit(Body::completion(Completion {
+        p,
+        step: Some(i),
+        f: Op::Open,
+        value: reply.clone(),
+        backend: None,
+    }));
+    reply
 }
 
 /// A refused connection as a reply: its SQLSTATE (e.g. 53300, too many clients), or

@@ -433,8 +433,11 @@ impl<'a> Runner<'a> {
         self.observer.set_pools(pools);
         let mut clients = self.clients(nclients)?;
         let mut opened = vec![false; nclients];
+        // Where a connect links a server (pgpool-II), the concurrent schedule's clients
+        // connect when their scripts first need a connection (`concurrent::open_op`).
+        let lazy = schedule == Schedule::Concurrent && self.rules.links_at_connect;
         for (i, c) in clients.iter_mut().enumerate() {
-            if steps.iter().any(|s| s.client == i) {
+            if !lazy && steps.iter().any(|s| s.client == i) {
                 self.open(rec, c, None).await?;
                 opened[i] = true;
             }

@@ -34,6 +34,9 @@ pub mod code {
     /// Not a SQLSTATE: `execute_protocol` with no protocol-level statement prepared on the
     /// client's connection: nothing was sent.
     pub const NO_STATEMENT: &str = "no_statement";
+    /// Not a SQLSTATE: the client's connection did not open (its `open` timed out or was
+    /// refused): the step's op sent nothing.
+    pub const NOT_CONNECTED: &str = "not_connected";
     /// Not a SQLSTATE: the reply was not what the op returns (a harness defect).
     pub const HARNESS: &str = "harness";
     /// Not a SQLSTATE: the reply answers another statement than the one the client sent: the
