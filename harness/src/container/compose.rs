@@ -140,7 +140,7 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             pg_host: Some("postgres"),
             listen_addr: "0.0.0.0",
             listen_port: r.port,
-            admin_port: None,
+            admin_port: r.admin_port,
             standby_port: None,
             database: DB,
             superuser: SUPERUSER,
@@ -153,12 +153,16 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             .find(|f| f.is_main)
             .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
         let service = pooler.name();
+        let admin_port = r
+            .admin_port
+            .map(|p| format!("      - \"127.0.0.1::{p}\"\n"))
+            .unwrap_or_default();
         y.push_str(&format!(
             "  {service}:\n    image: {img}\n    environment:\n      POSTGRES_PASSWORD: {pw}\n      \
              CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
              - ./{file}:{dir}/{file}:ro\n    depends_on:\n      \
              postgres:\n        condition: service_healthy\n    ports:\n      \
-             - \"127.0.0.1::{port}\"\n{labels}{health}",
+             - \"127.0.0.1::{port}\"\n{admin_port}{labels}{health}",
             img = need(&image_var(service)),
             pw = need("POSTGRES_PASSWORD"),
             cpw = need("CHAOS_PASSWORD"),

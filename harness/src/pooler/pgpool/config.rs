@@ -60,7 +60,7 @@ pub fn pgpool_conf(topology_name: &str, p: &PgpoolSpec, cx: &ConfigContext) -> S
          backend_flag0 = 'DISALLOW_TO_FAILOVER'\n\
          backend_application_name0 = 'node0'\n\
          enable_pool_hba = on\n\
-         pool_passwd = 'pool_passwd'\n\
+         pool_passwd = '{dir}/pool_passwd'\n\
          num_init_children = {children}\n\
          max_pool = {max_pool}\n\
          child_life_time = {child_life_time}\n\
@@ -259,6 +259,7 @@ mod tests {
             "pcp_port = 6001",
             "pid_file_name = '/run/x/pgpool.pid'",
             "logdir = '/run/x'",
+            "pool_passwd = '/run/x/pool_passwd'",
             "backend_hostname0 = '/run/x'",
             "backend_port0 = 5000",
             "listen_addresses = '127.0.0.1'",

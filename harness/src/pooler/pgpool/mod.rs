@@ -38,6 +38,11 @@ use super::{
 };
 pub use section::PgpoolSpec;
 
+/// The pool port and the PCP port inside its container (pgpool-II's defaults; the entrypoint's
+/// `.pcppass` names the PCP one).
+pub const CONTAINER_PORT: u16 = 9999;
+pub const CONTAINER_PCP_PORT: u16 = 9898;
+
 /// pgpool-II as a kind of pooler (`pooler::KINDS`).
 pub struct PgpoolKind;
 
@@ -141,6 +146,24 @@ impl Pooler for Pgpool {
 
     fn settings_source(&self) -> &'static str {
         console::POOL_STATUS
+    }
+
+    fn container(&self) -> Option<super::ContainerRecipe> {
+        // With load balancing the standby is node 1, reached as the primary is (its socket
+        // directory natively); between containers it is another host: not built.
+        if self.spec.load_balance_mode {
+            return None;
+        }
+        Some(super::ContainerRecipe {
+            repo: "pgchaos/pgpool",
+            files: provision::image_files,
+            user: "pgpool",
+            home: "/var/lib/pgpool",
+            entrypoint: include_str!("entrypoint.sh"),
+            config_dir: "/etc/pgpool2",
+            port: CONTAINER_PORT,
+            admin_port: Some(CONTAINER_PCP_PORT),
+        })
     }
 
     fn provision(
