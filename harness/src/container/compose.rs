@@ -362,6 +362,43 @@ mod tests {
     }
 
     #[test]
+    fn pgpool_gets_its_conf_with_the_postgres_service_and_both_ports_on_loopback() {
+        let files = render(&topo("pgpool-caching")).unwrap();
+        let y = &files[0].text;
+        let parsed: serde_json::Value = serde_saphyr::from_str(y).unwrap();
+        let ports = parsed["services"]["pgpool"]["ports"].as_array().unwrap();
+        assert_eq!(
+            ports
+                .iter()
+                .map(|p| p.as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["127.0.0.1::9999", "127.0.0.1::9898"]
+        );
+        assert!(
+            y.contains("./pgpool.conf:/etc/pgpool2/pgpool.conf:ro"),
+            "{y}"
+        );
+        let conf = &files.iter().find(|f| f.name == "pgpool.conf").unwrap().text;
+        for line in [
+            "backend_hostname0 = 'postgres'",
+            "backend_port0 = 5432",
+            "listen_addresses = '0.0.0.0'",
+            "port = 9999",
+            "pcp_port = 9898",
+            "pool_passwd = '/tmp/pool_passwd'",
+            "reset_query_list = 'ABORT; DISCARD ALL'",
+        ] {
+            assert!(
+                conf.lines().any(|l| l == line),
+                "missing {line:?} in\n{conf}"
+            );
+        }
+        // Load balancing over a standby does not run in containers yet.
+        let lb = render(&topo("pgpool-load-balance-default")).unwrap_err();
+        assert!(format!("{lb}").contains("pgpool-II"), "{lb}");
+    }
+
+    #[test]
     fn write_refuses_a_changed_file_without_force_and_writes_nothing() {
         let dir = std::env::temp_dir().join(format!("pgchaos-compose-test-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);

@@ -328,6 +328,71 @@ mod tests {
     }
 
     #[test]
+    fn the_image_carries_the_unpacked_binary_its_pcp_tools_and_libraries_not_the_wrapper() {
+        let entry =
+            std::env::temp_dir().join(format!("pgchaos-pgpool-image-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&entry);
+        let root = entry.join("root");
+        for d in [
+            "bin",
+            "root/usr/sbin",
+            "root/usr/lib/tmpfiles.d",
+            "root/usr/lib/x86_64-linux-gnu",
+        ] {
+            fs::create_dir_all(entry.join(d)).unwrap();
+        }
+        let wrapper = entry.join("bin/pgpool");
+        fs::write(&wrapper, super::wrapper(&root, "pgpool")).unwrap();
+        fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+        for f in [
+            "pgpool",
+            "pcp_proc_info",
+            "pcp_node_count",
+            "pg_md5",
+            "pgproto",
+            "wd_cli",
+        ] {
+            let p = root.join("usr/sbin").join(f);
+            fs::write(&p, b"\x7fELF").unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fs::write(root.join("usr/lib/libpcp.so.2"), b"x").unwrap();
+        fs::write(
+            root.join("usr/lib/x86_64-linux-gnu/libmemcached.so.11"),
+            b"x",
+        )
+        .unwrap();
+        let got = image_files(&wrapper).unwrap();
+        let dsts: Vec<&str> = got.files.iter().map(|(d, _)| d.as_str()).collect();
+        assert_eq!(
+            dsts,
+            [
+                "usr/sbin/pgpool",
+                "usr/sbin/pcp_node_count",
+                "usr/sbin/pcp_proc_info",
+                "usr/sbin/pg_md5",
+                "usr/lib/x86_64-linux-gnu/libmemcached.so.11",
+                "usr/lib/x86_64-linux-gnu/libpcp.so.2",
+            ]
+        );
+        assert_eq!(
+            got.files[0].1,
+            root.join("usr/sbin/pgpool"),
+            "not the wrapper"
+        );
+        assert_eq!(got.provided, std::slice::from_ref(&root));
+        assert_eq!(
+            got.library_path.as_deref(),
+            Some(library_path(&root).as_str())
+        );
+        // A binary given as is: its tools beside it, the system's libraries.
+        let given = image_files(&root.join("usr/sbin/pgpool")).unwrap();
+        assert_eq!(given.files.len(), 4);
+        assert!(given.library_path.is_none() && given.provided.is_empty());
+        let _ = fs::remove_dir_all(&entry);
+    }
+
+    #[test]
     fn the_wrapper_execs_the_unpacked_binary_with_its_libraries() {
         let w = wrapper(Path::new("/c/pgpool/4.3.5/root"), "pgpool");
         assert!(w.starts_with("#!/bin/sh\n"));
