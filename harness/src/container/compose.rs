@@ -7,9 +7,11 @@
 //! What a topology becomes: `postgres` (its settings as `-c` arguments, the harness's
 //! speed settings first; the chaos role and database, with the client role's timeouts, made
 //! at first start), `standby` when `postgres.standby` (a pg_basebackup of `postgres`,
-//! streaming; promote it by hand with pg_ctl), and the pooler's service (`pgbouncer`) with
-//! the topology's pool settings pointing at `postgres` by name, as its container recipe says. Every port is published on 127.0.0.1 only, on
-//! a port the engine picks (`docker-compose port SERVICE PORT` tells which).
+//! streaming; promote it by hand with pg_ctl), and the pooler's service (`pgbouncer`,
+//! `pgpool`) with the topology's pool settings pointing at `postgres` by name, as its
+//! container recipe says (its admin port published too when it has one of its own). Every
+//! port is published on 127.0.0.1 only, on a port the engine picks (`docker-compose port
+//! SERVICE PORT` tells which).
 
 use super::images::{Images, PG_PREFIX};
 use crate::launch::native::{SPEED_SETTINGS, client_role_sql};

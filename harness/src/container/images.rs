@@ -1,7 +1,8 @@
-//! `pgchaos/postgres:<version>` and the pooler's image (`pgchaos/pgbouncer:<version>`, as
-//! its [`ContainerRecipe`] says), built here from the provisioned binaries with no registry
+//! `pgchaos/postgres:<version>` and the pooler's image (`pgchaos/pgbouncer:<version>`,
+//! `pgchaos/pgpool:<version>`, as its [`ContainerRecipe`] says: the files it carries, given
+//! the provisioned executable), built here from the provisioned binaries with no registry
 //! and no base image: a root filesystem of the binaries, every shared library `ldd` says
-//! they load (at the path it names), `/bin/sh` (the machine's dash, for the entrypoint), a
+//! they load (at the path it names, `ldd` run with the recipe's library path), `/bin/sh` (the machine's dash, for the entrypoint), a
 //! passwd entry and the entrypoint (the pooler's image also the machine's `nft`, for the
 //! partition faults, and `pg_isready` for its health check), streamed
 //! as a tar archive into `docker import`. Why not debootstrap: it needs a Debian mirror at

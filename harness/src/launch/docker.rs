@@ -1,9 +1,11 @@
 //! `launcher: docker`: the topology's servers as containers of the images built here
 //! (`container::images`), started with testcontainers-modules (its postgres module with the
-//! local image name and tag; a generic image for PgBouncer) on one private network per run.
-//! PgBouncer reaches PostgreSQL by container name; the harness reaches both over TCP on
-//! ports published on 127.0.0.1 only, with the run's passwords (the same SCRAM rules as
-//! native). Process control is the engine's: stop, kill, pause (the cgroup freezer: every
+//! local image name and tag; a generic image for the pooler) on one private network per run.
+//! The pooler reaches PostgreSQL by container name; the harness reaches both over TCP on
+//! ports published on 127.0.0.1 only (a pooler's admin port of its own too, pgpool-II's PCP),
+//! with the run's passwords (the same SCRAM rules as native); the pooler's console is told
+//! the containers' ids, the provisioned executable and the run directory
+//! (`pooler::InContainer`). Process control is the engine's: stop, kill, pause (the cgroup freezer: every
 //! process of the container at once), unpause, SIGINT, start again on the same port.
 //!
 //! Every container and the network carry the label `pgchaos.run=<run id>`; the reaper

@@ -4,7 +4,9 @@
 //! `pool_passwd` (each role's password as `TEXT`, which pgpool also uses for SCRAM to
 //! PostgreSQL over TCP); `pcp.conf` (the PCP user, its password's MD5) and the `pcppass`
 //! file the PCP tools read. And the settings the harness relies on, compared with what
-//! `pcp_pool_status` reports.
+//! `pcp_pool_status` reports. In a container only `pgpool.conf` is rendered (paths in the
+//! container's `/tmp`, `pool_passwd` by absolute path, the PostgreSQL container's name as the
+//! backend): the entrypoint writes the other files from the environment.
 
 use super::PgpoolSpec;
 use crate::pooler::{ConfigContext, ConfigDifference, ExpectedSetting};

@@ -21,9 +21,15 @@
 //!   harness's tagged statements all do (`allow_sql_comments = off`; docs/pgpool.md §7, §17):
 //!   the rules above are unchanged.
 //!
+//! In a container (`launcher: docker`, `pgchaos compose`; docs/pgpool.md §18): the recipe
+//! ([`Pooler::container`]: `pgchaos/pgpool:<version>`, what it carries from
+//! `provision::image_files`, `entrypoint.sh` writing the secret files from the environment),
+//! the pool and PCP ports published on loopback, and the console's container mode
+//! (`console.rs`: PCP from this host, pids mapped through `/proc`).
+//!
 //! Not here: function lists that send lock calls to the standby (refused by the section: the
-//! model keeps one lock table), faults of pgpool itself, a container recipe (the docker
-//! launcher does not run pgpool-II).
+//! model keeps one lock table), faults of pgpool itself, load balancing over the standby in
+//! containers (its recipe is refused: node 1 would be another host).
 
 pub mod config;
 pub mod console;
