@@ -574,9 +574,8 @@ fn dangling_volumes() -> std::collections::BTreeSet<String> {
 
 /// pgpool-II under launcher docker: its image carries the unpacked binary (the label is its
 /// SHA-256, not the cache's wrapper's); pgpool-caching-no-discard, seed 1, 16 cases, gives
-/// natively and in containers the same verdict and the same number of violating cases for
-/// every invariant (the orphans a cached backend passes on among them, no `pg.*`
-/// violation), so the console's views, readiness and the reset between cases (SIGUSR1 to
+/// natively and in containers the same verdict for every invariant (the orphans a cached
+/// backend passes on among them, no `pg.*` violation), so the console's views, readiness and the reset between cases (SIGUSR1 to
 /// the idle children, mapped to this host's pids) work in containers; nothing of the run is
 /// left (containers, networks, volumes).
 #[test]
@@ -611,29 +610,15 @@ fn pgpool_runs_in_containers_with_the_native_verdicts() {
     let native = run("native");
     let docker_run = run("docker");
     assert_eq!(docker_run["launcher"], "docker");
-    let counts = |r: &serde_json::Value| -> BTreeMap<String, (String, u64)> {
-        r["invariants"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| {
-                (
-                    i["name"].as_str().unwrap().to_string(),
-                    (
-                        i["verdict"].as_str().unwrap().to_string(),
-                        i["violating_cases"].as_u64().unwrap_or(0),
-                    ),
-                )
-            })
-            .collect()
-    };
-    let (n, d) = (counts(&native), counts(&docker_run));
-    for (inv, (v, _)) in &d {
+    // Verdicts, not counts: which idle child (so which cached backend) a client gets is not
+    // determined (docs/pgpool.md §3), so the number of violating cases may differ by run.
+    let (n, d) = (verdicts(&native), verdicts(&docker_run));
+    for (inv, v) in &d {
         if inv.starts_with("pg.") {
             assert_ne!(v, "violated", "docker: {inv}");
         }
     }
-    assert_eq!(d["app.no_orphans"].0, "violated", "{d:?}");
+    assert_eq!(d["app.no_orphans"], "violated", "{d:?}");
     assert_eq!(n, d, "native vs docker");
     assert_eq!(
         run_leftovers(),
