@@ -312,9 +312,13 @@ fn compose_case(name: &str) {
         c.host("127.0.0.1").port(pg).user("postgres").dbname("chaos");
         c.connect_timeout(Duration::from_secs(5));
         assert!(c.connect(tokio_postgres::NoTls).await.is_err(), "a login without the password");
-        let has_pooler = env.contains_key("PGCHAOS_PGBOUNCER_IMAGE");
-        let client_port = if has_pooler {
+        // The pooler's service and port: PgBouncer's 6432, pgpool-II's 9999 (and its PCP
+        // port, published on loopback too).
+        let client_port = if env.contains_key("PGCHAOS_PGBOUNCER_IMAGE") {
             project.port("pgbouncer", 6432)
+        } else if env.contains_key("PGCHAOS_PGPOOL_IMAGE") {
+            project.port("pgpool", 9898);
+            project.port("pgpool", 9999)
         } else {
             pg
         };
@@ -333,7 +337,8 @@ fn compose_case(name: &str) {
         assert_eq!(holders(&admin).await, vec![me.clone()], "the holder, seen from outside");
         drop(client);
         // After the client leaves: transaction pooling keeps the backend, and its lock;
-        // session pooling resets it (DISCARD ALL); direct ends the backend.
+        // session pooling resets it (DISCARD ALL), as pgpool-II's default reset_query_list
+        // does on the backend its child keeps cached; direct ends the backend.
         let mode = std::fs::read_to_string(out.join("pgbouncer.ini"))
             .ok()
             .and_then(|ini| {
@@ -410,6 +415,14 @@ fn compose_transaction_mode_keeps_the_lock_on_the_backend_after_its_client() {
 #[ignore = "needs the Docker engine: just test-docker"]
 fn compose_session_mode_resets_the_backend_when_its_client_leaves() {
     compose_case("session-mode");
+}
+
+/// pgpool-II in compose: healthy, PCP published on loopback too, its reset (`ABORT; DISCARD
+/// ALL`) releasing the lock of a client that left while its child keeps the backend.
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn compose_pgpool_caching_resets_the_cached_backend_when_its_client_leaves() {
+    compose_case("pgpool-caching");
 }
 
 #[test]
@@ -548,6 +561,81 @@ fn docker_runs_give_the_native_verdicts() {
             "{name}: left behind"
         );
     }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Volumes no container uses (a run's anonymous volumes would be among them).
+fn dangling_volumes() -> std::collections::BTreeSet<String> {
+    docker(&["volume", "ls", "-q", "--filter", "dangling=true"])
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// pgpool-II under launcher docker: its image carries the unpacked binary (the label is its
+/// SHA-256, not the cache's wrapper's); pgpool-caching-no-discard, seed 1, 16 cases, gives
+/// natively and in containers the same verdict for every invariant (the orphans a cached
+/// backend passes on among them, no `pg.*` violation), so the console's views, readiness and the reset between cases (SIGUSR1 to
+/// the idle children, mapped to this host's pids) work in containers; nothing of the run is
+/// left (containers, networks, volumes).
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn pgpool_runs_in_containers_with_the_native_verdicts() {
+    let _s = serial();
+    let name = "pgpool-caching-no-discard";
+    let volumes = dangling_volumes();
+    let out = tmp("docker-pgpool");
+    let run = |launcher: &str| {
+        let o = pgchaos(&[
+            "chaos",
+            name,
+            "--seed",
+            "1",
+            "--cases",
+            "16",
+            "--launcher",
+            launcher,
+            "--out",
+            out.join(launcher).to_str().unwrap(),
+            "--quiet",
+        ]);
+        // 16 cases may miss an expectation set over 256: exit 0 or 1, never an error.
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{launcher}: {}",
+            text(&o)
+        );
+        common::latest(&out.join(launcher), name).1
+    };
+    let native = run("native");
+    let docker_run = run("docker");
+    assert_eq!(docker_run["launcher"], "docker");
+    // Verdicts, not counts: which idle child (so which cached backend) a client gets is not
+    // determined (docs/pgpool.md §3), so the number of violating cases may differ by run.
+    let (n, d) = (verdicts(&native), verdicts(&docker_run));
+    for (inv, v) in &d {
+        if inv.starts_with("pg.") {
+            assert_ne!(v, "violated", "docker: {inv}");
+        }
+    }
+    assert_eq!(d["app.no_orphans"], "violated", "{d:?}");
+    assert_eq!(n, d, "native vs docker");
+    assert_eq!(
+        run_leftovers(),
+        (String::new(), String::new()),
+        "left behind"
+    );
+    let new: Vec<String> = dangling_volumes().difference(&volumes).cloned().collect();
+    assert!(new.is_empty(), "volumes left behind: {new:?}");
+    // The image's label is the unpacked binary's hash.
+    let (_, pgpool) = provisioned(name);
+    let wrapper = pgpool.expect("a pgpool binary");
+    let entry = wrapper.parent().unwrap().parent().unwrap();
+    let real = entry.join("root/usr/sbin/pgpool");
+    let version = docker_run["versions"]["pooler"].as_str().unwrap();
+    let (_, l) = labels(&format!("pgchaos/pgpool:{version}"));
+    assert_eq!(l["pgchaos.pgpool.sha256"], sha256sum(&real));
+    assert_ne!(l["pgchaos.pgpool.sha256"], sha256sum(&wrapper));
     let _ = std::fs::remove_dir_all(&out);
 }
 

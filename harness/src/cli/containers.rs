@@ -92,11 +92,11 @@ pub fn compose(a: ComposeArgs) -> Result<Exit> {
         pg = compose::PG_PORT,
         pb = match crate::pooler::for_topology(&topo).container() {
             Some(r) if imgs.pooler.is_some() => {
-                format!(
-                    " (and {} {})",
-                    crate::pooler::for_topology(&topo).name(),
-                    r.port
-                )
+                let name = crate::pooler::for_topology(&topo).name();
+                match r.admin_port {
+                    Some(a) => format!(" (and {name} {}, its admin port {name} {a})", r.port),
+                    None => format!(" (and {name} {})", r.port),
+                }
             }
             _ => String::new(),
         }

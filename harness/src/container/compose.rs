@@ -7,9 +7,11 @@
 //! What a topology becomes: `postgres` (its settings as `-c` arguments, the harness's
 //! speed settings first; the chaos role and database, with the client role's timeouts, made
 //! at first start), `standby` when `postgres.standby` (a pg_basebackup of `postgres`,
-//! streaming; promote it by hand with pg_ctl), and the pooler's service (`pgbouncer`) with
-//! the topology's pool settings pointing at `postgres` by name, as its container recipe says. Every port is published on 127.0.0.1 only, on
-//! a port the engine picks (`docker-compose port SERVICE PORT` tells which).
+//! streaming; promote it by hand with pg_ctl), and the pooler's service (`pgbouncer`,
+//! `pgpool`) with the topology's pool settings pointing at `postgres` by name, as its
+//! container recipe says (its admin port published too when it has one of its own). Every
+//! port is published on 127.0.0.1 only, on a port the engine picks (`docker-compose port
+//! SERVICE PORT` tells which).
 
 use super::images::{Images, PG_PREFIX};
 use crate::launch::native::{SPEED_SETTINGS, client_role_sql};
@@ -140,7 +142,7 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             pg_host: Some("postgres"),
             listen_addr: "0.0.0.0",
             listen_port: r.port,
-            admin_port: None,
+            admin_port: r.admin_port,
             standby_port: None,
             database: DB,
             superuser: SUPERUSER,
@@ -153,12 +155,16 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             .find(|f| f.is_main)
             .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
         let service = pooler.name();
+        let admin_port = r
+            .admin_port
+            .map(|p| format!("      - \"127.0.0.1::{p}\"\n"))
+            .unwrap_or_default();
         y.push_str(&format!(
             "  {service}:\n    image: {img}\n    environment:\n      POSTGRES_PASSWORD: {pw}\n      \
              CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
              - ./{file}:{dir}/{file}:ro\n    depends_on:\n      \
              postgres:\n        condition: service_healthy\n    ports:\n      \
-             - \"127.0.0.1::{port}\"\n{labels}{health}",
+             - \"127.0.0.1::{port}\"\n{admin_port}{labels}{health}",
             img = need(&image_var(service)),
             pw = need("POSTGRES_PASSWORD"),
             cpw = need("CHAOS_PASSWORD"),
@@ -355,6 +361,43 @@ mod tests {
         let d = render(&topo("direct")).unwrap();
         assert!(!d[0].text.contains("pgbouncer"));
         assert!(d.iter().all(|f| f.name != "pgbouncer.ini"));
+    }
+
+    #[test]
+    fn pgpool_gets_its_conf_with_the_postgres_service_and_both_ports_on_loopback() {
+        let files = render(&topo("pgpool-caching")).unwrap();
+        let y = &files[0].text;
+        let parsed: serde_json::Value = serde_saphyr::from_str(y).unwrap();
+        let ports = parsed["services"]["pgpool"]["ports"].as_array().unwrap();
+        assert_eq!(
+            ports
+                .iter()
+                .map(|p| p.as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["127.0.0.1::9999", "127.0.0.1::9898"]
+        );
+        assert!(
+            y.contains("./pgpool.conf:/etc/pgpool2/pgpool.conf:ro"),
+            "{y}"
+        );
+        let conf = &files.iter().find(|f| f.name == "pgpool.conf").unwrap().text;
+        for line in [
+            "backend_hostname0 = 'postgres'",
+            "backend_port0 = 5432",
+            "listen_addresses = '0.0.0.0'",
+            "port = 9999",
+            "pcp_port = 9898",
+            "pool_passwd = '/tmp/pool_passwd'",
+            "reset_query_list = 'ABORT; DISCARD ALL'",
+        ] {
+            assert!(
+                conf.lines().any(|l| l == line),
+                "missing {line:?} in\n{conf}"
+            );
+        }
+        // Load balancing over a standby does not run in containers yet.
+        let lb = render(&topo("pgpool-load-balance-default")).unwrap_err();
+        assert!(format!("{lb}").contains("pgpool-II"), "{lb}");
     }
 
     #[test]

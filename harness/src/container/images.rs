@@ -1,7 +1,8 @@
-//! `pgchaos/postgres:<version>` and the pooler's image (`pgchaos/pgbouncer:<version>`, as
-//! its [`ContainerRecipe`] says), built here from the provisioned binaries with no registry
+//! `pgchaos/postgres:<version>` and the pooler's image (`pgchaos/pgbouncer:<version>`,
+//! `pgchaos/pgpool:<version>`, as its [`ContainerRecipe`] says: the files it carries, given
+//! the provisioned executable), built here from the provisioned binaries with no registry
 //! and no base image: a root filesystem of the binaries, every shared library `ldd` says
-//! they load (at the path it names), `/bin/sh` (the machine's dash, for the entrypoint), a
+//! they load (at the path it names, `ldd` run with the recipe's library path), `/bin/sh` (the machine's dash, for the entrypoint), a
 //! passwd entry and the entrypoint (the pooler's image also the machine's `nft`, for the
 //! partition faults, and `pg_isready` for its health check), streamed
 //! as a tar archive into `docker import`. Why not debootstrap: it needs a Debian mirror at
@@ -204,8 +205,19 @@ impl Plan {
     /// Every library the ELF files among `elfs` load, placed where `ldd` found it (paths
     /// inside the PostgreSQL install are already in the image under [`PG_PREFIX`]).
     fn add_libraries(&mut self, elfs: &[PathBuf], pg_root: &Path) -> Result<()> {
-        for lib in libraries(elfs)? {
-            if lib.starts_with(pg_root) {
+        self.add_libraries_with(elfs, &[pg_root.to_path_buf()], None)
+    }
+
+    /// The same, `ldd` run with `library_path` as `LD_LIBRARY_PATH`, and nothing under
+    /// `provided` copied (the image has those already, where its `LD_LIBRARY_PATH` looks).
+    fn add_libraries_with(
+        &mut self,
+        elfs: &[PathBuf],
+        provided: &[PathBuf],
+        library_path: Option<&str>,
+    ) -> Result<()> {
+        for lib in libraries(elfs, library_path)? {
+            if provided.iter().any(|p| lib.starts_with(p)) {
                 continue;
             }
             let dst = lib.to_string_lossy().to_string();
@@ -343,7 +355,19 @@ fn pooler_plan(pg: &PgBinaries, p: &PoolerImage) -> Result<Plan> {
     let (b, r, name) = (p.binary, p.recipe, p.name);
     let mut plan = Plan::new(format!("{}:{}", r.repo, b.version));
     let root = pg_root(pg)?;
-    plan.add_file(r.executable, &b.path)?;
+    let carried = (r.files)(&b.path)?;
+    let main = carried
+        .files
+        .first()
+        .map(|(_, src)| src.clone())
+        .ok_or_else(|| anyhow!("{name}'s container recipe carries no file"))?;
+    let mut elfs = Vec::new();
+    for (dst, src) in &carried.files {
+        plan.add_file(dst, src)?;
+        if is_elf(src) {
+            elfs.push(src.clone());
+        }
+    }
     // pg_isready for the health check, with the libpq it links.
     let isready = pg.bin_dir.join("pg_isready");
     plan.add_file(&format!("{}/bin/pg_isready", &PG_PREFIX[1..]), &isready)?;
@@ -358,15 +382,21 @@ fn pooler_plan(pg: &PgBinaries, p: &PoolerImage) -> Result<Plan> {
         );
     }
     plan.add_file(&NFT[1..], nft)?;
-    plan.add_libraries(&[b.path.clone(), isready, nft.to_path_buf()], &root)?;
+    elfs.extend([isready, nft.to_path_buf()]);
+    let mut provided = carried.provided.clone();
+    provided.push(root.clone());
+    plan.add_libraries_with(&elfs, &provided, carried.library_path.as_deref())?;
     plan.add_base(r.user, r.home, r.entrypoint)?;
     plan.changes.push(format!("EXPOSE {}", r.port));
+    if let Some(p) = r.admin_port {
+        plan.changes.push(format!("EXPOSE {p}"));
+    }
     plan.labels
         .insert(format!("pgchaos.{name}.version"), b.version.clone());
     plan.labels
         .insert(format!("pgchaos.{name}.declared"), b.declared.clone());
     plan.labels
-        .insert(format!("pgchaos.{name}.sha256"), file_sha256(&b.path)?);
+        .insert(format!("pgchaos.{name}.sha256"), file_sha256(&main)?);
     plan.labels
         .insert("pgchaos.postgres.version".into(), pg.version.clone());
     Ok(plan)
@@ -488,6 +518,15 @@ fn write_tar(w: &mut dyn std::io::Write, entries: &BTreeMap<String, Entry>) -> R
     Ok(())
 }
 
+/// Whether `path` is an ELF object (its first four bytes).
+fn is_elf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}
+
 /// The regular files among these directories' entries (recursively) that are ELF objects.
 fn elf_files(dirs: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
@@ -498,15 +537,8 @@ fn elf_files(dirs: &[PathBuf]) -> Result<Vec<PathBuf>> {
             let meta = fs::symlink_metadata(&p)?;
             if meta.is_dir() {
                 stack.push(p);
-            } else if meta.is_file() {
-                let mut magic = [0u8; 4];
-                if fs::File::open(&p)
-                    .and_then(|mut f| f.read_exact(&mut magic))
-                    .is_ok()
-                    && magic == *b"\x7fELF"
-                {
-                    out.push(p);
-                }
+            } else if meta.is_file() && is_elf(&p) {
+                out.push(p);
             }
         }
     }
@@ -516,10 +548,14 @@ fn elf_files(dirs: &[PathBuf]) -> Result<Vec<PathBuf>> {
 
 /// The libraries `ldd` resolves for these ELF files (those it cannot find are skipped:
 /// an extension whose library the machine lacks is not loadable natively either).
-fn libraries(elfs: &[PathBuf]) -> Result<BTreeSet<PathBuf>> {
+fn libraries(elfs: &[PathBuf], library_path: Option<&str>) -> Result<BTreeSet<PathBuf>> {
     let mut found = BTreeSet::new();
     for chunk in elfs.chunks(64) {
-        let out = std::process::Command::new("ldd")
+        let mut ldd = std::process::Command::new("ldd");
+        if let Some(p) = library_path {
+            ldd.env("LD_LIBRARY_PATH", p);
+        }
+        let out = ldd
             .args(chunk)
             .output()
             .context("running ldd (from the machine's libc) to list the images' libraries")?;

@@ -1,9 +1,11 @@
 //! `launcher: docker`: the topology's servers as containers of the images built here
 //! (`container::images`), started with testcontainers-modules (its postgres module with the
-//! local image name and tag; a generic image for PgBouncer) on one private network per run.
-//! PgBouncer reaches PostgreSQL by container name; the harness reaches both over TCP on
-//! ports published on 127.0.0.1 only, with the run's passwords (the same SCRAM rules as
-//! native). Process control is the engine's: stop, kill, pause (the cgroup freezer: every
+//! local image name and tag; a generic image for the pooler) on one private network per run.
+//! The pooler reaches PostgreSQL by container name; the harness reaches both over TCP on
+//! ports published on 127.0.0.1 only (a pooler's admin port of its own too, pgpool-II's PCP),
+//! with the run's passwords (the same SCRAM rules as native); the pooler's console is told
+//! the containers' ids, the provisioned executable and the run directory
+//! (`pooler::InContainer`). Process control is the engine's: stop, kill, pause (the cgroup freezer: every
 //! process of the container at once), unpause, SIGINT, start again on the same port.
 //!
 //! Every container and the network carry the label `pgchaos.run=<run id>`; the reaper
@@ -113,6 +115,10 @@ struct DockerServers {
     replicas: Vec<(Node, u16)>,
     pg_port: u16,
     pooler_port: Option<u16>,
+    /// The pooler's admin port on the host, when its console listens apart (pgpool-II's PCP).
+    pooler_admin_port: Option<u16>,
+    /// The pooler's executable as provisioned here (its console's tools run on this host).
+    pooler_exe: Option<PathBuf>,
     /// The streaming standby (`postgres.standby`) and its host port, until it is promoted.
     standby: Option<(Node, u16)>,
     /// Primaries a promote fenced (killed and kept stopped until the run ends).
@@ -170,6 +176,8 @@ async fn launch(
         replicas: Vec::new(),
         pg_port: 0,
         pooler_port: None,
+        pooler_admin_port: None,
+        pooler_exe: bouncer.map(|b| b.path.clone()),
         standby: None,
         fenced: Vec::new(),
         standbys_made: 0,
@@ -248,7 +256,8 @@ async fn launch(
         pg_port: servers.pg_port,
         primary_port: std::sync::atomic::AtomicU16::new(servers.pg_port),
         pooler_port: servers.pooler_port,
-        pooler_admin_port: None,
+        pooler_admin_port: servers.pooler_admin_port,
+        pooler_container: servers.in_container(),
         pooler_replicas: servers
             .replicas
             .iter()
@@ -274,6 +283,17 @@ impl DockerServers {
             .unwrap_or_default()
     }
 
+    /// The pooler's container as its console reaches it: the engine's ids of its container and
+    /// PostgreSQL's, its executable here, the run directory.
+    fn in_container(&self) -> Option<crate::pooler::InContainer> {
+        Some(crate::pooler::InContainer {
+            pooler: self.pooler.as_ref()?.id.clone(),
+            postgres: self.pg.as_ref().map(|n| n.id.clone()).unwrap_or_default(),
+            executable: self.pooler_exe.clone()?,
+            dir: self.run_dir.clone(),
+        })
+    }
+
     /// The pooler's admin console, over loopback TCP with the superuser's password.
     fn console_at(&self) -> Option<crate::pooler::ConsoleAt> {
         if !self.pooler_kind.has_console() {
@@ -284,9 +304,10 @@ impl DockerServers {
             host: None,
             pool_user: None,
             port: self.pooler_port?,
-            admin_port: None,
+            admin_port: self.pooler_admin_port,
             user: SUPERUSER.to_string(),
             password: Some(self.password(SUPERUSER).to_string()),
+            container: self.in_container(),
         })
     }
 
@@ -372,7 +393,7 @@ impl DockerServers {
             pg_host: Some(&pg_name),
             listen_addr: "0.0.0.0",
             listen_port: recipe.port,
-            admin_port: None,
+            admin_port: recipe.admin_port,
             standby_port: None,
             database: DB,
             superuser: SUPERUSER,
@@ -560,6 +581,8 @@ impl DockerServers {
             admin_port: None,
             user: SUPERUSER.to_string(),
             password: Some(self.password(SUPERUSER).to_string()),
+            // PgBouncer's replicas (a pooler whose console needs its container has none).
+            container: None,
         }
     }
 
@@ -576,7 +599,11 @@ impl DockerServers {
             k => self.name(&format!("{}-{}", self.pooler_kind.name(), k + 1)),
         };
         let conf = self.write_pooler_conf()?;
-        let request = self
+        let admin = match recipe.admin_port {
+            Some(inside) => Some((super::free_port()?, inside)),
+            None => None,
+        };
+        let mut request = self
             .of_run(
                 GenericImage::new(repo, tag)
                     .with_wait_for(WaitFor::Nothing)
@@ -590,6 +617,12 @@ impl DockerServers {
                 (port, recipe.port),
             )
             .with_host_config_modifier(pooler_host_config);
+        if let Some((host, inside)) = admin {
+            request = request.with_mapped_port(host, inside.tcp());
+            if k == 0 {
+                self.pooler_admin_port = Some(host);
+            }
+        }
         let c = request
             .start()
             .await

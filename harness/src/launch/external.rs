@@ -132,6 +132,7 @@ impl Endpoints {
             password: a
                 .get_password()
                 .map(|p| String::from_utf8_lossy(p).to_string()),
+            container: None,
         })
     }
 }
@@ -382,6 +383,7 @@ async fn launch(topology: &Topology) -> Result<Cluster> {
         primary_port: std::sync::atomic::AtomicU16::new(port(&e.postgres)),
         pooler_port: topology.pooler.as_ref().map(|_| port(&e.pooler)),
         pooler_admin_port: None,
+        pooler_container: None,
         pooler_replicas: Vec::new(),
         versions,
         ready_ms: t0.elapsed().as_millis(),

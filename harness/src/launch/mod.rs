@@ -143,6 +143,8 @@ pub struct Cluster {
     pub pooler_port: Option<u16>,
     /// A second port of the pooler's, for its admin console (pgpool-II's PCP).
     pub pooler_admin_port: Option<u16>,
+    /// The pooler's container, as its console reaches it (`launcher: docker`).
+    pub pooler_container: Option<crate::pooler::InContainer>,
     /// Replicas of the pooler beyond the first (`replicas:`): each one's port and the
     /// directory of its Unix socket (clients are spread over all: client `c` uses replica
     /// `c % replicas`).
@@ -286,6 +288,7 @@ impl Cluster {
             admin_port: self.pooler_admin_port,
             user: SUPERUSER.to_string(),
             password: self.password(SUPERUSER).map(str::to_string),
+            container: self.pooler_container.clone(),
         })
     }
 

@@ -389,6 +389,7 @@ async fn launch(
         primary_port: std::sync::atomic::AtomicU16::new(servers.pg_port),
         pooler_port: servers.pooler_port,
         pooler_admin_port: servers.pooler_admin_port,
+        pooler_container: None,
         pooler_replicas: servers
             .replicas
             .iter()
@@ -727,6 +728,7 @@ impl NativeServers {
                 .iter()
                 .find(|(r, _)| r == SUPERUSER)
                 .map(|(_, p)| p.clone()),
+            container: None,
         })
     }
 
@@ -814,6 +816,7 @@ impl NativeServers {
             admin_port: None,
             user: SUPERUSER.to_string(),
             password: None,
+            container: None,
         }
     }
 

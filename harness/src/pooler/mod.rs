@@ -234,6 +234,25 @@ pub struct ConsoleAt {
     pub admin_port: Option<u16>,
     pub user: String,
     pub password: Option<String>,
+    /// The pooler runs in a container of this host's engine (`launcher: docker`); `None`:
+    /// a local process (native) or a deployment's.
+    pub container: Option<InContainer>,
+}
+
+/// A pooler in a container, as its console reaches it beyond the published ports.
+#[derive(Clone, Debug)]
+pub struct InContainer {
+    /// The engine's id of the pooler's container (`docker exec` reaches its processes).
+    pub pooler: String,
+    /// The id of PostgreSQL's container at launch: the backend pids a pooler's view names are
+    /// that container's own.
+    pub postgres: String,
+    /// The pooler's executable as provisioned on this host (its admin tools, beside it, run
+    /// here against the published ports).
+    pub executable: std::path::PathBuf,
+    /// A private directory of the run on this host, for files the console needs (a password
+    /// file).
+    pub dir: std::path::PathBuf,
 }
 
 impl ConsoleAt {
@@ -287,14 +306,15 @@ pub async fn connect_pg(config: &tokio_postgres::Config) -> anyhow::Result<tokio
 }
 
 /// A pooler's image and container: what the image carries and where, and what the
-/// container is given. The image is built from the provisioned executable, the libraries it
-/// links and this entrypoint, as PostgreSQL's is (`container::images`).
+/// container is given. The image is built from the provisioned executable (and what the
+/// pooler carries with it: [`ContainerRecipe::files`]), the libraries they link and this
+/// entrypoint, as PostgreSQL's is (`container::images`).
 #[derive(Clone, Debug)]
 pub struct ContainerRecipe {
     /// The image repository (`pgchaos/pgbouncer`); the tag is the version that ran.
     pub repo: &'static str,
-    /// Where the executable goes in the image (no leading `/`).
-    pub executable: &'static str,
+    /// What the image carries, given the provisioned executable: the pooler's binary first.
+    pub files: fn(&std::path::Path) -> anyhow::Result<ImageFiles>,
     /// The server user inside the image, and its home.
     pub user: &'static str,
     pub home: &'static str,
@@ -306,6 +326,31 @@ pub struct ContainerRecipe {
     pub config_dir: &'static str,
     /// The port it listens on inside the container.
     pub port: u16,
+    /// The port its admin console listens on inside the container, when that is a port of
+    /// its own ([`Pooler::needs_admin_port`]); published on loopback as the client port is.
+    pub admin_port: Option<u16>,
+}
+
+/// The files a pooler's image carries: `(path in the image without a leading /, file on this
+/// host)`, the pooler's binary first (its SHA-256 labels the image). Every ELF file among
+/// them gets the shared libraries `ldd` resolves for it, `ldd` run with `library_path` as
+/// `LD_LIBRARY_PATH`; libraries under `provided` are not copied again (the files place them
+/// where the image's `LD_LIBRARY_PATH` finds them).
+#[derive(Clone, Debug, Default)]
+pub struct ImageFiles {
+    pub files: Vec<(String, std::path::PathBuf)>,
+    pub library_path: Option<String>,
+    pub provided: Vec<std::path::PathBuf>,
+}
+
+impl ImageFiles {
+    /// Just the executable, at `dst`.
+    pub fn executable(dst: &str, exe: &std::path::Path) -> ImageFiles {
+        ImageFiles {
+            files: vec![(dst.to_string(), exe.to_path_buf())],
+            ..ImageFiles::default()
+        }
+    }
 }
 
 /// A fault done on the pooler's admin console: `start`'s commands, then (when the fault

@@ -138,12 +138,18 @@ impl Pooler for PgBouncer {
     fn container(&self) -> Option<super::ContainerRecipe> {
         Some(super::ContainerRecipe {
             repo: "pgchaos/pgbouncer",
-            executable: "usr/local/bin/pgbouncer",
+            files: |exe| {
+                Ok(super::ImageFiles::executable(
+                    "usr/local/bin/pgbouncer",
+                    exe,
+                ))
+            },
             user: "pgbouncer",
             home: "/var/lib/pgbouncer",
             entrypoint: include_str!("entrypoint.sh"),
             config_dir: "/etc/pgbouncer",
             port: 6432,
+            admin_port: None,
         })
     }
 

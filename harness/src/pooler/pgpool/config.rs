@@ -4,7 +4,9 @@
 //! `pool_passwd` (each role's password as `TEXT`, which pgpool also uses for SCRAM to
 //! PostgreSQL over TCP); `pcp.conf` (the PCP user, its password's MD5) and the `pcppass`
 //! file the PCP tools read. And the settings the harness relies on, compared with what
-//! `pcp_pool_status` reports.
+//! `pcp_pool_status` reports. In a container only `pgpool.conf` is rendered (paths in the
+//! container's `/tmp`, `pool_passwd` by absolute path, the PostgreSQL container's name as the
+//! backend): the entrypoint writes the other files from the environment.
 
 use super::PgpoolSpec;
 use crate::pooler::{ConfigContext, ConfigDifference, ExpectedSetting};
@@ -60,7 +62,7 @@ pub fn pgpool_conf(topology_name: &str, p: &PgpoolSpec, cx: &ConfigContext) -> S
          backend_flag0 = 'DISALLOW_TO_FAILOVER'\n\
          backend_application_name0 = 'node0'\n\
          enable_pool_hba = on\n\
-         pool_passwd = 'pool_passwd'\n\
+         pool_passwd = '{dir}/pool_passwd'\n\
          num_init_children = {children}\n\
          max_pool = {max_pool}\n\
          child_life_time = {child_life_time}\n\
@@ -259,6 +261,7 @@ mod tests {
             "pcp_port = 6001",
             "pid_file_name = '/run/x/pgpool.pid'",
             "logdir = '/run/x'",
+            "pool_passwd = '/run/x/pool_passwd'",
             "backend_hostname0 = '/run/x'",
             "backend_port0 = 5000",
             "listen_addresses = '127.0.0.1'",

@@ -5,6 +5,12 @@
 //! probe leaves no server behind; docs/pgpool.md §4). Every call is bounded by
 //! `ADMIN_TIMEOUT`.
 //!
+//! In a container (`ConsoleAt::container`): the same PCP tools, those provisioned on this
+//! host, against the PCP port published on loopback, with a `pcppass` file the console writes
+//! into the run's private directory; pids a view names are mapped to this host's through
+//! `/proc` (a process's cgroup names its container, `NSpid` its pid inside it): the children
+//! to signal, the backends still alive.
+//!
 //! Commands the harness sends ([`crate::pooler::Console::command`]):
 //! - `CLOSE_IDLE`: SIGUSR1 to every child with no client attached, which closes its idle
 //!   cached connections (`close_idle_connection`, child.c:1142 of V4_3_5): the reset between
@@ -23,7 +29,9 @@ pub const POOL_STATUS: &str = "pcp_pool_status";
 
 /// An open console: where the PCP tools are, and how to reach PCP and the pool port.
 pub struct Console {
-    main_pid: i32,
+    /// The main process of a local pgpool (`None` in a container: nothing the console keeps
+    /// goes stale when pgpool restarts there).
+    main_pid: Option<i32>,
     /// Where the packages were unpacked (`<root>/usr/sbin/pgpool`).
     sbin: PathBuf,
     libs: String,
@@ -43,6 +51,25 @@ fn main_pid(dir: &Path) -> Result<i32> {
 
 impl Console {
     pub async fn open(at: &ConsoleAt) -> Result<Console> {
+        if let Some(c) = &at.container {
+            let (sbin, root) = super::provision::unpacked(&c.executable)?;
+            let port = at
+                .admin_port
+                .ok_or_else(|| anyhow!("pgpool-II's PCP port is not published"))?;
+            let pcppass = c.dir.join(PCPPASS);
+            let text =
+                super::config::pcppass(port, &at.user, at.password.as_deref().unwrap_or_default());
+            write_private(&pcppass, &text)?;
+            return Ok(Console {
+                main_pid: None,
+                libs: root
+                    .map(|r| super::provision::library_path(&r))
+                    .unwrap_or_default(),
+                sbin,
+                pcppass,
+                at: at.clone(),
+            });
+        }
         let dir = at.unix_dir.clone().ok_or_else(|| {
             anyhow!("pgpool-II's console needs the run directory (the native launcher)")
         })?;
@@ -59,7 +86,7 @@ impl Console {
             .and_then(Path::parent)
             .ok_or_else(|| anyhow!("{}: not under <root>/usr/sbin", exe.display()))?;
         Ok(Console {
-            main_pid,
+            main_pid: Some(main_pid),
             libs: super::provision::library_path(root),
             sbin,
             pcppass: dir.join(PCPPASS),
@@ -104,10 +131,29 @@ impl Console {
 
     async fn close_idle(&self) -> Result<()> {
         let text = self.pcp("pcp_proc_info", &["--verbose", "--all"]).await?;
+        let here = self
+            .at
+            .container
+            .as_ref()
+            .map(|c| container_pids(&c.pooler));
         for (pid, connected) in super::view::children(&text) {
-            if !connected && pid > 0 {
-                // SAFETY: a signal to a pgpool child this run started (listed by its PCP).
-                unsafe { libc::kill(pid, libc::SIGUSR1) };
+            if connected || pid <= 0 {
+                continue;
+            }
+            let pid = match &here {
+                None => pid,
+                Some(map) => match map.get(&pid) {
+                    Some(p) => *p,
+                    // Gone since PCP listed it.
+                    None => continue,
+                },
+            };
+            // SAFETY: a signal to a pgpool child this run started (listed by its PCP).
+            if unsafe { libc::kill(pid, libc::SIGUSR1) } != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    bail!("SIGUSR1 to pgpool child {pid}: {e}");
+                }
             }
         }
         Ok(())
@@ -133,9 +179,16 @@ impl crate::pooler::Console for Console {
         Box::pin(async move {
             let text = self.pcp("pcp_proc_info", &["--verbose"]).await?;
             let mut look = super::view::look(&text, db);
-            super::view::drop_exited(&mut look, |pid| {
-                std::path::Path::new(&format!("/proc/{pid}")).exists()
-            });
+            match &self.at.container {
+                None => super::view::drop_exited(&mut look, |pid| {
+                    std::path::Path::new(&format!("/proc/{pid}")).exists()
+                }),
+                Some(c) if !look.servers.is_empty() => {
+                    let alive = container_pids(&c.postgres);
+                    super::view::drop_exited(&mut look, |pid| alive.contains_key(&pid));
+                }
+                Some(_) => {}
+            }
             Ok(look)
         })
     }
@@ -163,8 +216,67 @@ impl crate::pooler::Console for Console {
     }
 
     fn is_closed(&self) -> bool {
-        !crate::provision::process_alive(self.main_pid)
+        self.main_pid
+            .is_some_and(|p| !crate::provision::process_alive(p))
     }
+}
+
+/// A file only this user reads (the PCP password file).
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("{}: writing", path.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("{}: writing", path.display()))
+}
+
+/// The processes of container `id` on this host, by their pid inside it (the last of
+/// `NSpid`) to their pid here. A process's `/proc/<pid>/cgroup` names its container's id
+/// (cgroup v1 and v2, the cgroupfs and systemd drivers); the engine must run on this host, as
+/// the docker launcher's bind mounts already require.
+pub fn container_pids(id: &str) -> std::collections::HashMap<i32, i32> {
+    let mut out = std::collections::HashMap::new();
+    if id.is_empty() {
+        return out;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(host) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cgroup) = std::fs::read_to_string(format!("/proc/{host}/cgroup")) else {
+            continue;
+        };
+        if !cgroup.contains(id) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{host}/status")) else {
+            continue;
+        };
+        if let Some(inner) = ns_pid(&status) {
+            out.insert(inner, host);
+        }
+    }
+    out
+}
+
+/// The innermost pid of a `/proc/<pid>/status` (`NSpid:\t<here>\t<inside>`).
+fn ns_pid(status: &str) -> Option<i32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
 }
 
 /// `pcp_pool_status`'s `name : X` / `value: Y` / `desc : Z` blocks as `(name, value)`.
@@ -190,6 +302,20 @@ pub fn pool_status(text: &str) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_innermost_pid_is_the_container_s_own() {
+        let status = "Name:\tpostgres\nTgid:\t15179\nNSpid:\t15179\t87\nNSpgid:\t15179\t1\n";
+        assert_eq!(super::ns_pid(status), Some(87));
+        assert_eq!(super::ns_pid("Name:\tx\nNSpid:\t4242\n"), Some(4242));
+        assert_eq!(super::ns_pid("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn this_process_is_in_no_container_named_by_an_unknown_id() {
+        assert!(super::container_pids("0123456789abcdef0123456789abcdef").is_empty());
+        assert!(super::container_pids("").is_empty());
+    }
+
     #[test]
     fn pool_status_pairs_names_with_values() {
         let text = "name : reset_query_list\nvalue: ABORT; DISCARD ALL\ndesc : queries issued at the end of session\n\nname : num_init_children\nvalue: 4\ndesc : x\n";

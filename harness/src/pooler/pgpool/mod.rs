@@ -21,9 +21,15 @@
 //!   harness's tagged statements all do (`allow_sql_comments = off`; docs/pgpool.md §7, §17):
 //!   the rules above are unchanged.
 //!
+//! In a container (`launcher: docker`, `pgchaos compose`; docs/pgpool.md §18): the recipe
+//! ([`Pooler::container`]: `pgchaos/pgpool:<version>`, what it carries from
+//! `provision::image_files`, `entrypoint.sh` writing the secret files from the environment),
+//! the pool and PCP ports published on loopback, and the console's container mode
+//! (`console.rs`: PCP from this host, pids mapped through `/proc`).
+//!
 //! Not here: function lists that send lock calls to the standby (refused by the section: the
-//! model keeps one lock table), faults of pgpool itself, a container recipe (the docker
-//! launcher does not run pgpool-II).
+//! model keeps one lock table), faults of pgpool itself, load balancing over the standby in
+//! containers (its recipe is refused: node 1 would be another host).
 
 pub mod config;
 pub mod console;
@@ -37,6 +43,11 @@ use super::{
     ConfigContext, ConfigDifference, ConfigFile, ExpectedSetting, PoolMode, PoolRules, Pooler,
 };
 pub use section::PgpoolSpec;
+
+/// The pool port and the PCP port inside its container (pgpool-II's defaults; the entrypoint's
+/// `.pcppass` names the PCP one).
+pub const CONTAINER_PORT: u16 = 9999;
+pub const CONTAINER_PCP_PORT: u16 = 9898;
 
 /// pgpool-II as a kind of pooler (`pooler::KINDS`).
 pub struct PgpoolKind;
@@ -141,6 +152,24 @@ impl Pooler for Pgpool {
 
     fn settings_source(&self) -> &'static str {
         console::POOL_STATUS
+    }
+
+    fn container(&self) -> Option<super::ContainerRecipe> {
+        // With load balancing the standby is node 1, reached as the primary is (its socket
+        // directory natively); between containers it is another host: not built.
+        if self.spec.load_balance_mode {
+            return None;
+        }
+        Some(super::ContainerRecipe {
+            repo: "pgchaos/pgpool",
+            files: provision::image_files,
+            user: "pgpool",
+            home: "/var/lib/pgpool",
+            entrypoint: include_str!("entrypoint.sh"),
+            config_dir: "/etc/pgpool2",
+            port: CONTAINER_PORT,
+            admin_port: Some(CONTAINER_PCP_PORT),
+        })
     }
 
     fn provision(

@@ -167,6 +167,89 @@ pub fn library_path(root: &Path) -> String {
     )
 }
 
+/// Where a provisioned pgpool's binaries are (`pgpool`, the `pcp_*` tools, `pg_md5`), and the
+/// root its packages were unpacked into (its libraries under `usr/lib`): the cache's wrapper
+/// `<entry>/bin/pgpool` runs `<entry>/root/usr/sbin/pgpool`; a binary given as is (`binary:`,
+/// `PGCHAOS_PGPOOL_BIN`) has its tools beside it and its libraries where the system keeps
+/// them (no root).
+pub fn unpacked(exe: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
+    let mut head = [0u8; 2];
+    fs::File::open(exe)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .with_context(|| format!("{}: reading", exe.display()))?;
+    if head == *b"#!" {
+        let entry = exe
+            .parent()
+            .and_then(Path::parent)
+            .ok_or_else(|| anyhow!("{}: not <entry>/bin/pgpool", exe.display()))?;
+        let root = entry.join("root");
+        let sbin = root.join("usr/sbin");
+        if !is_executable(&sbin.join("pgpool")) {
+            bail!(
+                "{}: a wrapper whose unpacked binary {} is missing",
+                exe.display(),
+                sbin.join("pgpool").display()
+            );
+        }
+        return Ok((sbin, Some(root)));
+    }
+    let real = fs::canonicalize(exe).with_context(|| format!("{}: resolving", exe.display()))?;
+    let sbin = real
+        .parent()
+        .ok_or_else(|| anyhow!("{}: no directory", real.display()))?
+        .to_path_buf();
+    Ok((sbin, None))
+}
+
+/// What pgpool-II's image carries (`pgchaos/pgpool`): the binary at `usr/sbin/pgpool`, the PCP
+/// tools and `pg_md5` beside it (the entrypoint hashes the PCP password with it), and the
+/// unpacked packages' libraries (libpcp, libmemcached, libhashkit) in
+/// `usr/lib/x86_64-linux-gnu`, where the image's `LD_LIBRARY_PATH` looks.
+pub fn image_files(exe: &Path) -> Result<crate::pooler::ImageFiles> {
+    let (sbin, root) = unpacked(exe)?;
+    let mut files = vec![("usr/sbin/pgpool".to_string(), sbin.join("pgpool"))];
+    let mut tools: Vec<PathBuf> = fs::read_dir(&sbin)
+        .with_context(|| format!("{}: listing", sbin.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy())
+                .is_some_and(|n| n.starts_with("pcp_") || n == "pg_md5")
+        })
+        .collect();
+    tools.sort();
+    for t in tools {
+        let name = t.file_name().expect("listed").to_string_lossy().to_string();
+        files.push((format!("usr/sbin/{name}"), t));
+    }
+    let Some(root) = root else {
+        return Ok(crate::pooler::ImageFiles {
+            files,
+            ..Default::default()
+        });
+    };
+    let mut libs = vec![];
+    for dir in [root.join("usr/lib"), root.join("usr/lib/x86_64-linux-gnu")] {
+        let Ok(list) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in list.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.contains(".so") && p.is_file() {
+                libs.push((format!("usr/lib/x86_64-linux-gnu/{name}"), p));
+            }
+        }
+    }
+    libs.sort();
+    files.extend(libs);
+    Ok(crate::pooler::ImageFiles {
+        files,
+        library_path: Some(library_path(&root)),
+        provided: vec![root],
+    })
+}
+
 /// The wrapper that runs `root/usr/sbin/<tool>` with its libraries.
 fn wrapper(root: &Path, tool: &str) -> String {
     format!(
@@ -242,6 +325,71 @@ mod tests {
             Some("4.6.1")
         );
         assert_eq!(parse_version("pgbouncer 1.25.2"), None);
+    }
+
+    #[test]
+    fn the_image_carries_the_unpacked_binary_its_pcp_tools_and_libraries_not_the_wrapper() {
+        let entry =
+            std::env::temp_dir().join(format!("pgchaos-pgpool-image-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&entry);
+        let root = entry.join("root");
+        for d in [
+            "bin",
+            "root/usr/sbin",
+            "root/usr/lib/tmpfiles.d",
+            "root/usr/lib/x86_64-linux-gnu",
+        ] {
+            fs::create_dir_all(entry.join(d)).unwrap();
+        }
+        let wrapper = entry.join("bin/pgpool");
+        fs::write(&wrapper, super::wrapper(&root, "pgpool")).unwrap();
+        fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+        for f in [
+            "pgpool",
+            "pcp_proc_info",
+            "pcp_node_count",
+            "pg_md5",
+            "pgproto",
+            "wd_cli",
+        ] {
+            let p = root.join("usr/sbin").join(f);
+            fs::write(&p, b"\x7fELF").unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fs::write(root.join("usr/lib/libpcp.so.2"), b"x").unwrap();
+        fs::write(
+            root.join("usr/lib/x86_64-linux-gnu/libmemcached.so.11"),
+            b"x",
+        )
+        .unwrap();
+        let got = image_files(&wrapper).unwrap();
+        let dsts: Vec<&str> = got.files.iter().map(|(d, _)| d.as_str()).collect();
+        assert_eq!(
+            dsts,
+            [
+                "usr/sbin/pgpool",
+                "usr/sbin/pcp_node_count",
+                "usr/sbin/pcp_proc_info",
+                "usr/sbin/pg_md5",
+                "usr/lib/x86_64-linux-gnu/libmemcached.so.11",
+                "usr/lib/x86_64-linux-gnu/libpcp.so.2",
+            ]
+        );
+        assert_eq!(
+            got.files[0].1,
+            root.join("usr/sbin/pgpool"),
+            "not the wrapper"
+        );
+        assert_eq!(got.provided, std::slice::from_ref(&root));
+        assert_eq!(
+            got.library_path.as_deref(),
+            Some(library_path(&root).as_str())
+        );
+        // A binary given as is: its tools beside it, the system's libraries.
+        let given = image_files(&root.join("usr/sbin/pgpool")).unwrap();
+        assert_eq!(given.files.len(), 4);
+        assert!(given.library_path.is_none() && given.provided.is_empty());
+        let _ = fs::remove_dir_all(&entry);
     }
 
     #[test]
