@@ -398,24 +398,29 @@ fn shipped_compose_directories_are_what_compose_writes() {
         let out = tmp(&format!("fresh-compose-{name}"));
         let o = pgchaos(&["compose", &name, "--out", out.to_str().unwrap()]);
         assert!(o.status.success(), "compose {name}: {}", text(&o));
-        let mut files = 0;
+        // Read what it wrote, then remove it before judging (nothing left when a file differs).
+        let mut written = vec![];
         for f in std::fs::read_dir(&out).unwrap() {
             let f = f.unwrap().file_name().to_string_lossy().to_string();
-            if f == ".env" {
-                continue;
+            if f != ".env" {
+                written.push((std::fs::read_to_string(out.join(&f)).unwrap(), f));
             }
-            let want = std::fs::read_to_string(out.join(&f)).unwrap();
-            let have = std::fs::read_to_string(d.path().join(&f)).unwrap_or_else(|e| {
+        }
+        let _ = std::fs::remove_dir_all(&out);
+        for (want, f) in &written {
+            let have = std::fs::read_to_string(d.path().join(f)).unwrap_or_else(|e| {
                 panic!("compose/{name}/{f}: {e} (run pgchaos compose {name} --force)")
             });
             assert_eq!(
-                have, want,
+                &have, want,
                 "compose/{name}/{f} is stale: run pgchaos compose {name} --force"
             );
-            files += 1;
         }
-        assert!(files >= 3, "compose {name} wrote {files} files");
-        let _ = std::fs::remove_dir_all(&out);
+        assert!(
+            written.len() >= 3,
+            "compose {name} wrote {} files",
+            written.len()
+        );
         checked += 1;
     }
     assert!(

@@ -115,6 +115,7 @@ async fn attempt(cluster: &pgchaos::launch::Cluster, round: usize) -> Reply {
 #[tokio::test(flavor = "current_thread")]
 async fn a_reply_to_pgbouncers_reset_query_is_recorded_out_of_step() {
     let dir = tempfile_dir();
+    let _removed = RemoveOnDrop(dir.clone());
     let t = one_server_topology(&dir);
     let cluster =
         match tokio::time::timeout(LAUNCH, pgchaos::launch::launch(&t, Default::default())).await {
@@ -147,7 +148,6 @@ async fn a_reply_to_pgbouncers_reset_query_is_recorded_out_of_step() {
         }
     }
     eprintln!("{ATTEMPTS} attempts: {out_of_step} out of step, {closed} closed, {in_step} in step");
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out_of_step >= 1,
         "the shift was never seen in {ATTEMPTS} attempts ({closed} closed, {in_step} in step)"
@@ -158,4 +158,13 @@ fn tempfile_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("pgchaos-out-of-step-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// The test's directory, removed however the test ends (a failed assertion too).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
