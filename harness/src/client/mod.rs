@@ -742,6 +742,12 @@ pub fn connect_reply(e: &anyhow::Error) -> Reply {
             message: format!("no connection within {:?}: the pooler accepted none", t.0),
         };
     }
+    refused_reply(e)
+}
+
+/// A refused connection as a reply: its SQLSTATE (e.g. 53300, too many clients), or
+/// `closed` (a connect that timed out among them: [`connect_reply`] tells that apart).
+pub fn refused_reply(e: &anyhow::Error) -> Reply {
     let db = e
         .chain()
         .find_map(|c| c.downcast_ref::<tokio_postgres::Error>())

@@ -292,6 +292,24 @@ pub struct Invoke {
     pub message: Option<String>,
 }
 
+impl Invoke {
+    /// An op of `p` with no argument (`open`, `release`, ...).
+    pub fn bare(p: Process, step: Option<usize>, f: Op) -> Invoke {
+        Invoke {
+            p,
+            step,
+            f,
+            key: None,
+            ms: None,
+            guc: None,
+            target: None,
+            client: None,
+            when: Default::default(),
+            message: None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
     pub p: Process,

@@ -366,7 +366,7 @@ async fn client_task(
                 if client.needs_connect()
                     && let Err(e) = client.connect(&config).await
                 {
-                    (connect_error(&e), None)
+                    (crate::client::refused_reply(&e), None)
                 } else {
                     client
                         .run(step.op, step.key, step.ms, step.guc, i, give_up)
@@ -398,18 +398,7 @@ async fn client_task(
     // client's beliefs and its pin there.
     if client.holds_pooled() {
         let p = Process::Client(c);
-        sh.emit(Body::Invoke(Invoke {
-            p,
-            step: None,
-            f: Op::Release,
-            key: None,
-            ms: None,
-            guc: None,
-            target: None,
-            client: None,
-            when: Default::default(),
-            message: None,
-        }));
+        sh.emit(Body::Invoke(Invoke::bare(p, None, Op::Release)));
         client.release_pin();
         sh.emit(Body::Ok(Completion {
             p,
@@ -452,18 +441,7 @@ async fn open_op(
             bound_ns,
         },
     );
-    sh.emit(Body::Invoke(Invoke {
-        p,
-        step: Some(i),
-        f: Op::Open,
-        key: None,
-        ms: None,
-        guc: None,
-        target: None,
-        client: None,
-        when: Default::default(),
-        message: None,
-    }));
+    sh.emit(Body::Invoke(Invoke::bare(p, Some(i), Op::Open)));
     let reply = client.open_within(config, give_up).await;
     sh.inflight.borrow_mut().remove(&i);
     sh.emit(Body::completion(Completion {
@@ -474,25 +452,6 @@ async fn open_op(
         backend: None,
     }));
     reply
-}
-
-/// A refused connection as a reply: its SQLSTATE (e.g. 53300, too many clients), or
-/// `closed`.
-fn connect_error(e: &anyhow::Error) -> Reply {
-    let db = e
-        .chain()
-        .find_map(|c| c.downcast_ref::<tokio_postgres::Error>())
-        .and_then(|pg| {
-            pg.as_db_error()
-                .map(|d| (d.code().code().to_string(), d.message().to_string()))
-        });
-    match db {
-        Some((code, message)) => Reply::Error { code, message },
-        None => Reply::Error {
-            code: code::CLOSED.into(),
-            message: format!("{e:#}"),
-        },
-    }
 }
 
 /// The sampler: a look every `sample_every` until the clients are done; when an op has

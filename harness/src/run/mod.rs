@@ -501,18 +501,7 @@ impl<'a> Runner<'a> {
         step: Option<usize>,
     ) -> Result<()> {
         let p = Process::Client(c.index);
-        rec.emit(Body::Invoke(Invoke {
-            p,
-            step,
-            f: Op::Open,
-            key: None,
-            ms: None,
-            guc: None,
-            target: None,
-            client: None,
-            when: Default::default(),
-            message: None,
-        }));
+        rec.emit(Body::Invoke(Invoke::bare(p, step, Op::Open)));
         c.connect(&self.cluster.client_config_for(c.index)).await?;
         rec.emit(Body::Ok(Completion {
             p,
