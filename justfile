@@ -3,6 +3,12 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 
 bin := "./target/release/pgchaos"
 
+# The source mirror PgBouncer is built from (docs/provisioning.md): PGCHAOS_SOURCE_MIRROR when
+# set, else ../shared/pgbouncer beside the repository when it exists (this project's machines
+# and CI have it), else none. Exported: every recipe that provisions sees it.
+shared_mirror := justfile_directory() / ".." / "shared" / "pgbouncer"
+export PGCHAOS_SOURCE_MIRROR := if env("PGCHAOS_SOURCE_MIRROR", "") != "" { absolute_path(env("PGCHAOS_SOURCE_MIRROR")) } else if path_exists(shared_mirror) == "true" { shared_mirror } else { "" }
+
 # List the recipes.
 default:
     @just --list
@@ -52,14 +58,40 @@ compare *NAMES: build
 import INI *ARGS: build
     {{bin}} import {{INI}} {{ARGS}}
 
+# Put `pgchaos` on PATH (~/.cargo/bin, or $CARGO_HOME/bin): the binary embeds the shipped
+# profiles and topologies, so `pgchaos init` and `pgchaos merge` work anywhere.
+install:
+    cargo install --path harness --locked
+
+# Set a repository up for the gate (profiles of its tools, its imported pgbouncer.ini, a matrix
+# script, a CI workflow): just init DIR --from pgbouncer.ini
+init *ARGS: build
+    {{bin}} init {{ARGS}}
+
+# Merge matrix partitions (`matrix --partition K/N --dir D`) into the whole: just merge --out OUT D1 D2 ...
+merge *ARGS: build
+    {{bin}} merge {{ARGS}}
+
 # Client profiles (profiles/) on topologies: the compatibility matrix (add --profiles,
-# --topologies, --seeds 1-3, --replicas N, --junit PATH).
+# --topologies, --seeds 1-3, --replicas N, --junit PATH, --accept CLASS,...). A gate: exits 1
+# when a cell shows an unsafe class its profile does not expect (nothing written: safe).
 matrix *ARGS: build
     {{bin}} matrix {{ARGS}}
 
+# Options: --seeds 1-2, --schedules concurrent, --time-limit 90s (concurrent runs only),
+# --topologies a,b, --append, --render-only (scripts/sweep.sh --help). Exits 1 on a pg.*
+# violation, an unmet expectation or a run without a verdict, listing them.
+# Every shipped topology x seeds (default 1-5) x both schedules, --require-expected: docs/sweep.md.
+sweep *ARGS: build
+    nice -n 10 scripts/sweep.sh {{ARGS}}
+
 # Regenerate the README's matrix: every profile on the five topologies, seeds 1-3.
 readme-matrix: build
-    {{bin}} matrix --jobs 3 --update-readme README.md
+    {{bin}} matrix --jobs 3 --require-expected --update-readme README.md
+
+# Rewrite docs/design.md's module table from harness/src's module docs (the docs test checks it).
+docs:
+    PGCHAOS_WRITE_DOCS=1 cargo test --release --test docs the_module_table_is_the_source_trees
 
 # Build the container images of topologies' servers from the provisioned binaries (no pull).
 images *NAMES: build
@@ -83,14 +115,17 @@ test-docker: build
         echo "test-docker: docker-compose is not on PATH (Debian: apt-get install docker-compose)" >&2
         exit 1
     fi
-    {{bin}} provision transaction-mode session-mode failover session-mode-faults transaction-mode-faults
+    {{bin}} provision --strict-versions transaction-mode session-mode failover session-mode-faults transaction-mode-faults
+    export PGCHAOS_STRICT_VERSIONS=1
     cargo test --release --test docker -- --include-ignored --test-threads 1
     cargo test --release --test scenarios -- --ignored docker_ --test-threads 1
 
 # The test suite: unit tests, then real-server tests (provisions servers and chromium first).
+# Versions are strict: a server other than the declared version fails (the tests of drift
+# itself opt out); PgBouncer 1.25.2 comes from the source mirror above.
 test: build browser
-    {{bin}} provision
-    cargo test --release --workspace
+    {{bin}} provision --strict-versions
+    PGCHAOS_STRICT_VERSIONS=1 cargo test --release --workspace
 
 # The browser test (harness/tests/browser.rs) renders report.html in Debian's chromium. It is
 # provisioned as `pgchaos provision` provisions PgBouncer's build dependencies: installed

@@ -7,9 +7,9 @@
 //! evidence). Progress and findings go out as [`RunEvent`]s; printing and files are the
 //! reporters' business.
 //!
-//! May import `run`, `check`, `history`, `workload`; `report` and `cli` import it.
+//! May import `run`, `check`, `history`, `workload`, `topology`; `report` and `cli` import it.
 
-use crate::check::{self, CaseCheck, FirstFailure, Tally};
+use crate::check::{self, CaseCheck, CheckContext, FirstFailure, Tally};
 use crate::history::{CaseView, Event, HistoryWriter, Phase, Recorder};
 use crate::run::{CaseMeta, Runner};
 use crate::topology::Schedule;
@@ -17,6 +17,18 @@ use crate::workload::{self, Step};
 use anyhow::Result;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+
+/// What the checker needs to judge a runner's cases: its pooling rules and bounds, the
+/// topology's timeouts and search budget.
+pub fn check_context(runner: &Runner<'_>) -> CheckContext {
+    CheckContext {
+        rules: runner.rules.clone(),
+        bounds: runner.bounds(),
+        timeouts: runner.cluster.topology.timeouts(),
+        budget: runner.budget().into(),
+        client_time: false,
+    }
+}
 
 /// Options of one run, after CLI overrides.
 pub struct RunOptions {

@@ -12,6 +12,8 @@
 //! client can tell a reply that answers another statement (a pooler whose replies slipped
 //! out of step: `vocab::reply::code::OUT_OF_STEP`, docs/session-state.md, "Replies out of
 //! step") from its own.
+//!
+//! May import `vocab`.
 
 use crate::vocab::{Guc, Key, Op};
 
@@ -24,11 +26,31 @@ pub const IDENTITY: &str =
     "SELECT pg_backend_pid(), backend_start FROM pg_stat_get_activity(pg_backend_pid())";
 const IDENTITY_FROM: &str = "FROM pg_stat_get_activity(pg_backend_pid())";
 
-/// The identity columns of an op's reply with its step echoed: pid, `backend_start`, and the
-/// literal `step` (three columns; a row that also carries the op's result has four). The
-/// client compares the echoed step with the one it sent ([`crate::client::in_step`]).
+/// The identity columns of an op's reply with its step echoed: pid, `backend_start`, the
+/// literal `step`, the server's clock (`pg_postmaster_start_time()`: which PostgreSQL's clock
+/// the times are read from) and the server's time as the row is computed (`clock_timestamp()`),
+/// five columns. A row that also carries the op's result has seven: the result, then
+/// `clock_timestamp()` again. PostgreSQL evaluates a target list left to right
+/// (`ExecBuildProjectionInfo` emits one step per entry in order; confirmed by hand,
+/// docs/checker.md, "Server time"), so the first time is read before the call and the second
+/// after it. The client compares the echoed step with the one it sent
+/// ([`crate::client::in_step`]).
 pub fn echo(step: usize) -> String {
-    format!("SELECT pg_backend_pid(), backend_start, {step} AS step")
+    format!(
+        "SELECT pg_backend_pid(), backend_start, {step} AS step, pg_postmaster_start_time(), \
+         clock_timestamp()"
+    )
+}
+
+/// The columns of an identity row ([`echo`]), and of one that carries the op's result.
+pub const IDENTITY_COLS: usize = 5;
+pub const IDENTITY_RESULT_COLS: usize = 7;
+
+/// Whether op `op`'s identity row is read after its statement (transaction control: in an
+/// aborted transaction the identity query would fail before it), so its time is an upper
+/// bound of the op's; every other op's is a lower bound.
+pub fn identity_after(op: Op) -> bool {
+    matches!(op, Op::Begin | Op::Commit | Op::Rollback)
 }
 
 /// The identity query of step `step`: [`IDENTITY`] with the step echoed.
@@ -80,13 +102,25 @@ pub fn op_sql_full(
     // return identity and result in one row (they fail only where identity would too).
     let id = identity(step);
     let id_then = |stmt: String| format!("{t} {id}; {stmt}");
-    let with_id = |call: String| format!("{t} {}, {call} {IDENTITY_FROM}", echo(step));
+    let with_id = |call: String| {
+        format!(
+            "{t} {}, {call}, clock_timestamp() {IDENTITY_FROM}",
+            echo(step)
+        )
+    };
     Some(match op {
         Op::TryLock => with_id(format!("pg_try_advisory_lock({})", k())),
-        Op::Lock => id_then(format!("SELECT pg_advisory_lock({})::text", k())),
+        // The lock calls that wait report the server's time after the grant beside it.
+        Op::Lock => id_then(format!(
+            "SELECT pg_advisory_lock({})::text, clock_timestamp()",
+            k()
+        )),
         Op::Unlock => with_id(format!("pg_advisory_unlock({})", k())),
         Op::UnlockAll => with_id("pg_advisory_unlock_all()::text".into()),
-        Op::XactLock => id_then(format!("SELECT pg_advisory_xact_lock({})::text", k())),
+        Op::XactLock => id_then(format!(
+            "SELECT pg_advisory_xact_lock({})::text, clock_timestamp()",
+            k()
+        )),
         Op::TryXactLock => with_id(format!("pg_try_advisory_xact_lock({})", k())),
         Op::FailStatement => id_then("SELECT 1/0".into()),
         Op::Ping => with_id("1::text".into()),
@@ -195,11 +229,13 @@ pub fn op_sql_full(
 pub enum Shape {
     /// No row at all (`DISCARD ALL`, which must run alone).
     NoRow,
-    /// The identity row with its step echoed (three columns).
+    /// The identity row with its step echoed ([`IDENTITY_COLS`] columns).
     Identity,
-    /// One row: the identity, its step and the op's result (four columns).
+    /// One row: the identity, its step, the op's result and the time after it
+    /// ([`IDENTITY_RESULT_COLS`] columns).
     IdentityWithResult,
-    /// The identity row, then the statement's one-column result row.
+    /// The identity row, then the statement's result row (one column; two for the lock calls
+    /// that wait: the result, then the server's time after it).
     IdentityThenResult,
     /// Not a simple-query op of its own (the protocol-level ops, `migrate`, the rest).
     Other,
@@ -350,16 +386,6 @@ pub fn snapshot(role: &str) -> String {
 /// Advisory locks held in the harness database by anyone (reset verification).
 pub const ALL_ADVISORY_LOCKS: &str = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
-
-/// Advisory locks held by `role`'s backends in the current database (a deployment's reset
-/// verification: other roles' locks are not the run's).
-pub fn role_advisory_locks(role: &str) -> String {
-    format!(
-        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-         WHERE l.locktype = 'advisory' AND a.usename = '{role}' \
-         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    )
-}
 
 /// Backends of the client role (reset verification).
 pub fn role_backends(role: &str) -> String {

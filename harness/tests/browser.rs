@@ -3,7 +3,8 @@
 //! and `--screenshot`), and assertions on the DOM the browser built: the verdict table, the
 //! timeline's lanes, op bars, lock-holding spans with their backend's `(pid,
 //! backend_start)`, the violation mark, and (concurrent) ops of different clients that
-//! overlap in time. Also `--junit`: the XML agrees with `results.json`, and a failure
+//! overlap in time; the whole-run plots (latency and ops/s per op kind, fault windows)
+//! agree with the history. Also `--junit`: the XML agrees with `results.json`, and a failure
 //! carries its minimal case verbatim.
 //!
 //! chromium is required: without it the test fails (`just test` installs it first when run
@@ -470,6 +471,8 @@ fn check_report(dir: &Path, work: &Path, schedule: &str) -> (String, Vec<Tag>) {
         rich.invariant
     );
 
+    check_plots(dir, &dom, &all);
+
     // A screenshot, beside the report.
     let png = dir.join("report.png");
     browse(
@@ -486,6 +489,90 @@ fn check_report(dir: &Path, work: &Path, schedule: &str) -> (String, Vec<Tag>) {
     // A blank 1400x1000 page is about 7 kB.
     assert!(bytes.len() > 30_000, "screenshot is {} bytes", bytes.len());
     (dom, all)
+}
+
+/// The history's client completions per op kind, and its nemesis invokes (faults), read
+/// with the test's own parser (not pgchaos's).
+fn history_counts(dir: &Path) -> (BTreeMap<String, u64>, u64) {
+    use std::io::BufRead;
+    let gz = File::open(dir.join("history.jsonl.gz")).unwrap();
+    let lines = std::io::BufReader::new(flate2::read::MultiGzDecoder::new(gz)).lines();
+    let (mut ops, mut faults) = (BTreeMap::new(), 0);
+    for line in lines {
+        let e: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let (ty, p) = (e["type"].as_str().unwrap(), e["p"].as_str().unwrap_or(""));
+        if p == "nemesis" && ty == "invoke" {
+            faults += 1;
+        } else if p.starts_with('C') && matches!(ty, "ok" | "fail" | "info") {
+            *ops.entry(e["f"].as_str().unwrap().to_string()).or_insert(0) += 1;
+        }
+    }
+    (ops, faults)
+}
+
+/// The whole-run plots, as the browser built them: a latency plot and a rate plot, each
+/// with a series per op kind the history completed (its op count equal to the history's),
+/// a drawn point per op (or an even sample), a shaded window per fault, a non-zero size.
+fn check_plots(dir: &Path, dom: &str, all: &[Tag]) {
+    let (want_ops, want_faults) = history_counts(dir);
+    assert!(!want_ops.is_empty(), "the history has no client op");
+    for plot in ["latency", "rate"] {
+        let svg = all
+            .iter()
+            .find(|t| {
+                t.name == "svg" && t.has_class("perf-svg") && t.attr("data-plot") == Some(plot)
+            })
+            .unwrap_or_else(|| panic!("no {plot} plot in the DOM"));
+        assert!(
+            svg.num("width") > 0 && svg.num("height") > 0,
+            "{:?}",
+            svg.attrs
+        );
+        let end = svg.end + dom[svg.end..].find("</svg>").expect("</svg>");
+        let inside: Vec<&Tag> = all
+            .iter()
+            .filter(|t| t.start > svg.start && t.start < end)
+            .collect();
+        let series: Vec<&&Tag> = inside.iter().filter(|t| t.has_class("series")).collect();
+        assert_eq!(
+            svg.num("data-series") as usize,
+            want_ops.len(),
+            "{plot}: series"
+        );
+        let got: BTreeMap<String, u64> = series
+            .iter()
+            .map(|g| (g.attr("data-op").unwrap().to_string(), g.num("data-ops")))
+            .collect();
+        assert_eq!(got, want_ops, "{plot}: ops per kind vs the history");
+        for g in &series {
+            let g_end = g.end + dom[g.end..].find("</g>").expect("</g>");
+            let marks = inside
+                .iter()
+                .filter(|t| t.start > g.start && t.start < g_end)
+                .filter(|t| {
+                    t.name
+                        == if plot == "latency" {
+                            "circle"
+                        } else {
+                            "polyline"
+                        }
+                })
+                .count() as u64;
+            let points = g.num("data-points");
+            assert!(points > 0, "{plot}: an empty series {:?}", g.attrs);
+            let want = if plot == "latency" { points } else { 1 };
+            assert_eq!(marks, want, "{plot}: marks of {:?}", g.attrs);
+        }
+        let windows = inside
+            .iter()
+            .filter(|t| t.has_class("fault-window"))
+            .count() as u64;
+        assert_eq!(
+            windows, want_faults,
+            "{plot}: fault windows vs nemesis invokes"
+        );
+    }
+    eprintln!("plots: {want_ops:?}, {want_faults} faults");
 }
 
 /// `chaos ARGS --out OUT --quiet`, exiting with one of `want_exit` (0: verdicts as expected,

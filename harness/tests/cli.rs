@@ -78,15 +78,17 @@ fn transaction_mode_mutual_exclusion_is_found_shrunk_and_reproduced() {
         assert!(me["first_failure"]["shrink_runs"].as_u64().unwrap() > 0);
         assert_eq!(results["versions"]["postgres"], "18.6");
         assert_eq!(results["versions"]["postgres_declared"], "18.6");
-        // Whatever PgBouncer ran, a difference from the declared one is listed.
-        let ran = results["versions"]["pooler"].as_str().unwrap();
-        let drift = results["version_drift"].as_array().unwrap();
-        assert_eq!(
-            drift
-                .iter()
-                .any(|d| d.as_str().unwrap().starts_with("pgbouncer")),
-            ran != "1.25.2",
-            "{drift:?}"
+        // Strict versions: the declared PgBouncer ran, no drift, and its provenance (the
+        // source tarball's SHA-256) is recorded.
+        assert_eq!(results["versions"]["pooler"], "1.25.2");
+        assert_eq!(results["version_drift"], serde_json::json!([]));
+        let sha = results["versions"]["pooler_tarball_sha256"]
+            .as_str()
+            .unwrap_or("");
+        assert!(
+            sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()),
+            "pooler_tarball_sha256: {}",
+            results["versions"]
         );
         // The history is on disk, compact, and re-checked to the same verdicts.
         let h = &results["history"];
@@ -151,10 +153,10 @@ fn transaction_mode_mutual_exclusion_is_found_shrunk_and_reproduced() {
 /// and over 2 s in analyze, and this test had to accept either.)
 fn assert_analyze_agrees(dir: &Path, results: &Value) {
     let o = pgchaos(&["analyze", dir.to_str().unwrap()]);
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
     let analysed: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("analysis/results.json")).unwrap())
             .unwrap();
+    common::exit_is_the_verdicts(&o, &analysed);
     type Row = (String, u64, Option<u64>, Option<u64>);
     let cases = |v: &Value| -> std::collections::BTreeSet<u64> {
         v.as_array()
@@ -361,12 +363,30 @@ fn the_concurrent_schedule_meets_expect_concurrent() {
         // case that ran is judged, and enough ran to find what is expected.
         let cases = results["cases"].as_u64().unwrap();
         assert!(cases >= 16, "{name}: only {cases} cases ran");
-        assert_eq!(
-            results["judged_cases"].as_u64(),
-            Some(cases),
-            "{name}: {}",
-            results["unknown_why"]
+        // Every case that ran is judged, but for the search's state budget: a concurrent case
+        // whose clients time out behind a starved pool can leave several statements of unknown
+        // outcome at once, and their orders outgrow 20,000 states (CI saw one such case of 64
+        // on transaction-mode, seed 1, on 2026-12-06; docs/checker.md, "The search's budget").
+        // Such a case is shown as unknown, never judged; at most one of 64 is tolerated, and
+        // only for that reason.
+        let judged = results["judged_cases"].as_u64().unwrap();
+        // `unknown_why` is left out of results.json when it is empty.
+        let why: Vec<String> = results["unknown_why"]
+            .as_array()
+            .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        assert_eq!(cases - judged, why.len() as u64, "{name}: {why:?}");
+        assert!(
+            cases - judged <= 1,
+            "{name}: {} unknown: {why:?}",
+            cases - judged
         );
+        for w in &why {
+            assert!(
+                w.contains("states"),
+                "{name}: unknown for another reason than the state budget: {w}"
+            );
+        }
         assert_no_pg_violation(&results);
         assert_analyze_agrees(&dir, &results);
     }
@@ -454,6 +474,49 @@ fn a_malformed_topology_exits_2_naming_file_line_and_column() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A topology that asks for a capability its launcher lacks is refused by `check`, naming
+/// the file, the launcher, the faults that ask for it and the launcher that has it: host
+/// faults on the native launcher (processes of this machine have no host of their own), the
+/// link faults on the docker launcher (the link proxy is a loopback process of the harness).
+/// The shipped files, each on its own launcher, pass.
+#[test]
+fn check_refuses_a_fault_its_launcher_lacks_naming_the_file_and_the_fault() {
+    let _serial = serial();
+    let dir = tmp("capability");
+    for (shipped, from, to, wants) in [
+        (
+            "topologies/transaction-mode-host-faults.yaml",
+            "launcher: docker",
+            "launcher: native",
+            "launcher native cannot run the host faults host_freeze_pooler, host_freeze_postgres, \
+             host_kill_pooler, host_kill_postgres, host_restart_pooler",
+        ),
+        (
+            "topologies/network-faults.yaml",
+            "\nname:",
+            "\nlauncher: docker\nname:",
+            "launcher docker cannot run the link faults",
+        ),
+    ] {
+        let o = pgchaos(&["check", shipped]);
+        assert_eq!(o.status.code(), Some(0), "{shipped}: {}", text(&o));
+        let yaml = std::fs::read_to_string(root().join(shipped)).unwrap();
+        assert!(yaml.contains(from), "{shipped} has {from:?}");
+        let moved = dir.join(Path::new(shipped).file_name().unwrap());
+        std::fs::write(&moved, yaml.replacen(from, to, 1)).unwrap();
+        let o = pgchaos(&["check", moved.to_str().unwrap()]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{shipped} moved: {t}");
+        assert!(t.contains(&format!("{}: {wants}", moved.display())), "{t}");
+        assert!(
+            t.contains("; use launcher "),
+            "names a launcher that has it: {t}"
+        );
+        assert!(!t.contains(": ok ("), "not passed: {t}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn usage_and_environment_errors_exit_2_with_the_cause() {
     let _serial = serial();
@@ -518,11 +581,8 @@ fn up_once_json_reports_versions_drift_and_endpoints() {
     assert_eq!(v["postgres"]["version"], "18.6");
     assert_eq!(v["pooler"]["declared_version"], "1.25.2");
     assert_eq!(v["pooler"]["pool_mode"], "transaction");
-    let ran = v["pooler"]["version"].as_str().unwrap();
-    assert_eq!(
-        v["version_drift"].as_array().unwrap().is_empty(),
-        ran == "1.25.2"
-    );
+    assert_eq!(v["pooler"]["version"], "1.25.2", "strict versions: {v}");
+    assert_eq!(v["version_drift"], serde_json::json!([]));
     for dsn in [
         &v["postgres"]["dsn"],
         &v["pooler"]["dsn"],
@@ -584,12 +644,14 @@ fn postgres_drift_keeps_the_declared_version_and_is_listed() {
         &pgchaos::catalog(),
     )
     .unwrap();
-    let (pg, _) = pgchaos::launch::binaries(&t, false).unwrap();
+    let (pg, _) = pgchaos::launch::binaries(&t, true).unwrap();
+    // This test is about drift: not strict, whatever the suite's environment says.
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_pgchaos"))
             .args(args)
             .current_dir(root())
             .env("PGCHAOS_QUIET", "1")
+            .env("PGCHAOS_STRICT_VERSIONS", "0")
             .env("PGCHAOS_PG_BIN", &pg.bin_dir)
             .output()
             .unwrap()
@@ -637,6 +699,160 @@ fn postgres_drift_keeps_the_declared_version_and_is_listed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The source mirror the suite builds PgBouncer from: `PGCHAOS_SOURCE_MIRROR`, else
+/// `../shared/pgbouncer` beside the repository (as `.ci/run` and `just` choose it).
+fn source_mirror() -> PathBuf {
+    let dir = std::env::var_os("PGCHAOS_SOURCE_MIRROR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/pgbouncer"));
+    assert!(
+        dir.join("pgbouncer-1.25.2.tar.gz").is_file(),
+        "no pgbouncer-1.25.2.tar.gz in the source mirror {} (set PGCHAOS_SOURCE_MIRROR)",
+        dir.display()
+    );
+    dir
+}
+
+/// A source mirror's bad inputs are errors naming the file, with nothing left in the cache: a
+/// mirror directory that does not exist (flag and variable), a corrupt tarball, and a tarball
+/// whose name says one version and whose build reports another (the real 1.25.2 source named
+/// 1.25.9). Each provisions into an empty cache of its own (PostgreSQL from an explicit path).
+#[test]
+fn source_mirror_errors_name_the_file_and_cache_nothing() {
+    let _serial = serial();
+    let dir = tmp("mirror");
+    let t = pgchaos::topology::Topology::load(
+        &root().join("topologies/direct.yaml"),
+        &pgchaos::catalog(),
+    )
+    .unwrap();
+    let (pg, _) = pgchaos::launch::binaries(&t, true).unwrap();
+    let topo = |version: &str| {
+        let path = dir.join(format!("mirror-{version}.yaml"));
+        let src = std::fs::read_to_string(root().join("topologies/transaction-mode.yaml"))
+            .unwrap()
+            .replace("name: transaction-mode", "name: mirror-test")
+            .replace("version: \"1.25.2\"", &format!("version: \"{version}\""));
+        std::fs::write(&path, src).unwrap();
+        path
+    };
+    let cache = dir.join("cache");
+    let provision = |mirror: &Path, flag: bool, topology: &Path| {
+        let mut c = common::command();
+        c.arg("provision").arg(topology).current_dir(root());
+        c.env("PGCHAOS_CACHE", &cache)
+            .env("PGCHAOS_PG_BIN", &pg.bin_dir);
+        if flag {
+            c.arg("--source-mirror").arg(mirror);
+            c.env_remove("PGCHAOS_SOURCE_MIRROR");
+        } else {
+            c.env("PGCHAOS_SOURCE_MIRROR", mirror);
+        }
+        c.output().unwrap()
+    };
+    let nothing_cached = |what: &str| {
+        let left: Vec<String> = std::fs::read_dir(&cache)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(".tmp-"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            left.is_empty(),
+            "{what}: scratch left in the cache: {left:?}"
+        );
+        let built: Vec<_> = std::fs::read_dir(cache.join("pgbouncer"))
+            .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            built.iter().all(|n| n.to_string_lossy().starts_with('.')),
+            "{what}: a build was cached: {built:?}"
+        );
+    };
+    let v125 = topo("1.25.2");
+
+    // A mirror that does not exist, by flag (checked before anything runs) and by variable.
+    let gone = dir.join("no-such-mirror");
+    for flag in [true, false] {
+        let o = provision(&gone, flag, &v125);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let want = format!(
+            "source mirror {} (--source-mirror or PGCHAOS_SOURCE_MIRROR) does not exist",
+            gone.display()
+        );
+        assert!(text(&o).contains(&want), "flag {flag}: {}", text(&o));
+        nothing_cached("missing mirror");
+    }
+
+    // A corrupt tarball.
+    let bad = dir.join("bad-mirror");
+    std::fs::create_dir_all(&bad).unwrap();
+    let corrupt = bad.join("pgbouncer-1.25.2.tar.gz");
+    std::fs::write(&corrupt, b"not a tarball\n").unwrap();
+    let o = provision(&bad, true, &v125);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let want = format!("{} does not unpack", corrupt.display());
+    assert!(text(&o).contains(&want), "{}", text(&o));
+    nothing_cached("corrupt tarball");
+
+    // The real 1.25.2 source under another version's name: built, then refused.
+    let renamed = dir.join("renamed-mirror");
+    std::fs::create_dir_all(&renamed).unwrap();
+    let wrong = renamed.join("pgbouncer-1.25.9.tar.gz");
+    std::fs::copy(source_mirror().join("pgbouncer-1.25.2.tar.gz"), &wrong).unwrap();
+    let o = provision(&renamed, true, &topo("1.25.9"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let want = format!(
+        "{}: its name says version 1.25.9, but the binary built from it reports 1.25.2",
+        wrong.display()
+    );
+    assert!(text(&o).contains(&want), "{}", text(&o));
+    nothing_cached("wrong version");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// PgBouncer 1.24.1 (Debian 13's) stays reachable as a declared version: the strict suite
+/// runs `transaction-mode-1-24` on it with no drift, beside `transaction-mode` on 1.25.2, and
+/// `compare` puts the two releases side by side, each run naming the version that ran.
+#[test]
+fn pgbouncer_1_24_stays_a_declared_version_and_compares_with_1_25() {
+    let _serial = serial();
+    let out = tmp("v124");
+    let args = ["--cases", "24", "--seed", "1", "--max-shrink-runs", "0"];
+    let (_, old) = chaos_judged(&out, "transaction-mode-1-24", &args);
+    let (_, new) = chaos_judged(&out, "transaction-mode", &args);
+    for (r, v) in [(&old, "1.24.1"), (&new, "1.25.2")] {
+        assert_eq!(r["versions"]["pooler"], v, "{}", r["versions"]);
+        assert_eq!(r["versions"]["pooler_declared"], v, "{}", r["versions"]);
+        assert_eq!(r["version_drift"], serde_json::json!([]), "{v}");
+    }
+    let o = pgchaos(&[
+        "compare",
+        "transaction-mode-1-24",
+        "transaction-mode",
+        "--reports",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let table = text(&o);
+    for (name, v) in [
+        ("transaction-mode-1-24", "1.24.1"),
+        ("transaction-mode", "1.25.2"),
+    ] {
+        let want = format!("PgBouncer {v}; version drift: none");
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(&format!("{name}: ")) && l.ends_with(&want)),
+            "compare has no line for {name} ending {want:?}:\n{table}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// Run `chaos NAME EXTRA.. --out OUT --quiet`: exit 0 (verdicts as expected), no `pg.*`
 /// violation, `analyze` agrees. Returns the run directory and its results.
 fn chaos_as_expected(out: &Path, name: &str, extra: &[&str]) -> (PathBuf, Value) {
@@ -659,12 +875,8 @@ fn chaos_judged(out: &Path, name: &str, extra: &[&str]) -> (PathBuf, Value) {
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--out", out.to_str().unwrap(), "--quiet"]);
     let o = pgchaos(&args);
-    assert!(
-        matches!(o.status.code(), Some(0 | 1)),
-        "{name}:\n{}",
-        text(&o)
-    );
     let (dir, results) = latest(out, name);
+    common::exit_is_the_verdicts(&o, &results);
     assert_no_pg_violation(&results);
     assert_analyze_agrees(&dir, &results);
     (dir, results)
@@ -1284,7 +1496,7 @@ const DEBIAN_SAMPLE: &str = "usr/share/pgpool2/pgpool.conf";
 #[test]
 fn debian_s_sample_pgpool_conf_imports_and_checks() {
     let _serial = serial();
-    let opts = pgchaos::provision::Options::from_env(false);
+    let opts = pgchaos::provision::Options::from_env(true);
     let bin = pgchaos::pooler::pgpool::provision::pgpool("4.3.5", None, &opts)
         .unwrap_or_else(|e| panic!("{e:#}"));
     let root = bin
@@ -1347,12 +1559,14 @@ fn the_matrix_classes_real_tools_on_real_poolers() {
         dir.to_str().unwrap(),
         "--junit",
         junit.to_str().unwrap(),
+        // Every cell here has a written expectation: held to it exactly.
+        "--require-expected",
     ]);
     let out = text(&o);
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{out}");
     let mdir = dir.join("matrix").join("latest").canonicalize().unwrap();
     let m: Value =
         serde_json::from_str(&std::fs::read_to_string(mdir.join("matrix.json")).unwrap()).unwrap();
+    common::exit_is_the_cells(&o, &m);
     let cell = |p: &str, t: &str| {
         m["cells"]
             .as_array()
@@ -1540,15 +1754,14 @@ fn partitions_merge_into_the_whole_matrix() {
             "2",
         ];
         args.extend_from_slice(extra);
-        let o = pgchaos(&args);
-        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
-        o
+        pgchaos(&args)
     };
     let json = |p: &str| -> Value {
         serde_json::from_str(&std::fs::read_to_string(Path::new(p).join("matrix.json")).unwrap())
             .unwrap()
     };
-    matrix(&["--dir", &d("whole")]);
+    let o = matrix(&["--dir", &d("whole")]);
+    common::exit_is_the_cells(&o, &json(&d("whole")));
     for k in 1..=3 {
         let o = matrix(&[
             "--partition",
@@ -1556,6 +1769,7 @@ fn partitions_merge_into_the_whole_matrix() {
             "--dir",
             &d(&format!("p{k}")),
         ]);
+        common::exit_is_the_cells(&o, &json(&d(&format!("p{k}"))));
         assert!(
             text(&o).contains(&format!("partition {k}/3")),
             "{}",
@@ -1573,8 +1787,8 @@ fn partitions_merge_into_the_whole_matrix() {
         .collect();
     assert_eq!(sizes, vec![2, 1, 1]);
     let o = pgchaos(&["merge", &d("p3"), &d("p1"), &d("p2"), "--out", &d("merged")]);
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
     let (whole, merged) = (json(&d("whole")), json(&d("merged")));
+    common::exit_is_the_cells(&o, &merged);
     let key = |m: &Value| -> Vec<(String, String, String, String)> {
         m["cells"]
             .as_array()
@@ -1739,26 +1953,45 @@ fn init_writes_a_working_setup_from_a_repository() {
     );
     assert!(!broken.join("pgchaos").exists());
     // The generated setup runs: the Rails app's imported topology (and the direct baseline)
-    // with the detected rails profile, from the repository's root as matrix.sh runs it.
+    // with the detected rails profile, from the repository's root as matrix.sh runs it. It is
+    // a gate that fails: the profile writes no expectation for `prod`, so the cell expects
+    // safe, and Rails runs twice behind the team's transaction pooling: exit 1, the cell
+    // named with its class. Accepted explicitly (`--accept ran-twice`), the same runs pass.
     let app = dir.join("rails-app");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pgchaos"))
-        .args([
-            "matrix",
-            "--profiles",
-            "pgchaos/profiles/rails.yaml",
-            "--topologies",
-            "pgchaos/topologies",
-            "--seeds",
-            "1",
-            "--max-shrink-runs",
-            "2",
-            "--dir",
-            "matrix-out",
-        ])
-        .current_dir(&app)
-        .output()
-        .unwrap();
+    let gate = |out: &str, extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pgchaos"))
+            .args([
+                "matrix",
+                "--profiles",
+                "pgchaos/profiles/rails.yaml",
+                "--topologies",
+                "pgchaos/topologies",
+                "--seeds",
+                "1",
+                "--max-shrink-runs",
+                "2",
+                "--dir",
+                out,
+            ])
+            .args(extra)
+            .current_dir(&app)
+            .output()
+            .unwrap()
+    };
+    let o = gate("matrix-out", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("rails on prod: ran twice 1/1 is unsafe and nothing written expects it"),
+        "{}",
+        text(&o)
+    );
+    let junit = std::fs::read_to_string(app.join("matrix-out/junit.xml")).unwrap();
+    assert_eq!(junit.matches("<failure").count(), 1, "{junit}");
+    let o = gate("matrix-accepted", &["--accept", "ran-twice"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = gate("matrix-bad", &["--accept", "ran-thrice"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--accept \"ran-thrice\": not an outcome class"));
     let m: Value =
         serde_json::from_str(&std::fs::read_to_string(app.join("matrix-out/matrix.json")).unwrap())
             .unwrap();

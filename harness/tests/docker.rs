@@ -512,14 +512,17 @@ fn chaos_results(
         "--out",
         out.to_str().unwrap(),
         "--quiet",
+        // The topologies' own time limits (120 s for the host faults) cut a run short on a
+        // loaded machine (50 of 64 cases under load 11); these tests judge all 64 cases.
+        "--time-limit",
+        "900s",
     ]);
-    let allowed: &[i32] = if meets_expect { &[0] } else { &[0, 1] };
-    assert!(
-        o.status.code().is_some_and(|c| allowed.contains(&c)),
-        "{name} {launcher}:\n{}",
-        text(&o)
-    );
-    common::latest(out, name).1
+    let results = common::latest(out, name).1;
+    common::exit_is_the_verdicts(&o, &results);
+    if meets_expect {
+        assert_eq!(o.status.code(), Some(0), "{name} {launcher}:\n{}", text(&o));
+    }
+    results
 }
 
 /// The same topology and seed, native and in containers, 64 cases: neither has a `pg.*`
@@ -599,13 +602,11 @@ fn pgpool_runs_in_containers_with_the_native_verdicts() {
             out.join(launcher).to_str().unwrap(),
             "--quiet",
         ]);
-        // 16 cases may miss an expectation set over 256: exit 0 or 1, never an error.
-        assert!(
-            matches!(o.status.code(), Some(0 | 1)),
-            "{launcher}: {}",
-            text(&o)
-        );
-        common::latest(&out.join(launcher), name).1
+        // 16 cases may miss an expectation set over 256: exit 0 or 1 (which the verdicts
+        // say), never an error.
+        let results = common::latest(&out.join(launcher), name).1;
+        common::exit_is_the_verdicts(&o, &results);
+        results
     };
     let native = run("native");
     let docker_run = run("docker");
@@ -664,8 +665,8 @@ fn failover_runs_between_containers() {
         out.to_str().unwrap(),
         "--quiet",
     ]);
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
     let (dir, r) = common::latest(&out, name);
+    common::exit_is_the_verdicts(&o, &r);
     assert_eq!(r["launcher"], "docker");
     let v = verdicts(&r);
     for (inv, verdict) in &v {
@@ -812,4 +813,135 @@ fn nothing_of_a_docker_run_outlives_a_killed_harness() {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// Setting values and passwords that change meaning when pasted raw: compose interpolation
+/// (`$NAME`, `${NAME}`, `$$`, a lone `$`), SQL and shell quotes, psql's own variable syntax,
+/// a backslash, `#`, a statement of their own.
+const HOSTILE_SETTINGS: [(&str, &str); 4] = [
+    ("search_path", "\"$user\", public"),
+    ("pgchaos.dollars", "a$b${HOME}c$$d$"),
+    ("pgchaos.quotes", "it's \"q\" \\ #no-comment: x"),
+    ("pgchaos.braces", "${}$${x:-y}$1"),
+];
+const HOSTILE_PASSWORD: &str = "it's \"$HOME\" \\ :'pw' :\"db\"; ALTER ROLE chaos SUPERUSER; -- x";
+
+/// transaction-mode with the [`HOSTILE_SETTINGS`], loaded as a topology file.
+fn hostile_topology(dir: &Path) -> pgchaos::topology::Topology {
+    let base = std::fs::read_to_string(common::topology_path("transaction-mode")).unwrap();
+    let mut settings = String::from("  settings:\n    max_connections: 40\n");
+    for (k, v) in HOSTILE_SETTINGS {
+        settings.push_str(&format!("    {k}: {}\n", serde_json::to_string(v).unwrap()));
+    }
+    let src = base.replace("  settings:\n    max_connections: 40\n", &settings);
+    assert_ne!(src, base);
+    let path = dir.join("transaction-mode.yaml");
+    std::fs::write(&path, src).unwrap();
+    pgchaos::topology::Topology::load(&path, &pgchaos::catalog()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A compose directory of transaction-mode with the [`HOSTILE_SETTINGS`], brought up with
+/// `CHAOS_PASSWORD` set to [`HOSTILE_PASSWORD`] in docker-compose's environment (which
+/// compose puts into the container as is): the container starts, PostgreSQL has every
+/// setting exactly as the topology wrote it (raw, compose replaced `$user` and `${HOME}` and
+/// halved `$$`), and `chaos` logs in over TCP with exactly that password and is no
+/// superuser. The entrypoint passes the password to SQL as a psql variable; spliced into
+/// the SQL text (as before), its first quote ended the literal and `ON_ERROR_STOP` stopped
+/// the container.
+#[test]
+#[ignore = "needs the Docker engine: just test-docker"]
+fn compose_and_the_entrypoint_take_hostile_values_as_written() {
+    let _s = serial();
+    let dir = tmp("compose-hostile");
+    let t = hostile_topology(&dir);
+    let built = images(&["transaction-mode"], &[]);
+    let image = built
+        .keys()
+        .find(|k| k.starts_with("pgchaos/postgres:"))
+        .unwrap()
+        .clone();
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    for f in pgchaos::launch::compose::render(&t).unwrap() {
+        std::fs::write(out.join(f.name), f.text).unwrap();
+    }
+    std::fs::write(
+        out.join(".env"),
+        format!("PGCHAOS_POSTGRES_IMAGE={image}\nPGCHAOS_PGBOUNCER_IMAGE=unused:1\nPOSTGRES_PASSWORD=p0\n\
+             CHAOS_PASSWORD=overridden-by-the-environment\n"),
+    )
+    .unwrap();
+    for p in [&dir, &out] {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(
+        out.join("init.sql"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let project = Project {
+        dir: out.clone(),
+        name: format!("pgchaos-test-{}-hostile", std::process::id()),
+    };
+    // docker-compose's own environment wins over `.env` (whose CHAOS_PASSWORD serves
+    // `port` and `down`), and a value interpolated from it is taken as is.
+    let o = Command::new("docker-compose")
+        .args(["-p", &project.name, "up", "-d", "postgres"])
+        .current_dir(&out)
+        .env("CHAOS_PASSWORD", HOSTILE_PASSWORD)
+        .env("HOME", "/home-must-not-appear")
+        .env("user", "user-must-not-appear")
+        .output()
+        .expect("run docker-compose");
+    assert!(o.status.success(), "up: {}", text(&o));
+    let port = project.port("postgres", 5432);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let client = loop {
+            let mut c = tokio_postgres::Config::new();
+            c.host("127.0.0.1")
+                .port(port)
+                .user("chaos")
+                .password(HOSTILE_PASSWORD)
+                .dbname("chaos")
+                .connect_timeout(Duration::from_secs(5));
+            let tried =
+                tokio::time::timeout(Duration::from_secs(10), c.connect(tokio_postgres::NoTls))
+                    .await;
+            if let Ok(Ok((client, conn))) = tried {
+                tokio::spawn(conn);
+                break client;
+            }
+            let ps = String::from_utf8_lossy(&project.compose(&["ps"]).stdout).to_string();
+            assert!(
+                ps.contains(" Up ") && Instant::now() < deadline,
+                "chaos could not log in with the password: {:?}\n{ps}\n{}",
+                tried.map(|r| r.err()),
+                text(&project.compose(&["logs", "--tail", "30"]))
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let row = client
+            .query_one(
+                "SELECT current_user::text, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), "chaos");
+        assert!(!row.get::<_, bool>(1), "the password's own statement ran: chaos is a superuser");
+        for (k, v) in HOSTILE_SETTINGS {
+            let r = client
+                .query_one("SELECT current_setting($1)", &[&k])
+                .await
+                .unwrap();
+            assert_eq!(r.get::<_, String>(0), v, "{k}");
+        }
+    });
+    drop(project);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,5 +1,5 @@
 //! Failover against real servers: a topology with `postgres.standby: true` runs a streaming
-//! standby beside the primary; `Servers::promote` fences the primary, promotes the standby
+//! standby beside the primary; `Failover::promote` fences the primary, promotes the standby
 //! and repoints PgBouncer. Advisory locks live in the primary's memory only, so a lock taken
 //! before the failover is simply gone on the new primary, and the key is free again there.
 //! Nothing of the run (postmasters, backends, the reaper) outlives the cluster.
@@ -47,7 +47,7 @@ postgres:
 async fn launch_yaml(src: &str) -> Cluster {
     let t = Topology::parse(src, Path::new("failover.yaml"), &pgchaos::catalog())
         .unwrap_or_else(|e| panic!("{e}"));
-    let opts = pgchaos::launch::LaunchOptions::default();
+    let opts = common::launch_options();
     match tokio::time::timeout(LAUNCH, pgchaos::launch::launch(&t, opts)).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => panic!("launching {}: {e:#}", t.name),
@@ -56,11 +56,16 @@ async fn launch_yaml(src: &str) -> Cluster {
 }
 
 async fn promote(cluster: &Cluster) -> anyhow::Result<()> {
-    cluster.servers.lock().await.promote().await
+    let mut servers = cluster.servers.lock().await;
+    let failover = servers
+        .failover()
+        .expect("the native launcher offers failover");
+    failover.promote().await
 }
 
 async fn primary_port(cluster: &Cluster) -> Option<u16> {
-    cluster.servers.lock().await.primary_port()
+    let mut servers = cluster.servers.lock().await;
+    servers.failover().map(|f| f.primary_port())
 }
 
 /// A direct connection to the PostgreSQL listening on `port`, over the run's private socket.
@@ -147,6 +152,25 @@ async fn drop_and_check_nothing_left(cluster: Cluster, mut procs: Vec<Proc>) {
         "processes of the run remain after drop: {left:?}"
     );
     assert!(!run_dir.exists(), "teardown removes the run directory");
+    // No System V segment created by one of the run's processes (a postmaster: the fenced,
+    // often SIGKILLed, old primary's too) outlives the teardown. /proc/sysvipc/shm's
+    // fifth column is the creator's pid.
+    let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
+    let segments: Vec<String> = std::fs::read_to_string("/proc/sysvipc/shm")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(4)
+                .is_some_and(|c| pids.iter().any(|p| p == c))
+        })
+        .map(str::to_string)
+        .collect();
+    assert!(
+        segments.is_empty(),
+        "System V segments of the run's servers remain after drop: {segments:?}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -646,7 +646,7 @@ fn a_normal_user_can_run_after_root() {
         &pgchaos::catalog(),
     )
     .unwrap();
-    let (pg, bouncer) = pgchaos::launch::binaries(&t, false).unwrap();
+    let (pg, bouncer) = pgchaos::launch::binaries(&t, true).unwrap();
     let bouncer = bouncer.unwrap();
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;

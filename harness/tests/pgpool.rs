@@ -36,7 +36,7 @@ async fn launch_text(text: &str) -> Cluster {
     .unwrap_or_else(|e| panic!("{e}"));
     match tokio::time::timeout(
         LAUNCH,
-        pgchaos::launch::launch(&t, pgchaos::launch::LaunchOptions::default()),
+        pgchaos::launch::launch(&t, common::launch_options()),
     )
     .await
     {

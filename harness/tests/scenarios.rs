@@ -31,7 +31,11 @@ async fn replay_with(name: &str, launcher: Option<pgchaos::topology::LauncherKin
         .to_string();
     let cluster = common::launch_with(&topology, launcher).await;
     let runner = Runner::new(&cluster).await.unwrap();
-    let mut sink = Sink::new(std::time::Instant::now(), runner.check_context(), None);
+    let mut sink = Sink::new(
+        std::time::Instant::now(),
+        pgchaos::engine::check_context(&runner),
+        None,
+    );
     let meta = CaseMeta {
         case: 0,
         seed: None,

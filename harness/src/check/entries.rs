@@ -295,6 +295,83 @@ pub fn build(events: &[Event]) -> Marks<'_> {
     }
 }
 
+/// Per entry, the entries the servers' own clock puts before it (`Spec::after`): an op's
+/// statement reports PostgreSQL's `clock_timestamp()` before and after its call
+/// (`Completion::server`). Ops of one backend are totally ordered (a backend runs one
+/// statement at a time, so any time inside each orders them); ops of different backends of one
+/// PostgreSQL are ordered where one ended before the other began. Times of different clocks
+/// (another postmaster: a standby after failover, a restart, another host) are never
+/// compared, and what has no server time (a timeout, an `info`, a fault, a look, a pooler
+/// console op) keeps its client interval alone. Pairs real time already orders are left out.
+pub fn server_order(marks: &Marks<'_>) -> Vec<Vec<usize>> {
+    let timed: Vec<(
+        usize,
+        crate::vocab::ServerTime,
+        Option<crate::vocab::BackendId>,
+    )> = marks
+        .completed
+        .iter()
+        .enumerate()
+        .filter(|(e, _)| !marks.entries[*e].unknown)
+        .filter_map(|(e, c)| {
+            let c = c.as_ref()?.1;
+            Some((e, c.server?, c.backend))
+        })
+        .collect();
+    let mut after = vec![vec![]; marks.entries.len()];
+    for &(e, te, be) in &timed {
+        let entry = &marks.entries[e];
+        for &(f, tf, bf) in &timed {
+            let other = &marks.entries[f];
+            // Real time orders them already: f completed before e was invoked.
+            if f == e || other.done.is_some_and(|d| d < entry.inv) {
+                continue;
+            }
+            let on_one = be.is_some() && be == bf;
+            if (on_one && tf.precedes_on(&te)) || tf.precedes(&te) {
+                after[e].push(f);
+            }
+        }
+    }
+    after
+}
+
+/// Per entry, the statements of unknown outcome (a timeout, a case cut short) its reply shows
+/// over (`Spec::retires`): the same client's, sent before it on the same connection (no
+/// connect, disconnect, reconnect or release of the client between them). A connection
+/// answers in order: the pooler passes a client's messages on in the order sent, a backend
+/// runs them one at a time, and the client reads the timed-out statement's reply (discarded)
+/// before the later one's. So once a later statement was answered by a backend (its identity
+/// row), the earlier one has ended there, or never reached one. Only where each client has
+/// its own connection: an application pool may hand the next op another (the caller decides).
+pub fn retired_by(entries: &[Entry<'_>]) -> Vec<Vec<usize>> {
+    let mut out = vec![vec![]; entries.len()];
+    // Per client: unknown statements on its current connection, not yet shown over.
+    let mut open: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by_key(|&i| (entries[i].inv, i));
+    for i in order {
+        match &entries[i].act {
+            Act::Connect { client, .. }
+            | Act::Disconnect { client }
+            | Act::Reconnect { client, .. }
+            | Act::Release { client } => {
+                open.remove(client);
+            }
+            Act::Stmt(st) if entries[i].unknown && !entries[i].orphaned => {
+                open.entry(st.client).or_default().push(i);
+            }
+            Act::Stmt(st) if !entries[i].unknown && st.served.is_some() => {
+                if let Some(v) = open.remove(&st.client) {
+                    out[i] = v;
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +404,7 @@ mod tests {
             f,
             value,
             backend: None,
+            server: None,
         })
     }
 

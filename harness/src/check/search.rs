@@ -102,6 +102,30 @@ pub trait Spec {
     fn timed(&self) -> bool {
         false
     }
+    /// Operations whose points all come before `e`'s first, whatever real time allows (the
+    /// servers' own order of their work, where the history records it: docs/checker.md,
+    /// "Server time"). Only those still pending are checked: one already completed has been
+    /// placed, and one not yet invoked cannot precede `e` in any case.
+    fn after(&self, _e: usize) -> &[usize] {
+        &[]
+    }
+    /// Operations of unknown outcome that were certainly over once `e` completed (sent before
+    /// it on the same connection, which answers in order): from then on each has taken all
+    /// its effect or none, and takes no more. The search then stops carrying them as pending.
+    fn retires(&self, _e: usize) -> &[usize] {
+        &[]
+    }
+}
+
+/// Whether every operation that must come before `e` ([`Spec::after`]) and is still pending
+/// has all its points placed in configuration `key`.
+fn ready<P: Spec>(spec: &P, pending: &[usize], key: Key, e: usize) -> bool {
+    spec.after(e).iter().all(|f| {
+        pending
+            .iter()
+            .position(|x| x == f)
+            .is_none_or(|j| phase(key, j) >= spec.points(*f))
+    })
 }
 
 /// A mark of the history, in real-time order.
@@ -134,13 +158,11 @@ impl Default for Budget {
     }
 }
 
-/// [`Budget::max_work`] by default: about 3 s of search on this project's machine under a load
-/// of 7 on its 2 cores (360,000 model steps a second, measured re-checking a concurrent
-/// history of transaction-mode-settings; docs/checker.md, "The search's budget").
-pub const DEFAULT_MAX_WORK: u64 = 1_000_000;
+/// [`Budget::max_work`] by default: the topology's `run.search_work` default.
+pub const DEFAULT_MAX_WORK: u64 = crate::topology::limits::DEFAULT_SEARCH_WORK as u64;
 
-/// [`Budget::max_time`] by default.
-pub const DEFAULT_MAX_SECS: u64 = 30;
+/// [`Budget::max_time`] by default: the topology's `run.search_time` default.
+pub const DEFAULT_MAX_SECS: u64 = crate::topology::limits::DEFAULT_SEARCH_TIME_MS / 1000;
 
 impl From<crate::history::SearchBudget> for Budget {
     fn from(b: crate::history::SearchBudget) -> Self {
@@ -279,6 +301,16 @@ impl<'a, P: Spec> Search<'a, P> {
                 }
                 // A new slot at the end: phase 0 in every key, so keys do not change.
                 self.pending.push(e);
+                // An operation that must come after this one and was placed before its
+                // invoke: that order did not happen (it ran on the server after this one,
+                // which was not sent yet).
+                let later: Vec<usize> = (0..self.pending.len())
+                    .filter(|&j| self.spec.after(self.pending[j]).contains(&e))
+                    .collect();
+                if !later.is_empty() {
+                    self.configs
+                        .retain(|k, _| later.iter().all(|&j| phase(*k, j) == 0));
+                }
                 Ok(None)
             }
             Mark::Complete(e) => {
@@ -334,11 +366,38 @@ impl<'a, P: Spec> Search<'a, P> {
                     }
                 }
                 self.pending.remove(slot);
+                for &a in self.spec.retires(e) {
+                    self.retire(a);
+                }
                 self.fresh_from = self.pending.len();
                 self.forced.remove(&e);
                 Ok(failure)
             }
         }
+    }
+
+    /// Operation `a` (of unknown outcome) is over ([`Spec::retires`]): keep the configurations
+    /// where it took all its effect or none, merged, and forget its slot. (Were there none, the
+    /// search would have nothing left to go on: then it stays pending, as before.)
+    fn retire(&mut self, a: usize) {
+        let Some(slot) = self.pending.iter().position(|x| *x == a) else {
+            return;
+        };
+        let need = self.spec.points(a);
+        let over = |k: &Key| phase(*k, slot) == 0 || phase(*k, slot) >= need;
+        if !self.configs.keys().any(over) {
+            return;
+        }
+        let old = std::mem::take(&mut self.configs);
+        for (k, set) in old {
+            if over(&k) {
+                self.configs
+                    .entry(without(k, slot))
+                    .or_default()
+                    .extend(set);
+            }
+        }
+        self.pending.remove(slot);
     }
 
     fn stop(&mut self, o: Over) -> Over {
@@ -391,7 +450,9 @@ impl<'a, P: Spec> Search<'a, P> {
         while let Some((key, s, first)) = work.pop() {
             for (slot, &e) in self.pending.iter().enumerate().skip(first) {
                 let ph = phase(key, slot);
-                if ph >= self.spec.points(e) {
+                if ph >= self.spec.points(e)
+                    || (ph == 0 && !ready(self.spec, &self.pending, key, e))
+                {
                     continue;
                 }
                 let next = with_phase(key, slot, ph + 1);
@@ -521,6 +582,157 @@ mod tests {
             }
         }
         failed
+    }
+
+    /// A register whose unknown ops a later op shows over (`Spec::retires`).
+    struct Retiring {
+        reg: Register,
+        retires: Vec<Vec<usize>>,
+    }
+
+    impl Spec for Retiring {
+        type State = u8;
+        type Why = String;
+        fn points(&self, e: usize) -> u8 {
+            self.reg.points(e)
+        }
+        fn step(&self, s: &u8, e: usize, p: u8, n: u64) -> Result<Vec<u8>, String> {
+            self.reg.step(s, e, p, n)
+        }
+        fn force(&self, s: &u8, e: usize, p: u8, n: u64) -> Vec<u8> {
+            self.reg.force(s, e, p, n)
+        }
+        fn internal(&self, _: &u8, _: u64) -> Vec<u8> {
+            vec![]
+        }
+        fn retires(&self, e: usize) -> &[usize] {
+            &self.retires[e]
+        }
+    }
+
+    /// A write of unknown outcome may take effect at any later moment; once a later op shows
+    /// it over, it has taken effect by then or never: a read after that which saw the old
+    /// value rules the write out for every read after it.
+    #[test]
+    fn a_retired_unknown_op_takes_no_effect_later() {
+        let reg = || Register {
+            ops: vec![
+                (RegOp::Write(1), false),
+                (RegOp::Read(Some(0)), false),
+                (RegOp::Read(Some(0)), false),
+                (RegOp::Read(Some(1)), false),
+            ],
+        };
+        // The write never completes; each read runs alone after it was sent.
+        let marks = [
+            (0, true),
+            (1, true),
+            (1, false),
+            (2, true),
+            (2, false),
+            (3, true),
+            (3, false),
+        ];
+        let free = Retiring {
+            reg: reg(),
+            retires: vec![vec![]; 4],
+        };
+        assert!(run(&free, 0, &marks).is_empty());
+        let retired = Retiring {
+            reg: reg(),
+            retires: vec![vec![], vec![0], vec![], vec![]],
+        };
+        assert_eq!(run(&retired, 0, &marks), vec![3]);
+        // Shown over before it could have mattered: every read explained, and nothing left
+        // pending (one configuration, one state).
+        let quiet = Retiring {
+            reg: Register {
+                ops: vec![(RegOp::Write(1), false), (RegOp::Read(Some(0)), false)],
+            },
+            retires: vec![vec![], vec![0]],
+        };
+        let mut s = Search::new(&quiet, 0, Budget::default());
+        for (i, m) in [Mark::Invoke(0), Mark::Invoke(1), Mark::Complete(1)]
+            .into_iter()
+            .enumerate()
+        {
+            assert!(s.mark(m, i as u64).unwrap().is_none());
+        }
+        assert!(s.pending.is_empty());
+        assert_eq!(s.configs.len(), 1);
+        let mut states: Vec<u8> = s.states().copied().collect();
+        states.sort();
+        assert_eq!(states, vec![0, 1]);
+    }
+
+    /// A register whose ops the servers' clock orders (`Spec::after`).
+    struct Ordered {
+        reg: Register,
+        after: Vec<Vec<usize>>,
+    }
+
+    impl Spec for Ordered {
+        type State = u8;
+        type Why = String;
+        fn points(&self, e: usize) -> u8 {
+            self.reg.points(e)
+        }
+        fn step(&self, s: &u8, e: usize, p: u8, n: u64) -> Result<Vec<u8>, String> {
+            self.reg.step(s, e, p, n)
+        }
+        fn force(&self, s: &u8, e: usize, p: u8, n: u64) -> Vec<u8> {
+            self.reg.force(s, e, p, n)
+        }
+        fn internal(&self, _: &u8, _: u64) -> Vec<u8> {
+            vec![]
+        }
+        fn after(&self, e: usize) -> &[usize] {
+            &self.after[e]
+        }
+    }
+
+    /// A read overlapping a write that saw the old value is explained by client time alone
+    /// (the read first); when the servers' clock puts the write first, it is not.
+    #[test]
+    fn server_order_rules_out_what_client_time_allows() {
+        let ops = || vec![(RegOp::Write(1), false), (RegOp::Read(Some(0)), false)];
+        // write invoked, read invoked, read completes (saw 0), write completes.
+        let marks = [(0, true), (1, true), (1, false), (0, false)];
+        let free = Ordered {
+            reg: Register { ops: ops() },
+            after: vec![vec![], vec![]],
+        };
+        assert!(run(&free, 0, &marks).is_empty());
+        let ordered = Ordered {
+            reg: Register { ops: ops() },
+            after: vec![vec![], vec![0]],
+        };
+        assert_eq!(run(&ordered, 0, &marks), vec![1]);
+        // The read invoked before the write, and placed (at another op's completion) before
+        // the write's invoke: that invoke rules the order out (the read ran after it).
+        let ops3 = || {
+            let mut v = ops();
+            v.push((RegOp::Read(None), false));
+            v
+        };
+        let marks = [
+            (1, true),
+            (2, true),
+            (2, false),
+            (0, true),
+            (1, false),
+            (0, false),
+        ];
+        let free = Ordered {
+            reg: Register { ops: ops3() },
+            after: vec![vec![], vec![], vec![]],
+        };
+        assert!(run(&free, 0, &marks).is_empty());
+        let ordered = Ordered {
+            reg: Register { ops: ops3() },
+            after: vec![vec![], vec![0], vec![]],
+        };
+        assert_eq!(run(&ordered, 0, &marks), vec![1]);
     }
 
     #[test]

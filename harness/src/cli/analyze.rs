@@ -40,6 +40,14 @@ pub struct Args {
     /// step, invariant and evidence.
     #[arg(long)]
     list: bool,
+    /// Judge by client time alone, ignoring the servers' times a history of format 3 carries
+    /// (what they add to the checker's power, measured on the same history).
+    #[arg(long)]
+    client_time: bool,
+    /// An expected violation no case reached fails the analysis (the run's own choice, in
+    /// its results.json, is kept either way).
+    #[arg(long)]
+    require_expected: bool,
 }
 
 pub fn analyze(a: Args) -> Result<Exit> {
@@ -83,6 +91,7 @@ pub fn analyze(a: Args) -> Result<Exit> {
             if let Some(t) = search_time {
                 cx.budget.max_time = t;
             }
+            cx.client_time = a.client_time;
             cx
         },
         |view, check| {
@@ -122,7 +131,16 @@ pub fn analyze(a: Args) -> Result<Exit> {
         .run_end
         .as_ref()
         .is_some_and(|e| e.stopped_by_time_limit);
-    let results = Results::build(&topo, &checked.header, &checked.tally, stopped, run_ms);
+    let require_expected =
+        a.require_expected || Results::load(&dir).is_ok_and(|r| r.require_expected);
+    let results = Results::build(
+        &topo,
+        &checked.header,
+        &checked.tally,
+        stopped,
+        run_ms,
+        require_expected,
+    );
     let out = a.out.unwrap_or_else(|| dir.join("analysis"));
     let tmp = out.with_extension(format!("tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);

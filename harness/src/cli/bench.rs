@@ -35,6 +35,10 @@ pub struct Args {
     out: PathBuf,
     #[arg(long)]
     strict_versions: bool,
+    /// A directory of source tarballs (`pgbouncer-<version>.tar.gz`) to build a pooler from,
+    /// after the cache and before the upstream download (default: PGCHAOS_SOURCE_MIRROR).
+    #[arg(long, value_name = "DIR")]
+    pub(super) source_mirror: Option<std::path::PathBuf>,
 }
 
 /// One arm's rounds: op pairs (try-lock + unlock-all) per second.

@@ -1,7 +1,8 @@
 //! `pgchaos images` and `pgchaos compose`: the container stage's two commands.
 
 use super::{Exit, all_topologies, load};
-use crate::container::{compose, images};
+use crate::container::images;
+use crate::launch::compose;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 
@@ -9,6 +10,10 @@ use std::path::PathBuf;
 pub struct ImagesArgs {
     /// Topologies whose servers to build images of (default: every topology).
     pub topology: Vec<String>,
+    /// A directory of source tarballs (`pgbouncer-<version>.tar.gz`) to build a pooler from,
+    /// after the cache and before the upstream download (default: PGCHAOS_SOURCE_MIRROR).
+    #[arg(long, value_name = "DIR")]
+    pub(super) source_mirror: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -21,6 +26,10 @@ pub struct ComposeArgs {
     /// Replace files that differ, and write new passwords into an existing .env.
     #[arg(long)]
     pub force: bool,
+    /// A directory of source tarballs (`pgbouncer-<version>.tar.gz`) to build a pooler from,
+    /// after the cache and before the upstream download (default: PGCHAOS_SOURCE_MIRROR).
+    #[arg(long, value_name = "DIR")]
+    pub(super) source_mirror: Option<std::path::PathBuf>,
 }
 
 fn print_image(i: &images::Image) {
@@ -71,7 +80,7 @@ pub fn compose(a: ComposeArgs) -> Result<Exit> {
         print_image(i);
     }
     let mut all = files;
-    all.push(compose::env_file(&topo, &imgs));
+    all.push(compose::env_file(&topo, &imgs)?);
     let w = compose::write(&out, &all, a.force)?;
     for p in &w.written {
         println!("wrote {}", p.display());

@@ -25,6 +25,18 @@ pub struct Args {
     /// default: the pooler's own, PgBouncer 1.25.2, pgpool-II 4.3.5).
     #[arg(long, alias = "pgbouncer-version")]
     pooler_version: Option<String>,
+    /// The database under test (a pgbouncer.ini's `[databases]` name; `*` answers for a name
+    /// not listed): its pool_mode, pool_size and other overrides become the topology's.
+    /// Needed when the ini pools its databases differently.
+    #[arg(long)]
+    database: Option<String>,
+    /// The user your application connects as: its `[users]` overrides (pool_mode, pool_size,
+    /// timeouts) apply over the database's. Needed when `[users]` changes pooling.
+    #[arg(long)]
+    user: Option<String>,
+    /// Semantic keys to import without, acknowledged (`connect_query`): refused otherwise.
+    #[arg(long, value_delimiter = ',', value_name = "KEY,...")]
+    drop: Vec<String>,
     /// Overwrite the output file if it exists.
     #[arg(long)]
     force: bool,
@@ -41,6 +53,7 @@ pub(super) fn render(
     name: Option<&str>,
     target: impl Fn(&str) -> PathBuf,
     version: Option<&str>,
+    select: crate::pooler::Select,
 ) -> Result<(String, String, Topology, String)> {
     let src =
         std::fs::read_to_string(ini).with_context(|| format!("{}: cannot read", ini.display()))?;
@@ -75,8 +88,13 @@ pub(super) fn render(
             when: &stamp,
             name: &name,
             version,
+            select,
         },
     )?;
+    // Every key the topology does not carry, with its reason, where the user sees it.
+    for d in &imported.dropped {
+        eprintln!("pgchaos import: {d}");
+    }
     // The written file must load: anything else is a bug here, not the user's input.
     let topo = Topology::parse(&imported.yaml, &target, &crate::catalog()).map_err(|e| {
         anyhow!(
@@ -100,6 +118,11 @@ pub fn import(a: Args) -> Result<Exit> {
                 .join(format!("{name}.yaml")),
         },
         a.pooler_version.as_deref(),
+        crate::pooler::Select {
+            database: a.database.as_deref(),
+            user: a.user.as_deref(),
+            drop: &a.drop,
+        },
     )?;
     let target = topo.source.clone();
     write_new(&target, &yaml, a.force)?;
@@ -218,6 +241,9 @@ mod tests {
             name: None,
             out: Some(out.to_path_buf()),
             pooler_version: None,
+            database: None,
+            user: None,
+            drop: vec![],
             force,
         }
     }

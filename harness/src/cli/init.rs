@@ -18,7 +18,7 @@
 
 use super::Exit;
 use crate::profile::{self, Profile, deps};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -38,6 +38,12 @@ pub struct Args {
     /// The imported topology's name (default: the ini file's stem).
     #[arg(long)]
     name: Option<String>,
+    /// With --from: the database under test (as `pgchaos import --database`).
+    #[arg(long)]
+    database: Option<String>,
+    /// With --from: the user the application connects as (as `pgchaos import --user`).
+    #[arg(long)]
+    user: Option<String>,
     /// Also add these shipped profiles, detected or not (an application such as authentik
     /// is named by no dependency file).
     #[arg(long, value_delimiter = ',')]
@@ -139,6 +145,11 @@ pub fn init(a: Args) -> Result<Exit> {
                 a.name.as_deref(),
                 |n| dir.join(&topo_dir).join(format!("{n}.yaml")),
                 None,
+                crate::pooler::Select {
+                    database: a.database.as_deref(),
+                    user: a.user.as_deref(),
+                    drop: &[],
+                },
             )
             .map_err(|e| anyhow!("{e:#} (nothing was written)"))?;
             if name == "direct" {
@@ -193,10 +204,13 @@ pub fn init(a: Args) -> Result<Exit> {
         text: WORKFLOW.into(),
         exec: false,
     });
+    for o in &outs {
+        no_symlinks(dir, &o.rel)?;
+    }
     if !a.force {
         let there: Vec<String> = outs
             .iter()
-            .filter(|o| dir.join(&o.rel).exists())
+            .filter(|o| std::fs::symlink_metadata(dir.join(&o.rel)).is_ok())
             .map(|o| o.rel.display().to_string())
             .collect();
         if !there.is_empty() {
@@ -227,6 +241,8 @@ const MATRIX_SH: &str = r#"#!/bin/sh
 # and without a pooler (pgchaos/topologies). Written by `pgchaos init`; add options, e.g.
 #   pgchaos/matrix.sh --seeds 1-5 --junit junit.xml
 # A justfile recipe can call it:  pgchaos *ARGS: pgchaos/matrix.sh {{ARGS}}
+# It fails (exit 1) when a tool shows an unsafe outcome on a topology whose expectation is not
+# written in its profile: accept a known one explicitly with --accept CLASS (e.g. ran-twice).
 set -eu
 cd "$(dirname "$0")/.."
 exec pgchaos matrix --profiles pgchaos/profiles --topologies pgchaos/topologies "$@"
@@ -245,7 +261,7 @@ fn readme(
     }
     let _ = writeln!(
         s,
-        "\nEach profile says, in `expected:`, what each reference topology should show; add a line for\nyour own topology once you have read its first run (a cell without an expectation is not\nfailed).\n\n## Topologies\n\n- {tested}\n- direct (the shipped one: PostgreSQL without a pooler, the baseline)\n\nWhen pgbouncer.ini changes, import it again (`pgchaos import INI --out pgchaos/topologies/NAME.yaml --force`).\n\n## Dependency files read\n"
+        "\nThe gate: a cell whose profile writes no expectation for its topology expects **safe**, so an\nunsafe outcome (ran twice, lost, leaked, stuck, missed) of a tool on your PgBouncer fails the\nmatrix (exit 1, a failed JUnit case). Fix the deployment (each unsafe cell's fix is printed under\nthe table), or accept a known outcome explicitly: `pgchaos/matrix.sh --accept ran-twice`, or a line\n`NAME: ran twice` in the profile's `expected:`.\n\n## Topologies\n\n- {tested}\n- direct (the shipped one: PostgreSQL without a pooler, the baseline)\n\nWhen pgbouncer.ini changes, import it again (`pgchaos import INI --out pgchaos/topologies/NAME.yaml --force`).\n\n## Dependency files read\n"
     );
     for f in files {
         let _ = writeln!(s, "- {}", f.display());
@@ -253,27 +269,53 @@ fn readme(
     s
 }
 
-/// Write every file (temporary name, then rename); on a failure, remove those written.
+/// Refuse a path below DIR with a symlink in it (`pgchaos/`, `.github/`, a workflow file,
+/// dangling or not), or whose file is not a regular file: init writes only inside the
+/// repository.
+fn no_symlinks(dir: &Path, rel: &Path) -> Result<()> {
+    let mut p = dir.to_path_buf();
+    for c in rel.components() {
+        p.push(c);
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            return Ok(());
+        };
+        let last = p == dir.join(rel);
+        if m.file_type().is_symlink() {
+            bail!(
+                "{}: a symbolic link; init writes only inside the repository and follows none (nothing was written)",
+                p.display()
+            );
+        }
+        if (last && !m.is_file()) || (!last && !m.is_dir()) {
+            bail!(
+                "{}: not a {} ({:?}) (nothing was written)",
+                p.display(),
+                if last { "regular file" } else { "directory" },
+                m.file_type()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Write every file (a new file under a temporary name, renamed over the old one), each
+/// directory reached without following a symlink; on a failure, remove those written.
 fn write_all(dir: &Path, outs: &[Out]) -> Result<()> {
+    use crate::safe_fs::Dir;
     let mut written: Vec<PathBuf> = vec![];
     let result = (|| -> Result<()> {
         for o in outs {
-            let path = dir.join(&o.rel);
-            let parent = path.parent().unwrap_or(dir);
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("{}: creating the directory", parent.display()))?;
-            let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-            std::fs::write(&tmp, &o.text).with_context(|| format!("{}: writing", tmp.display()))?;
-            if o.exec {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
-                    .with_context(|| format!("{}: chmod 755", tmp.display()))?;
+            let mut at = Dir::open(dir)?;
+            for c in o.rel.parent().into_iter().flat_map(Path::components) {
+                at = at.sub_or_make(c.as_os_str(), 0o755)?;
             }
-            if let Err(e) = std::fs::rename(&tmp, &path) {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e).with_context(|| format!("{}: writing", path.display()));
-            }
-            written.push(path);
+            let name = o
+                .rel
+                .file_name()
+                .ok_or_else(|| anyhow!("{}: no file name", o.rel.display()))?;
+            let mode = if o.exec { 0o755 } else { 0o644 };
+            at.replace(name, o.text.as_bytes(), mode, None)?;
+            written.push(dir.join(&o.rel));
         }
         Ok(())
     })();
@@ -283,4 +325,110 @@ fn write_all(dir: &Path, outs: &[Out]) -> Result<()> {
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::time::{Duration, Instant};
+
+    /// A repository `repo` and a directory `outside` beside it, both empty.
+    fn sandbox(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+        let d = std::env::temp_dir().join(format!("pgchaos-init-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let (repo, outside) = (d.join("repo"), d.join("outside"));
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        (d, repo, outside)
+    }
+
+    fn run(repo: &Path, force: bool) -> Result<Exit> {
+        init(Args {
+            dir: repo.to_path_buf(),
+            from: None,
+            name: None,
+            database: None,
+            user: None,
+            with: vec!["goose".into()],
+            force,
+        })
+    }
+
+    fn empty(dir: &Path) -> bool {
+        std::fs::read_dir(dir).unwrap().next().is_none()
+    }
+
+    #[test]
+    fn symlinked_components_are_refused_and_nothing_is_written_outside() {
+        for (tag, link) in [("pgchaos", "pgchaos"), ("github", ".github")] {
+            let (d, repo, outside) = sandbox(tag);
+            symlink(&outside, repo.join(link)).unwrap();
+            for force in [false, true] {
+                let e = format!("{:#}", run(&repo, force).err().expect("refused"));
+                assert!(e.contains("symbolic link") && e.contains(link), "{e}");
+                assert!(e.contains("nothing was written"), "{e}");
+                assert!(empty(&outside), "{link}: written outside the repository");
+                assert!(!repo.join("pgchaos/matrix.sh").exists() || link == "pgchaos");
+            }
+            let _ = std::fs::remove_dir_all(&d);
+        }
+        // A dangling workflow link: refused, its target not created, with --force too.
+        let (d, repo, outside) = sandbox("dangling");
+        std::fs::create_dir_all(repo.join(".github/workflows")).unwrap();
+        symlink(
+            outside.join("made"),
+            repo.join(".github/workflows/pgchaos.yml"),
+        )
+        .unwrap();
+        for force in [false, true] {
+            let e = format!("{:#}", run(&repo, force).err().expect("refused"));
+            assert!(
+                e.contains("pgchaos.yml") && e.contains("symbolic link"),
+                "{e}"
+            );
+            assert!(empty(&outside));
+            assert!(!repo.join("pgchaos").exists(), "nothing was written");
+        }
+        // Without plants, the same call writes its files.
+        std::fs::remove_file(repo.join(".github/workflows/pgchaos.yml")).unwrap();
+        run(&repo, false).unwrap();
+        assert!(repo.join(".github/workflows/pgchaos.yml").is_file());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_fifo_or_dev_zero_as_go_mod_is_refused_without_a_hang() {
+        let (d, repo, _) = sandbox("fifo");
+        let fifo =
+            std::ffi::CString::new(repo.join("go.mod").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let t = Instant::now();
+        let e = format!("{:#}", run(&repo, false).err().expect("refused"));
+        assert!(t.elapsed() < Duration::from_secs(5), "no hang");
+        assert!(
+            e.contains("go.mod") && e.contains("not a regular file"),
+            "{e}"
+        );
+        std::fs::remove_file(repo.join("go.mod")).unwrap();
+        symlink("/dev/zero", repo.join("go.mod")).unwrap();
+        let e = format!("{:#}", run(&repo, false).err().expect("refused"));
+        assert!(e.contains("go.mod") && e.contains("symbolic link"), "{e}");
+        assert!(!repo.join("pgchaos").exists(), "nothing was written");
+        // A device node itself (root can make one): not a regular file.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::fs::remove_file(repo.join("go.mod")).unwrap();
+            // SAFETY: mknod of /dev/zero's device (1, 5) with a valid C string.
+            let r =
+                unsafe { libc::mknod(fifo.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 5)) };
+            assert_eq!(r, 0);
+            let t = Instant::now();
+            let e = format!("{:#}", run(&repo, false).err().expect("refused"));
+            assert!(t.elapsed() < Duration::from_secs(5), "no endless read");
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

@@ -22,6 +22,10 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// A directory of source tarballs (`pgbouncer-<version>.tar.gz`) to build a pooler from,
+    /// after the cache and before the upstream download (default: PGCHAOS_SOURCE_MIRROR).
+    #[arg(long, value_name = "DIR")]
+    pub(super) source_mirror: Option<std::path::PathBuf>,
     /// Profiles, by name (profiles/NAME.yaml), path, or a directory of them; comma-separated
     /// or repeated (default: every file in profiles/).
     #[arg(long, value_delimiter = ',')]
@@ -67,10 +71,22 @@ pub struct Args {
     /// Also write the cells as JUnit XML here (the matrix directory has `junit.xml` too).
     #[arg(long)]
     junit: Option<PathBuf>,
+    /// Outcome classes that fail no cell, comma-separated (`ran-twice,leaked` or `ran
+    /// twice`): a known outcome accepted explicitly. A cell whose profile writes no
+    /// expectation for its topology expects safe, and any other unsafe class fails it.
+    #[arg(long, value_delimiter = ',', value_name = "CLASS,...")]
+    accept: Vec<String>,
+    /// A cell that did not reach the class its profile expects (only safer ones showed)
+    /// fails; without it the cell is reported "not reached" and passes.
+    #[arg(long)]
+    require_expected: bool,
     /// Replace the table between `<!-- matrix:begin -->` and `<!-- matrix:end -->` in
     /// this file (the README) with the new one.
     #[arg(long)]
     update_readme: Option<PathBuf>,
+    /// No progress bar: a line per finished cell, as when stderr is not a terminal.
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// A cell to run: a profile composed with a topology.
@@ -134,6 +150,7 @@ pub async fn matrix(a: Args) -> Result<Exit> {
             bail!("--time-scale {f}: expected a number from {MIN_TIME_SCALE} to {MAX_TIME_SCALE}")
         }
     };
+    let accept = parse_accept(&a.accept)?;
     let partition = a.partition.as_deref().map(Partition::parse).transpose()?;
     if partition.is_some() && a.update_readme.is_some() {
         bail!(
@@ -272,14 +289,40 @@ pub async fn matrix(a: Args) -> Result<Exit> {
         seeds: &seeds,
         max_shrink_runs: a.max_shrink_runs,
         shrink_once,
+        accept: &accept,
+        require_expected: a.require_expected,
     };
     let n_mine = mine.len();
     let done = std::cell::Cell::new(0usize);
+    // A deployment pgchaos did not start takes one run at a time (its lease,
+    // launch/owned.rs): the cells of external topologies run in turn, the others beside them.
+    let external: BTreeSet<&str> = bases
+        .iter()
+        .filter(|b| b.launcher == crate::topology::LauncherKind::External)
+        .map(|b| b.name.as_str())
+        .collect();
+    let one_deployment_run = tokio::sync::Mutex::new(());
+    if jobs > 1 && !external.is_empty() {
+        eprintln!(
+            "pgchaos matrix: the cells of {} run one at a time (a deployment takes one run at a time)",
+            external.iter().copied().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let progress = crate::report::terminal::MatrixProgress::new(n_mine, a.quiet);
     let mut cells: Vec<(usize, Cell)> = futures_util::stream::iter(mine.iter().enumerate())
         .map(|(i, c)| {
             let opts = &opts;
             let done = &done;
+            let external = &external;
+            let one_deployment_run = &one_deployment_run;
+            let progress = &progress;
             async move {
+                let _turn = match external.contains(c.topology.as_str()) {
+                    true => Some(one_deployment_run.lock().await),
+                    false => None,
+                };
+                let name = format!("{} on {}", c.profile.name, c.topology);
+                progress.start(&name);
                 let t_cell = Instant::now();
                 let cell = run_cell(opts, c).await;
                 done.set(done.get() + 1);
@@ -295,27 +338,34 @@ pub async fn matrix(a: Args) -> Result<Exit> {
                         )
                     })
                     .collect();
-                eprintln!(
-                    "pgchaos matrix: [{}/{n_mine}] {} on {}: seeds {} ({:.1} s)",
+                let line = format!(
+                    "pgchaos matrix: [{}/{n_mine}] {name}: seeds {} ({:.1} s)",
                     done.get(),
-                    c.profile.name,
-                    c.topology,
                     seeds.join("; "),
                     t_cell.elapsed().as_secs_f64()
                 );
+                progress.done(&name, &line);
                 (i, cell)
             }
         })
         .buffer_unordered(jobs as usize)
         .collect()
         .await;
+    progress.finish();
     cells.sort_by_key(|(i, _)| *i);
     let cells: Vec<Cell> = cells.into_iter().map(|(_, c)| c).collect();
-    let (versions, servers) = versions_line(&root, &cells);
+    let (versions, servers, drift) = versions_line(&root, &cells);
+    if !drift.is_empty() {
+        eprintln!(
+            "pgchaos matrix: DRIFT: {}",
+            drift.iter().cloned().collect::<Vec<_>>().join("; ")
+        );
+    }
     let m = Matrix {
         pgchaos: env!("CARGO_PKG_VERSION").into(),
         versions,
         servers,
+        drift,
         seeds: seeds.clone(),
         replicas: a.replicas,
         time_scale_milli,
@@ -327,6 +377,7 @@ pub async fn matrix(a: Args) -> Result<Exit> {
                 name: p.name.clone(),
                 tool: p.tool.clone(),
                 file: pathdiff(&p.path, Path::new(".")),
+                fix: p.fix.clone(),
             })
             .collect(),
         topologies: bases.iter().map(|b| b.name.clone()).collect(),
@@ -334,6 +385,8 @@ pub async fn matrix(a: Args) -> Result<Exit> {
         partition,
         merged: 0,
         jobs,
+        accept: accept.clone(),
+        require_expected: a.require_expected,
         cells,
         run_ms: t0.elapsed().as_millis() as u64,
     };
@@ -437,7 +490,7 @@ pub(super) fn write_matrix(root: &Path, m: &Matrix) -> Result<()> {
         std::fs::write(&p, text).with_context(|| format!("{}: writing", p.display()))
     };
     write("matrix.json", serde_json::to_string_pretty(m)?)?;
-    write("matrix.md", m.markdown())?;
+    write("matrix.md", m.markdown() + "\n" + &m.fixes())?;
     write("matrix.html", m.html())?;
     let cases = m.junit(|rel| std::fs::read_to_string(root.join(rel)).ok());
     write("junit.xml", junit_xml("pgchaos matrix", &cases))?;
@@ -463,35 +516,61 @@ pub(super) fn finish(
     println!("matrix: {}", dir.join("matrix.md").display());
     println!("html: {}", dir.join("matrix.html").display());
     println!("junit: {}", dir.join("junit.xml").display());
+    println!("{}", m.versions);
+    if let Some(d) = m.drift_line() {
+        println!("{d}");
+    }
     let differ: Vec<String> = m
         .differing()
-        .map(|c| format!("{} on {}", c.profile, c.topology))
+        .map(|c| {
+            format!(
+                "{} on {}: {}",
+                c.profile,
+                c.topology,
+                c.failure().unwrap_or_default()
+            )
+        })
         .collect();
+    for c in m.cells.iter().filter(|c| !c.differs() && c.not_reached()) {
+        println!(
+            "{} on {}: expected {}, not reached in {} seeds ({}): not a failure without --require-expected",
+            c.profile,
+            c.topology,
+            c.expectation(),
+            c.runs.len(),
+            c.label()
+        );
+    }
     if m.cells.iter().any(Cell::pg_violated) {
         println!(
             "!!! a pg.* invariant was violated in a cell: PostgreSQL, the pooler or pgchaos is wrong. Read its report."
         );
     }
     if differ.is_empty() {
-        println!("every cell is what its profile expected: PASS");
+        println!("no cell shows an unsafe class that is not expected or accepted: PASS");
         Ok(Exit::Ok)
     } else {
-        println!(
-            "{} cells differ from what their profiles expected: {}",
-            differ.len(),
-            differ.join("; ")
-        );
+        println!("{} cells FAIL:", differ.len());
+        for d in &differ {
+            println!("  {d}");
+        }
         Ok(Exit::Mismatch)
     }
 }
 
 /// The versions line, from a pooled run when there is one, and each server's version.
-fn versions_line(root: &Path, cells: &[Cell]) -> (String, BTreeMap<String, String>) {
+#[allow(clippy::type_complexity)]
+fn versions_line(
+    root: &Path,
+    cells: &[Cell],
+) -> (String, BTreeMap<String, String>, BTreeSet<String>) {
     let mut line = None;
     let mut servers = BTreeMap::new();
+    let mut drift = BTreeSet::new();
     for r in cells.iter().flat_map(|c| &c.runs) {
         let Some(d) = &r.dir else { continue };
         if let Ok(res) = crate::report::Results::load(&root.join(d)) {
+            drift.extend(res.version_drift.iter().cloned());
             servers
                 .entry("postgres".to_string())
                 .or_insert_with(|| res.versions.postgres.clone());
@@ -510,6 +589,7 @@ fn versions_line(root: &Path, cells: &[Cell]) -> (String, BTreeMap<String, Strin
     (
         line.unwrap_or_else(|| "versions unknown (no run completed)".into()),
         servers,
+        drift,
     )
 }
 
@@ -519,6 +599,31 @@ struct CellOpts<'a> {
     seeds: &'a [u64],
     max_shrink_runs: u32,
     shrink_once: bool,
+    accept: &'a BTreeSet<Class>,
+    require_expected: bool,
+}
+
+/// `--accept`: class names, with `-` for the space (`ran-twice`); unknown ones refused.
+fn parse_accept(args: &[String]) -> Result<BTreeSet<Class>> {
+    let mut out = BTreeSet::new();
+    for a in args {
+        let name = a.trim().replace('-', " ");
+        if name.is_empty() {
+            continue;
+        }
+        let class = Class::from_name(&name).ok_or_else(|| {
+            anyhow!(
+                "--accept {a:?}: not an outcome class (one of: {})",
+                Class::ALL
+                    .iter()
+                    .map(|c| c.name().replace(' ', "-"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+        out.insert(class);
+    }
+    Ok(out)
 }
 
 /// One cell: its seeds in one child process (`pgchaos chaos --seeds`), on one set of
@@ -530,6 +635,8 @@ async fn run_cell(o: &CellOpts<'_>, c: &Planned<'_>) -> Cell {
         topology: c.topology.clone(),
         topology_file: c.file.clone(),
         expected: p.expected.get(&c.topology).copied(),
+        accepted: o.accept.clone(),
+        require_expected: o.require_expected,
         worst: None,
         count: 0,
         runs: vec![],
@@ -702,14 +809,16 @@ fn pathdiff(path: &Path, base: &Path) -> String {
         .unwrap_or_else(|_| path.display().to_string())
 }
 
-/// The README's block: how it was made, then the table (no links: runs are not committed).
+/// The README's block: how it was made, the table (no links: runs are not committed), then
+/// the fix for each unsafe cell.
 fn readme_block(m: &Matrix) -> String {
     format!(
-        "<!-- generated by `just readme-matrix` (pgchaos matrix --update-readme README.md); do not edit -->\n\n{}; seeds {}; {}.\n\n{}",
+        "<!-- generated by `just readme-matrix` (pgchaos matrix --update-readme README.md); do not edit -->\n\n{}; seeds {}; {}.\n\n{}\n{}",
         m.versions,
         crate::report::matrix::seeds_text(&m.seeds),
         m.how_run(),
-        m.table(None)
+        m.table(None),
+        m.fixes(),
     )
 }
 

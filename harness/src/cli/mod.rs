@@ -17,6 +17,7 @@ mod matrix;
 mod merge;
 mod mutate;
 mod reproduce;
+mod run;
 mod up;
 
 use crate::topology::{self, Topology};
@@ -44,6 +45,10 @@ enum Cmd {
         /// Refuse a version other than the declared one.
         #[arg(long)]
         strict_versions: bool,
+        /// A directory of source tarballs (`pgbouncer-<version>.tar.gz`) to build a pooler from,
+        /// after the cache and before the upstream download (default: PGCHAOS_SOURCE_MIRROR).
+        #[arg(long, value_name = "DIR")]
+        source_mirror: Option<std::path::PathBuf>,
     },
     /// Validate topology files; exit 0, or 2 with the error.
     Check { topology: Vec<String> },
@@ -53,6 +58,9 @@ enum Cmd {
     Chaos(chaos::Args),
     /// Replay a case file on a fresh topology, or regenerate a case from its seed.
     Reproduce(reproduce::Args),
+    /// Run your own command as N replicas through the topology's pooler, with a wire tap in
+    /// front of it that records every message: `run TOPOLOGY --replicas N -- COMMAND ARGS`.
+    Run(run::Args),
     /// Re-check a stored run's history with the current checker.
     Analyze(analyze::Args),
     /// Print a stored run's history, or one case of it.
@@ -82,6 +90,37 @@ enum Cmd {
     ReapExternal,
 }
 
+impl Cmd {
+    /// The `--source-mirror` of a command that provisions.
+    fn source_mirror(&self) -> Option<&Path> {
+        match self {
+            Cmd::Provision { source_mirror, .. } => source_mirror.as_deref(),
+            Cmd::Up(a) => a.source_mirror.as_deref(),
+            Cmd::Chaos(a) => a.source_mirror.as_deref(),
+            Cmd::Reproduce(a) => a.source_mirror.as_deref(),
+            Cmd::Run(a) => a.source_mirror.as_deref(),
+            Cmd::Bench(a) => a.source_mirror.as_deref(),
+            Cmd::Matrix(a) => a.source_mirror.as_deref(),
+            Cmd::Images(a) => a.source_mirror.as_deref(),
+            Cmd::Compose(a) => a.source_mirror.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// `--source-mirror DIR`: checked (a missing directory is an error naming it), made
+/// absolute and put in `PGCHAOS_SOURCE_MIRROR`, where provisioning and the child processes
+/// (`matrix`'s cells) read it.
+fn use_source_mirror(dir: &Path) -> Result<()> {
+    crate::provision::mirror::check_dir(dir)?;
+    let abs =
+        std::path::absolute(dir).with_context(|| format!("--source-mirror {}", dir.display()))?;
+    // SAFETY: called from `main` right after parsing the arguments, before the runtime or
+    // any other thread exists: nothing reads the environment concurrently.
+    unsafe { std::env::set_var(crate::provision::mirror::ENV, abs) };
+    Ok(())
+}
+
 /// Exit code for an outcome.
 pub enum Exit {
     Ok,
@@ -97,6 +136,12 @@ pub fn main() -> i32 {
             return code;
         }
     };
+    if let Some(dir) = cli.cmd.source_mirror()
+        && let Err(e) = use_source_mirror(dir)
+    {
+        eprintln!("pgchaos: error: {e:#}");
+        return 2;
+    }
     // One thread: servers are spawned with a parent-death signal tied to the spawning
     // thread, so the thread that spawns them must live as long as they do.
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -127,7 +172,14 @@ pub fn main() -> i32 {
             128 + signo
         }
         Err(e) => {
-            eprintln!("pgchaos: error: {e:#}");
+            match e.downcast_ref::<crate::launch::owned::Stopped>() {
+                // A deployment's run met something it does not own: stopped on purpose,
+                // everything of its own ended.
+                Some(s) => eprintln!(
+                    "pgchaos: {s}\npgchaos: the run stopped cleanly (its own backends terminated, nothing paused); no verdict is given for it"
+                ),
+                None => eprintln!("pgchaos: error: {e:#}"),
+            }
             2
         }
     }
@@ -153,6 +205,9 @@ fn stop_signal() -> Result<impl std::future::Future<Output = (&'static str, i32)
 /// A topology by name or path, validated against the checker's invariants.
 pub fn load(arg: &str) -> Result<Topology> {
     let path = topology::resolve(arg);
+    if path.to_string_lossy() != arg {
+        topology::check_found(&path).map_err(|e| anyhow!("{e}"))?;
+    }
     Topology::load(&path, &crate::catalog()).map_err(|e| anyhow!("{e}"))
 }
 
@@ -213,6 +268,9 @@ async fn run(cli: Cli) -> Result<Exit> {
             }
             for t in &topology {
                 let topo = load(t)?;
+                if let Some(why) = crate::launch::capability::refusal(&topo, topo.launcher) {
+                    bail!("{why}");
+                }
                 println!("{}: ok ({})", topo.source.display(), topo.name);
             }
             Ok(Exit::Ok)
@@ -220,6 +278,7 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::Provision {
             topology,
             strict_versions,
+            ..
         } => {
             let list = if topology.is_empty() {
                 all_topologies()?
@@ -237,11 +296,14 @@ async fn run(cli: Cli) -> Result<Exit> {
                     pg.source,
                     pg.bin_dir.display(),
                     b.map(|b| format!(
-                        "; {} {} from {} ({}){}",
+                        "; {} {} from {} ({}){}{}",
                         topo.pooler.as_ref().map_or("pooler", |p| p.kind),
                         b.version,
                         b.source,
                         b.path.display(),
+                        b.tarball_sha256
+                            .map(|h| format!(" tarball sha256 {h}"))
+                            .unwrap_or_default(),
                         b.drift.map(|d| format!(" DRIFT: {d}")).unwrap_or_default()
                     ))
                     .unwrap_or_default(),
@@ -254,6 +316,7 @@ async fn run(cli: Cli) -> Result<Exit> {
         Cmd::Chaos(a) => chaos::chaos(a).await,
         Cmd::Bench(a) => bench::bench(a).await,
         Cmd::Reproduce(a) => reproduce::reproduce(a).await,
+        Cmd::Run(a) => run::run(a).await,
         Cmd::Analyze(a) => analyze::analyze(a),
         Cmd::History(a) => history::history(a),
         Cmd::Compare(a) => compare::compare(a),

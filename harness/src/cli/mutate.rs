@@ -30,12 +30,16 @@ pub struct Args {
     /// the run's topology.yaml), for another build's `analyze` to judge.
     #[arg(long, value_name = "DIR")]
     write: Option<std::path::PathBuf>,
+    /// Judge by client time alone, ignoring the servers' times (as `analyze --client-time`).
+    #[arg(long)]
+    client_time: bool,
 }
 
 pub fn mutate(a: Args) -> Result<Exit> {
     let dir = super::analyze::run_dir(&a.run, &a.reports)?;
     let path = dir.join(crate::history::store::FILE);
-    let (cx, header, cases) = cases(&path)?;
+    let (mut cx, header, cases) = cases(&path)?;
+    cx.client_time = a.client_time;
     let schedule = cases
         .first()
         .and_then(|c| c[0].case_start())

@@ -29,6 +29,10 @@ pub struct Args {
     times: u32,
     #[arg(long)]
     strict_versions: bool,
+    /// A directory of source tarballs (`pgbouncer-<version>.tar.gz`) to build a pooler from,
+    /// after the cache and before the upstream download (default: PGCHAOS_SOURCE_MIRROR).
+    #[arg(long, value_name = "DIR")]
+    pub(super) source_mirror: Option<std::path::PathBuf>,
     /// Start the servers with this launcher instead of the topology's (`native`, `docker`, `external`).
     #[arg(long, value_parser = super::parse_launcher)]
     launcher: Option<crate::topology::LauncherKind>,
@@ -119,7 +123,7 @@ pub async fn reproduce(a: Args) -> Result<Exit> {
     )
     .await?;
     let runner = Runner::new(&cluster).await?;
-    let mut sink = Sink::new(Instant::now(), runner.check_context(), None);
+    let mut sink = Sink::new(Instant::now(), crate::engine::check_context(&runner), None);
     let mut steps = case.steps();
     let mut chosen: Option<String> = None;
     if let Some(seed) = a.seed {

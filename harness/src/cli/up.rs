@@ -19,6 +19,10 @@ pub struct Args {
     json: bool,
     #[arg(long)]
     strict_versions: bool,
+    /// A directory of source tarballs (`pgbouncer-<version>.tar.gz`) to build a pooler from,
+    /// after the cache and before the upstream download (default: PGCHAOS_SOURCE_MIRROR).
+    #[arg(long, value_name = "DIR")]
+    pub(super) source_mirror: Option<std::path::PathBuf>,
     /// Start the servers with this launcher instead of the topology's (`native`, `docker`, `external`).
     #[arg(long, value_parser = super::parse_launcher)]
     launcher: Option<crate::topology::LauncherKind>,
@@ -55,6 +59,7 @@ pub async fn up(a: Args) -> Result<Exit> {
         "pooler": cluster.topology.pooler.as_ref().map(|p| json!({
             "kind": p.kind,
             "version": v.pooler, "declared_version": v.pooler_declared,
+            "built_from": v.pooler_built_from, "tarball_sha256": v.pooler_tarball_sha256,
             "pool_mode": cluster.pool_mode().map(|m| m.as_str()),
             "dsn": cluster.client_dsn(), "admin_dsn": cluster.admin_dsn(), "port": cluster.pooler_port, "pid": pooler_pid,
             "replica_dsns": cluster.replica_dsns(),

@@ -16,10 +16,10 @@ use crate::sql;
 use crate::topology::Pin;
 use crate::vocab::backend::parse_timestamptz;
 use crate::vocab::reply::code;
-use crate::vocab::{BackendId, Guc, Key, Op, Reply};
+use crate::vocab::{BackendId, Guc, Key, Op, Reply, ServerTime};
 use futures_util::{StreamExt, pin_mut};
 use std::time::Duration;
-use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, Config, SimpleQueryMessage};
 
 /// Raw result of one simple query message: the rows of each statement, then an error if one
 /// ended it.
@@ -63,7 +63,11 @@ pub async fn run_raw_within(client: &Client, sql: &str, bound: Duration) -> Raw 
         Err(_) => {
             // The cancel is bounded too: a paused pooler would not answer it either.
             let cancel = client.cancel_token();
-            let _ = tokio::time::timeout(IO_TIMEOUT, cancel.cancel_query(NoTls)).await;
+            let _ = tokio::time::timeout(
+                IO_TIMEOUT,
+                cancel.cancel_query(crate::launch::tls::cancel()),
+            )
+            .await;
             raw.error = Some((code::TIMEOUT.into(), format!("no reply within {bound:?}")));
         }
     }
@@ -89,7 +93,7 @@ fn classify(client: &Client, e: &tokio_postgres::Error) -> (String, String) {
 /// Identity from a row: a 2-column identity row, or the first 2 columns of a 3- or 4-column
 /// row (the identity with its step echoed, and the op's result).
 pub fn parse_identity(row: &[Option<String>]) -> Option<BackendId> {
-    if !(2..=4).contains(&row.len()) {
+    if !(2..=sql::IDENTITY_RESULT_COLS).contains(&row.len()) {
         return None;
     }
     Some(BackendId {
@@ -100,11 +104,39 @@ pub fn parse_identity(row: &[Option<String>]) -> Option<BackendId> {
 
 /// The step an identity row echoes (`sql::echo`: its third column), if it is one.
 pub fn echoed_step(row: &[Option<String>]) -> Option<usize> {
-    if row.len() != 3 && row.len() != 4 {
+    if row.len() != sql::IDENTITY_COLS && row.len() != sql::IDENTITY_RESULT_COLS {
         return None;
     }
     parse_identity(row)?;
     row[2].as_deref()?.parse().ok()
+}
+
+/// The server's time of op `op` from the rows of its reply (`sql::echo`): the identity row's
+/// clock and time, and the time after the call where the op's rows carry one (beside the
+/// result, or after a waiting lock call's result). `None` without an identity row.
+pub fn server_time(op: Op, rows: &[Vec<Option<String>>]) -> Option<ServerTime> {
+    let ts = |r: &[Option<String>], i: usize| r.get(i)?.as_deref().and_then(parse_timestamptz);
+    let id = rows.iter().find(|r| echoed_step(r).is_some())?;
+    let clock = ts(id, 3)?;
+    let at = ts(id, 4)?;
+    let after = if id.len() == sql::IDENTITY_RESULT_COLS {
+        ts(id, 6)
+    } else {
+        rows.iter().find(|r| r.len() == 2).and_then(|r| ts(r, 1))
+    };
+    Some(if sql::identity_after(op) {
+        ServerTime {
+            clock,
+            lo: None,
+            hi: Some(at),
+        }
+    } else {
+        ServerTime {
+            clock,
+            lo: Some(at),
+            hi: after,
+        }
+    })
 }
 
 /// Whether the reply to op `op` of step `step` answers that statement: the identity row
@@ -143,9 +175,9 @@ pub fn in_step(op: Op, step: usize, raw: &Raw) -> Result<Option<BackendId>, Stri
                 return Err(format!("a second identity row for step {step}: {r:?}"));
             }
             let cols = if shape == Shape::IdentityWithResult {
-                4
+                sql::IDENTITY_RESULT_COLS
             } else {
-                3
+                sql::IDENTITY_COLS
             };
             if r.len() != cols {
                 return Err(format!(
@@ -154,7 +186,10 @@ pub fn in_step(op: Op, step: usize, raw: &Raw) -> Result<Option<BackendId>, Stri
                 ));
             }
             echo = Some((parse_identity(r).expect("echoed"), s));
-        } else if r.len() == 1 && shape == Shape::IdentityThenResult && echo.is_some() {
+        } else if (r.len() == 1 || (r.len() == 2 && op.waits_for_lock()))
+            && shape == Shape::IdentityThenResult
+            && echo.is_some()
+        {
             results += 1;
             if results > 1 {
                 return Err(format!("{op} returns one result row, another came: {r:?}"));
@@ -191,9 +226,10 @@ pub struct AppPool {
 impl AppPool {
     /// A pool of at most `max_open` connections made from `config`.
     pub fn new(config: Config, max_open: u32, pin: Pin) -> anyhow::Result<AppPool> {
+        let (config, tls) = crate::launch::tls::prepare(&config);
         let manager = deadpool_postgres::Manager::from_config(
             config,
-            NoTls,
+            tls,
             deadpool_postgres::ManagerConfig {
                 // Like database/sql: a connection goes back as it is, nothing is reset.
                 recycling_method: deadpool_postgres::RecyclingMethod::Fast,
@@ -250,6 +286,8 @@ pub struct LogicalClient {
     /// Its protocol-level prepared statements on this connection, the latest last (kept, so
     /// that none is closed under the case: dropping one sends Close).
     statements: Vec<tokio_postgres::Statement>,
+    /// The server's time of its last op ([`LogicalClient::take_time`]).
+    time: Option<ServerTime>,
 }
 
 /// Where an op's connection came from, for the duration of the op.
@@ -287,6 +325,7 @@ impl LogicalClient {
             pool: None,
             held: None,
             statements: vec![],
+            time: None,
         }
     }
 
@@ -301,6 +340,7 @@ impl LogicalClient {
             pool: Some(pool),
             held: None,
             statements: vec![],
+            time: None,
         }
     }
 
@@ -452,7 +492,8 @@ impl LogicalClient {
             (None, Some(o)) => o.cancel_token(),
             (None, None) => return,
         };
-        let _ = tokio::time::timeout(IO_TIMEOUT, token.cancel_query(NoTls)).await;
+        let _ = tokio::time::timeout(IO_TIMEOUT, token.cancel_query(crate::launch::tls::cancel()))
+            .await;
     }
 
     /// The connection was found closed: forget it (a closed pooled one is dropped by the
@@ -466,6 +507,12 @@ impl LogicalClient {
         self.statements.clear();
     }
 
+    /// The server's time of the last op [`LogicalClient::run`] ran, if its reply carried one
+    /// (`sql::echo`): taken once.
+    pub fn take_time(&mut self) -> Option<ServerTime> {
+        self.time.take()
+    }
+
     /// Run a SQL op within `bound` (getting a connection included). Returns the reply and
     /// the backend that reported itself.
     pub async fn run(
@@ -477,6 +524,7 @@ impl LogicalClient {
         step: usize,
         bound: Duration,
     ) -> (Reply, Option<BackendId>) {
+        self.time = None;
         if op == Op::Migrate {
             return self.migrate(ms.unwrap_or(0), step, bound).await;
         }
@@ -543,9 +591,10 @@ impl LogicalClient {
             // Unknown (no identity in-band) until the runner finds it (`served_by`).
             self.last = served;
         }
+        self.time = served.and_then(|_| server_time(op, &raw.rows));
         let result: Option<Vec<Option<String>>> = raw.rows.iter().find_map(|r| match r.len() {
-            1 => Some(vec![r[0].clone()]),
-            4 => Some(vec![r[3].clone()]),
+            1 | 2 => Some(vec![r[0].clone()]),
+            sql::IDENTITY_RESULT_COLS => Some(vec![r[5].clone()]),
             _ => None,
         });
         let reply = match raw.error {
@@ -629,7 +678,11 @@ impl LogicalClient {
             Ok(r) => r,
             Err(_) => {
                 let cancel = client.cancel_token();
-                let _ = tokio::time::timeout(IO_TIMEOUT, cancel.cancel_query(NoTls)).await;
+                let _ = tokio::time::timeout(
+                    IO_TIMEOUT,
+                    cancel.cancel_query(crate::launch::tls::cancel()),
+                )
+                .await;
                 drop(lease);
                 return (
                     Reply::Error {
@@ -808,6 +861,56 @@ mod tests {
         assert!(!step.ended_by_server());
     }
 
+    /// The server's time: before and after the call beside it; before a waiting lock call
+    /// and after it in its result row; after transaction control only.
+    #[test]
+    fn server_times_are_read_from_the_rows() {
+        let s = |v: &str| Some(v.to_string());
+        let pm = "2026-12-06 16:48:26.268513+00";
+        let id = |t: &str| vec![s("7"), s("2026-12-06 16:48:30.1+00"), s("3"), s(pm), s(t)];
+        let pm_us = parse_timestamptz(pm).unwrap();
+        let us = |t: &str| parse_timestamptz(t).unwrap();
+        let mut beside = id("2026-12-06 16:48:30.720570+00");
+        beside.extend([s("t"), s("2026-12-06 16:48:30.720579+00")]);
+        let t = server_time(Op::TryLock, &[beside]).unwrap();
+        assert_eq!(t.clock, pm_us);
+        assert_eq!(t.lo, Some(us("2026-12-06 16:48:30.720570+00")));
+        assert_eq!(t.hi, Some(us("2026-12-06 16:48:30.720579+00")));
+        let waited = vec![
+            id("2026-12-06 16:48:34.419036+00"),
+            vec![s(""), s("2026-12-06 16:48:34.588418+00")],
+        ];
+        let t = server_time(Op::Lock, &waited).unwrap();
+        assert!(t.lo < t.hi, "{t:?}");
+        let failed = vec![id("2026-12-06 16:48:34.419036+00")];
+        assert_eq!(server_time(Op::Lock, &failed).unwrap().hi, None);
+        let commit = server_time(Op::Commit, &failed).unwrap();
+        assert_eq!(
+            (commit.lo, commit.hi),
+            (None, Some(us("2026-12-06 16:48:34.419036+00")))
+        );
+        assert!(server_time(Op::TryLock, &[vec![s("t")]]).is_none());
+        // One clock: ordered where one ended before the other began; another clock never.
+        let a = ServerTime {
+            clock: 1,
+            lo: Some(10),
+            hi: Some(20),
+        };
+        let b = ServerTime {
+            clock: 1,
+            lo: Some(15),
+            hi: Some(30),
+        };
+        let c = ServerTime {
+            clock: 1,
+            lo: Some(21),
+            hi: None,
+        };
+        assert!(!a.precedes(&b) && !b.precedes(&a) && a.precedes(&c));
+        assert!(a.precedes_on(&b) && !b.precedes_on(&a));
+        assert!(!a.precedes(&ServerTime { clock: 2, ..c }));
+    }
+
     #[test]
     fn identity_rows_parse() {
         let row = vec![
@@ -823,8 +926,11 @@ mod tests {
         );
         let mut with_result = row.clone();
         with_result.push(Some("12".into()));
+        with_result.push(Some("2025-11-30 08:00:00+00".into()));
+        with_result.push(Some("2025-11-30 09:00:01+00".into()));
         assert_eq!(echoed_step(&with_result), Some(12));
         with_result.push(Some("t".into()));
+        with_result.push(Some("2025-11-30 09:00:02+00".into()));
         assert!(parse_identity(&with_result).is_some());
         assert_eq!(echoed_step(&with_result), Some(12));
         assert_eq!(echoed_step(&row), None);
@@ -842,9 +948,12 @@ mod tests {
             Some("7139".to_string()),
             Some("2025-11-30 09:00:00.123456+00".to_string()),
             Some(step.to_string()),
+            Some("2025-11-30 08:00:00+00".to_string()),
+            Some("2025-11-30 09:00:01+00".to_string()),
         ];
         if let Some(x) = result {
             r.push(Some(x.to_string()));
+            r.push(Some("2025-11-30 09:00:02+00".to_string()));
         }
         r
     }

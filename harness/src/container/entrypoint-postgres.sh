@@ -29,17 +29,24 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
             "host replication all 0.0.0.0/0 scram-sha-256" > "$PGDATA/pg_hba.conf"
         "$PG/pg_ctl" -D "$PGDATA" -w -t 60 \
             -o "-c listen_addresses='' -c unix_socket_directories=/tmp" start 2>&1
+        # Values from the environment reach SQL only as psql variables (\getenv, then :"db"
+        # and :'pw', which psql quotes), in statements read from stdin: never spliced into
+        # the SQL text, never on a command line.
         if [ -n "${POSTGRES_DB:-}" ] && [ "$POSTGRES_DB" != postgres ]; then
-            "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h /tmp -U postgres -d postgres \
-                -c "CREATE DATABASE \"$POSTGRES_DB\""
+            "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h /tmp -U postgres -d postgres <<'SQL'
+\getenv db POSTGRES_DB
+CREATE DATABASE :"db";
+SQL
         fi
         for f in /docker-entrypoint-initdb.d/*.sql; do
             [ -f "$f" ] || continue
             "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h /tmp -U postgres -d postgres -f "$f"
         done
         if [ -n "${CHAOS_PASSWORD:-}" ]; then
-            "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h /tmp -U postgres -d postgres \
-                -c "ALTER ROLE chaos PASSWORD '$CHAOS_PASSWORD'"
+            "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h /tmp -U postgres -d postgres <<'SQL'
+\getenv pw CHAOS_PASSWORD
+ALTER ROLE chaos PASSWORD :'pw';
+SQL
         fi
         "$PG/pg_ctl" -D "$PGDATA" -w -m fast stop >/dev/null
         ;;

@@ -1,12 +1,13 @@
 //! Containers, for what the native launcher does not cover: images built here from the
-//! provisioned binaries (`images`: no registry, no pull, no base image), and compose files
-//! that start a topology's servers for a person to use with psql and their own application
-//! (`compose`). This stage owns every call to the `docker` and `docker-compose` programs:
-//! each runs with a timeout, and a failure names the command and what it printed. It reads
-//! topologies and provisioned binaries and writes images and files; nothing here launches a
-//! chaos run (the native launcher stays the only one, see docs/containers.md).
+//! provisioned binaries (`images`: no registry, no pull, no base image), and every call to
+//! the `docker` program, each with a timeout, a failure naming the command and what it
+//! printed. It reads topologies and provisioned binaries and writes images; it starts no
+//! server: the docker launcher (`launch::docker`) runs a chaos run in these images, and
+//! `launch::compose` writes the compose files that start them for a person (see
+//! docs/containers.md).
+//!
+//! May import `topology`, `provision` and `pooler` (each pooler's container recipe).
 
-pub mod compose;
 pub mod images;
 
 use anyhow::{Context, Result, anyhow, bail};

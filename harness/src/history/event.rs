@@ -22,12 +22,14 @@ use std::fmt;
 
 /// The format written in the `run` event; readers refuse formats other than it and
 /// [`READS`].
-pub const FORMAT: &str = "pgchaos-history/2";
+pub const FORMAT: &str = "pgchaos-history/3";
 
 /// The formats this pgchaos reads: format 1 wrote a pooler's connections as PgBouncer's own
 /// rows (PgBouncer was the only pooler then), which are read as PgBouncer's view
-/// (`pooler::view`); format 2 writes them in the pooler's common words.
-pub const READS: [&str; 2] = ["pgchaos-history/1", FORMAT];
+/// (`pooler::view`); format 2 writes them in the pooler's common words; format 3 adds the
+/// server's time to each op's completion and look (`Completion::server`,
+/// `Observation::server`), absent in the older ones (judged by client time alone).
+pub const READS: [&str; 3] = ["pgchaos-history/1", "pgchaos-history/2", FORMAT];
 
 /// One thing that happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -320,6 +322,9 @@ pub struct Completion {
     /// The backend that ran it, as it reported itself (in-band, or found by its tag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendId>,
+    /// When the server ran it, by the server's clock, as its reply reported (format 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<crate::vocab::ServerTime>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -528,6 +533,7 @@ mod tests {
                 f: Op::Terminate,
                 value: Reply::error("closed"),
                 backend: None,
+                server: None,
             }),
         };
         let j = serde_json::to_string(&done).unwrap();

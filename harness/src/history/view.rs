@@ -334,6 +334,7 @@ mod tests {
                     f: Op::TryLock,
                     value: Reply::Bool { value: true },
                     backend: Some(b1),
+                    server: None,
                 }),
             ),
             ev(

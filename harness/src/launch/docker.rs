@@ -13,15 +13,17 @@
 //! drop does not run then). A backend is signalled inside its container (`docker exec`,
 //! dash's `kill`). The host faults (`vocab::fault::HOSTS`) are these controls on a whole
 //! container: pause and unpause, kill and start, and a partition (nft in PgBouncer's
-//! network namespace). Not supported here, refused at launch: a standby (failover between
-//! containers is not built) and the link faults (the link proxy is a loopback process
-//! PgBouncer in a container cannot reach).
+//! network namespace). A standby is a container of its own (`postgres.standby`), and
+//! `promote` fails over between containers: the primary fenced by `docker kill`, the standby
+//! promoted, the pooler's mounted config rewritten and reloaded, a new standby made. Refused
+//! at launch: the link faults (the link proxy is a loopback process PgBouncer in a container
+//! cannot reach).
 
 use super::reaper::Reaper;
 use super::runtime::{self, write_private};
 use super::{
-    BoxFuture, CLIENT_ROLE, Cluster, Control, DB, Launcher, SUPERUSER, Servers, Which, connect,
-    simple_first,
+    BackendSignals, BoxFuture, CLIENT_ROLE, Cluster, Control, DB, Failover, Launcher, Partitions,
+    Processes, SUPERUSER, Servers, Which, connect, simple_first,
 };
 use crate::container::{self, images};
 use crate::pooler::{self, ConfigContext, Pooler};
@@ -67,14 +69,6 @@ impl Launcher for DockerLauncher {
     fn launch<'a>(&'a self, topology: &'a Topology) -> BoxFuture<'a, Result<Cluster>> {
         Box::pin(launch(topology, &self.pg, self.bouncer.as_ref()))
     }
-}
-
-/// Why a topology cannot run in containers, if it cannot.
-pub fn unsupported(t: &Topology) -> Option<String> {
-    let link = super::faults_named(t, crate::vocab::fault::needs_link)?;
-    Some(format!(
-        "the link faults {link} (the link proxy is a loopback process of the harness)"
-    ))
 }
 
 struct Node {
@@ -153,12 +147,6 @@ async fn launch(
     bouncer: Option<&PoolerBinary>,
 ) -> Result<Cluster> {
     let t0 = Instant::now();
-    if let Some(why) = unsupported(topology) {
-        bail!(
-            "{}: launcher docker cannot run {why}; use launcher native",
-            topology.source.display()
-        );
-    }
     let imgs = images::ensure_for(topology, pg, bouncer)?;
     let run_dir = runtime::make_run_dir(None)?;
     let run_id = run_dir
@@ -185,8 +173,8 @@ async fn launch(
         pg_args: Vec::new(),
         topology_name: topology.name.clone(),
         passwords: vec![
-            (SUPERUSER.to_string(), super::native::random_password()),
-            (CLIENT_ROLE.to_string(), super::native::random_password()),
+            (SUPERUSER.to_string(), super::template::random_password()),
+            (CLIENT_ROLE.to_string(), super::template::random_password()),
         ],
         pooler_kind: pooler::for_topology(topology),
         reaper: None,
@@ -243,6 +231,8 @@ async fn launch(
         pooler_name: topology.pooler.as_ref().map(|p| p.kind.to_string()),
         pooler_declared: topology.pooler.as_ref().map(|p| p.version.clone()),
         version_drift: bouncer.and_then(|b| b.drift.clone()).into_iter().collect(),
+        pooler_built_from: bouncer.and_then(|b| b.built_from.clone()),
+        pooler_tarball_sha256: bouncer.and_then(|b| b.tarball_sha256.clone()),
         ..Default::default()
     };
     servers.read_versions(&mut versions).await?;
@@ -337,7 +327,7 @@ impl DockerServers {
         let port = super::free_port()?;
         let name = self.name("postgres");
         let mut args: Vec<String> = Vec::new();
-        for (k, v) in super::native::SPEED_SETTINGS
+        for (k, v) in super::template::SPEED_SETTINGS
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .chain(t.postgres.settings.clone())
@@ -348,7 +338,7 @@ impl DockerServers {
         self.pg_args = args.clone();
         let image = Postgres::default()
             .with_password(self.password(SUPERUSER))
-            .with_init_sql(crate::container::compose::init_sql(t).into_bytes());
+            .with_init_sql(super::template::init_sql(t).into_bytes());
         let request = self
             .of_run(
                 image
@@ -701,7 +691,12 @@ impl DockerServers {
             &ports,
             &self.passwords,
         );
-        write_private(&self.run_dir.join("credentials.txt"), &text, None)
+        write_private(
+            &self.run_dir,
+            &self.run_dir.join("credentials.txt"),
+            &text,
+            None,
+        )
     }
 
     /// Wait until the container has stopped (`docker wait`); false after `within`.
@@ -732,136 +727,28 @@ fn pooler_host_config(h: &mut testcontainers_modules::testcontainers::bollard::m
 }
 
 impl Servers for DockerServers {
+    fn processes(&mut self) -> Option<&mut dyn Processes> {
+        Some(self)
+    }
+
+    fn backends(&mut self) -> Option<&mut dyn BackendSignals> {
+        Some(self)
+    }
+
+    fn failover(&mut self) -> Option<&mut dyn Failover> {
+        Some(self)
+    }
+
+    fn partitions(&mut self) -> Option<&mut dyn Partitions> {
+        Some(self)
+    }
+
     fn pids(&self) -> (Option<i32>, Option<i32>) {
         (None, None)
     }
 
     fn local(&self) -> bool {
         false
-    }
-
-    fn control(&mut self, which: Which, what: Control) -> Result<()> {
-        let id = self.id(which)?;
-        match what {
-            Control::Stop => {
-                container::docker(&["stop", "-t", "5", &id])?;
-            }
-            Control::Kill => {
-                container::docker(&["kill", &id])?;
-                self.wait_stopped(&id, Duration::from_secs(10));
-            }
-            Control::Pause => {
-                container::docker(&["pause", &id])?;
-            }
-            Control::Resume => {
-                container::docker(&["unpause", &id])?;
-            }
-            Control::Interrupt => {
-                container::docker(&["kill", "--signal", "INT", &id])?;
-                if !self.wait_stopped(&id, Duration::from_secs(5)) {
-                    container::docker(&["kill", &id])?;
-                    self.wait_stopped(&id, Duration::from_secs(10));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn restart(&mut self, which: Which) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
-            let id = self.id(which)?;
-            let running = container::docker(&["inspect", "--format", "{{.State.Running}}", &id])?;
-            if running.trim() == "true" {
-                // As native: PostgreSQL immediate shutdown (SIGQUIT), PgBouncer SIGINT.
-                let sig = match which {
-                    Which::Postgres => "QUIT",
-                    Which::Pooler => "INT",
-                };
-                container::docker(&["kill", "--signal", sig, &id])?;
-                if !self.wait_stopped(&id, Duration::from_secs(5)) {
-                    container::docker(&["kill", &id])?;
-                    self.wait_stopped(&id, Duration::from_secs(10));
-                }
-            }
-            container::docker(&["start", &id])?;
-            self.wait_ready(which).await
-        })
-    }
-
-    fn partition(&mut self, peer: Option<Peer>) -> Result<()> {
-        // nftables in PgBouncer's network namespace (the image carries the machine's nft,
-        // run as root with the container's NET_ADMIN): a table of two chains dropping
-        // every packet to and from the peer. Loopback inside the container stays up.
-        let pooler = self.id(Which::Pooler)?;
-        let Some(peer) = peer else {
-            container::docker(&[
-                "exec", "--user", "0", &pooler, NFT, "delete", "table", "inet", CUT_TABLE,
-            ])
-            .context("healing the partition")?;
-            return Ok(());
-        };
-        let pg = self.id(Which::Postgres)?;
-        let ip = container::docker(&[
-            "inspect",
-            "--format",
-            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-            &pg,
-        ])?;
-        let ip = ip.trim();
-        if ip.parse::<std::net::Ipv4Addr>().is_err() {
-            bail!("PostgreSQL's container has no single IPv4 address on the run's network: {ip:?}");
-        }
-        let (inbound, outbound) = match peer {
-            Peer::Postgres => (format!("ip saddr {ip}"), format!("ip daddr {ip}")),
-            Peer::Clients => (
-                format!("iifname != \"lo\" ip saddr != {ip}"),
-                format!("oifname != \"lo\" ip daddr != {ip}"),
-            ),
-        };
-        let t = CUT_TABLE;
-        let rules = format!(
-            "add table inet {t}; \
-             add chain inet {t} inbound {{ type filter hook input priority 0 ; }} ; \
-             add rule inet {t} inbound {inbound} drop; \
-             add chain inet {t} outbound {{ type filter hook output priority 0 ; }} ; \
-             add rule inet {t} outbound {outbound} drop"
-        );
-        container::docker(&["exec", "--user", "0", &pooler, NFT, &rules])
-            .context("cutting PgBouncer's host off (nft in its network namespace)")?;
-        Ok(())
-    }
-
-    fn primary_port(&self) -> Option<u16> {
-        Some(self.pg_port)
-    }
-
-    fn promote(&mut self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.fail_over())
-    }
-
-    fn rebuild_standby(&mut self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
-            if self.standby.is_some() {
-                return Ok(());
-            }
-            self.start_standby().await
-        })
-    }
-
-    fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool> {
-        // The pid PostgreSQL reports is the container's own; dash's kill builtin, run as
-        // the server user, signals it inside the container.
-        let id = self.id(Which::Postgres)?;
-        let name = match sig {
-            libc::SIGKILL => "KILL",
-            libc::SIGSTOP => "STOP",
-            libc::SIGCONT => "CONT",
-            libc::SIGTERM => "TERM",
-            libc::SIGINT => "INT",
-            other => bail!("signal {other} to a backend in a container is not supported"),
-        };
-        let script = format!("kill -{name} {pid}");
-        Ok(container::docker(&["exec", &id, "/bin/sh", "-c", &script]).is_ok())
     }
 
     fn check_alive(&mut self) -> Result<()> {
@@ -954,6 +841,138 @@ impl Servers for DockerServers {
         if !keep {
             let _ = fs::remove_dir_all(&self.run_dir);
         }
+    }
+}
+
+impl Processes for DockerServers {
+    fn control(&mut self, which: Which, what: Control) -> Result<()> {
+        let id = self.id(which)?;
+        match what {
+            Control::Stop => {
+                container::docker(&["stop", "-t", "5", &id])?;
+            }
+            Control::Kill => {
+                container::docker(&["kill", &id])?;
+                self.wait_stopped(&id, Duration::from_secs(10));
+            }
+            Control::Pause => {
+                container::docker(&["pause", &id])?;
+            }
+            Control::Resume => {
+                container::docker(&["unpause", &id])?;
+            }
+            Control::Interrupt => {
+                container::docker(&["kill", "--signal", "INT", &id])?;
+                if !self.wait_stopped(&id, Duration::from_secs(5)) {
+                    container::docker(&["kill", &id])?;
+                    self.wait_stopped(&id, Duration::from_secs(10));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self, which: Which) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let id = self.id(which)?;
+            let running = container::docker(&["inspect", "--format", "{{.State.Running}}", &id])?;
+            if running.trim() == "true" {
+                // As native: PostgreSQL immediate shutdown (SIGQUIT), PgBouncer SIGINT.
+                let sig = match which {
+                    Which::Postgres => "QUIT",
+                    Which::Pooler => "INT",
+                };
+                container::docker(&["kill", "--signal", sig, &id])?;
+                if !self.wait_stopped(&id, Duration::from_secs(5)) {
+                    container::docker(&["kill", &id])?;
+                    self.wait_stopped(&id, Duration::from_secs(10));
+                }
+            }
+            container::docker(&["start", &id])?;
+            self.wait_ready(which).await
+        })
+    }
+}
+
+impl BackendSignals for DockerServers {
+    fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool> {
+        // The pid PostgreSQL reports is the container's own; dash's kill builtin, run as
+        // the server user, signals it inside the container.
+        let id = self.id(Which::Postgres)?;
+        let name = match sig {
+            libc::SIGKILL => "KILL",
+            libc::SIGSTOP => "STOP",
+            libc::SIGCONT => "CONT",
+            libc::SIGTERM => "TERM",
+            libc::SIGINT => "INT",
+            other => bail!("signal {other} to a backend in a container is not supported"),
+        };
+        let script = format!("kill -{name} {pid}");
+        Ok(container::docker(&["exec", &id, "/bin/sh", "-c", &script]).is_ok())
+    }
+}
+
+impl Failover for DockerServers {
+    fn primary_port(&self) -> u16 {
+        self.pg_port
+    }
+
+    fn promote(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.fail_over())
+    }
+
+    fn rebuild_standby(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            if self.standby.is_some() {
+                return Ok(());
+            }
+            self.start_standby().await
+        })
+    }
+}
+
+impl Partitions for DockerServers {
+    fn partition(&mut self, peer: Option<Peer>) -> Result<()> {
+        // nftables in PgBouncer's network namespace (the image carries the machine's nft,
+        // run as root with the container's NET_ADMIN): a table of two chains dropping
+        // every packet to and from the peer. Loopback inside the container stays up.
+        let pooler = self.id(Which::Pooler)?;
+        let Some(peer) = peer else {
+            container::docker(&[
+                "exec", "--user", "0", &pooler, NFT, "delete", "table", "inet", CUT_TABLE,
+            ])
+            .context("healing the partition")?;
+            return Ok(());
+        };
+        let pg = self.id(Which::Postgres)?;
+        let ip = container::docker(&[
+            "inspect",
+            "--format",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &pg,
+        ])?;
+        let ip = ip.trim();
+        if ip.parse::<std::net::Ipv4Addr>().is_err() {
+            bail!("PostgreSQL's container has no single IPv4 address on the run's network: {ip:?}");
+        }
+        let (inbound, outbound) = match peer {
+            Peer::Postgres => (format!("ip saddr {ip}"), format!("ip daddr {ip}")),
+            Peer::Clients => (
+                format!("iifname != \"lo\" ip saddr != {ip}"),
+                format!("oifname != \"lo\" ip daddr != {ip}"),
+            ),
+        };
+        let t = CUT_TABLE;
+        let rules = format!(
+            "add table inet {t}; \
+             add chain inet {t} inbound {{ type filter hook input priority 0 ; }} ; \
+             add rule inet {t} inbound {inbound} drop; \
+             add chain inet {t} outbound {{ type filter hook output priority 0 ; }} ; \
+             add rule inet {t} outbound {outbound} drop"
+        );
+        container::docker(&["exec", "--user", "0", &pooler, NFT, &rules])
+            .context("cutting PgBouncer's host off (nft in its network namespace)")?;
+        Ok(())
     }
 }
 

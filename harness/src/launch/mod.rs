@@ -1,22 +1,36 @@
 //! How it runs: the launcher seam and the cluster handle. A [`Launcher`] turns a topology
 //! into a running [`Cluster`]: endpoints (Unix sockets in a private run directory, loopback
 //! TCP behind a per-run password), the versions that actually ran, and process control for
-//! the nemesis and for teardown. `native` is the only launcher today (servers as local
-//! processes); Docker and external endpoints fit the same trait later. Nothing outside this
-//! module and the CLI starts processes.
+//! the nemesis and for teardown. Three launchers: `native` (servers as local processes, the
+//! default), `docker` (the servers in containers of the images built here) and `external` (a
+//! deployment pgchaos did not start, named by DSNs). Nothing outside this module starts a
+//! server.
 //!
-//! Files: `native.rs` (local processes, the initdb template, teardown), `runtime.rs` (the
+//! Files: `template.rs` (the cluster every launcher makes: roles, database, settings),
+//! `native.rs` (local processes, the initdb template, teardown), `docker.rs` (containers of
+//! `container`'s images, on testcontainers-modules), `compose.rs` (compose files that start
+//! those containers for a person), `external.rs` (the refusals that keep a run inside what
+//! it owns), `proxy.rs` (the loopback link proxy of the link faults), `runtime.rs` (the
 //! per-user runtime directory and what dead runs left there), `reaper.rs` (the watcher that
 //! cleans up after a harness killed with SIGKILL), `cpu.rs` (pinning a sequential run).
-//! May import `vocab`, `topology`, `provision`, `pooler`, `sql`.
+//! May import `vocab`, `topology`, `tls`, `safe_fs`, `provision`, `pooler`, `container`, `sql`.
 
+pub mod capability;
+pub mod compose;
 pub mod cpu;
 pub mod docker;
 pub mod external;
 pub mod native;
+pub mod owned;
+pub mod process;
 pub mod proxy;
 pub mod reaper;
 pub mod runtime;
+pub use crate::safe_fs;
+pub mod template;
+/// Kept under its old name for `client/`, which names it so (to go when `client/` names
+/// `crate::tls` itself).
+pub use crate::tls;
 
 use crate::pooler::PoolMode;
 use crate::pooler::Pooler;
@@ -24,18 +38,15 @@ use crate::provision;
 use crate::topology::Topology;
 pub use crate::vocab::Versions;
 use anyhow::{Context, Result, anyhow, bail};
+pub use capability::Capability;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
-use tokio_postgres::{Client, Config, NoTls};
+pub use template::{CLIENT_ROLE, DB, SUPERUSER};
+use tokio_postgres::{Client, Config};
 
-/// The database and role the harness's logical clients use (through the pooler).
-pub const DB: &str = "chaos";
-pub const CLIENT_ROLE: &str = "chaos";
-/// The superuser of the cluster: observer, contender, nemesis, admin console.
-pub const SUPERUSER: &str = "postgres";
 /// Every connect and query the harness makes is bounded by this.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -66,57 +77,79 @@ pub enum Control {
     Interrupt,
 }
 
-/// Process control of a running cluster, as its launcher provides it.
+/// A running cluster's servers, as its launcher provides them: the core every launcher has,
+/// and an accessor for each optional [`Capability`], `None` where the launcher does not offer
+/// it ([`capability::offers`]; a topology that needs one its launcher lacks is refused before
+/// it runs, [`capability::refusal`]).
 pub trait Servers: Send {
     /// OS process ids (postmaster, pooler), where the launcher has them.
     fn pids(&self) -> (Option<i32>, Option<i32>);
     /// The servers are processes on this host (their pids can be watched in /proc).
     fn local(&self) -> bool;
-    fn control(&mut self, which: Which, what: Control) -> Result<()>;
-    /// Stop and start one server again on the same port.
-    fn restart(&mut self, which: Which) -> BoxFuture<'_, Result<()>>;
     /// Err, with the server's log tail, when a server has died.
     fn check_alive(&mut self) -> Result<()>;
     /// Copy the servers' logs into `dir`.
     fn save_logs(&self, dir: &Path) -> Result<()>;
     /// Stop everything and remove what the run created. Idempotent.
     fn shutdown(&mut self);
-    /// The port of the current primary PostgreSQL, when it can differ from the launch-time
-    /// one (after [`Servers::promote`]). `None`: the launch-time port stays valid.
-    fn primary_port(&self) -> Option<u16> {
+    /// [`Capability::Processes`].
+    fn processes(&mut self) -> Option<&mut dyn Processes> {
         None
     }
-    /// Fail over to the standby (`postgres.standby: true`): fence the primary (immediate
-    /// stop; it is gone before anything else happens), promote the standby and wait until it
-    /// is out of recovery, and, with a pooler, repoint the pooler to it and confirm that a
-    /// client connection through the pooler reaches it. Afterwards [`Servers::pids`],
-    /// [`Servers::control`] and [`Servers::restart`] of [`Which::Postgres`] act on the new
-    /// primary, [`Servers::primary_port`] returns its port, and the old primary stays
-    /// stopped. Once only: there is no standby any more.
-    fn promote(&mut self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async { bail!("no standby in this topology") })
+    /// [`Capability::BackendSignals`].
+    fn backends(&mut self) -> Option<&mut dyn BackendSignals> {
+        None
     }
-    /// Cut PgBouncer's host off from `peer` (every packet dropped both ways), or heal the
-    /// cut (`None`). Only servers on hosts of their own have it.
-    fn partition(&mut self, peer: Option<crate::vocab::fault::Peer>) -> Result<()> {
-        let _ = peer;
-        bail!("a partition needs each server on a host of its own (launcher docker)")
+    /// [`Capability::Failover`].
+    fn failover(&mut self) -> Option<&mut dyn Failover> {
+        None
     }
-    /// Send `sig` to one PostgreSQL backend by the pid PostgreSQL reports for it; false
-    /// when it is not there. Native: a signal to the local process.
-    fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool> {
-        // SAFETY: a plain syscall on a pid of the run's postmaster.
-        Ok(unsafe { libc::kill(pid, sig) == 0 })
+    /// [`Capability::Partitions`].
+    fn partitions(&mut self) -> Option<&mut dyn Partitions> {
+        None
     }
-    /// The link proxy between the pooler and PostgreSQL, when the topology faults that link.
+    /// [`Capability::Links`]: the link proxy between the pooler and PostgreSQL, when the
+    /// topology faults that link.
     fn link(&self) -> Option<&proxy::Proxy> {
         None
     }
+}
+
+/// Process control of the servers ([`Capability::Processes`]).
+pub trait Processes: Send {
+    fn control(&mut self, which: Which, what: Control) -> Result<()>;
+    /// Stop and start one server again on the same port.
+    fn restart(&mut self, which: Which) -> BoxFuture<'_, Result<()>>;
+}
+
+/// Signals to one PostgreSQL backend ([`Capability::BackendSignals`]).
+pub trait BackendSignals: Send {
+    /// Send `sig` to the backend by the pid PostgreSQL reports for it; false when it is not
+    /// there.
+    fn signal_backend(&mut self, pid: i32, sig: i32) -> Result<bool>;
+}
+
+/// Fail over to the standby ([`Capability::Failover`], `postgres.standby: true`).
+pub trait Failover: Send {
+    /// The port of the current primary PostgreSQL (after [`Failover::promote`], the new
+    /// primary's).
+    fn primary_port(&self) -> u16;
+    /// Fence the primary (immediate stop; it is gone before anything else happens), promote
+    /// the standby and wait until it is out of recovery, and, with a pooler, repoint the
+    /// pooler to it and confirm that a client connection through the pooler reaches it.
+    /// Afterwards [`Servers::pids`] and [`Processes`] of [`Which::Postgres`] act on the new
+    /// primary, and the old primary stays stopped. Once only: there is no standby any more.
+    fn promote(&mut self) -> BoxFuture<'_, Result<()>>;
     /// After a promote: make a new streaming standby of the new primary (in the fenced
     /// primary's place), so the next failover has one. A no-op while a standby runs.
-    fn rebuild_standby(&mut self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async { bail!("no standby in this topology") })
-    }
+    fn rebuild_standby(&mut self) -> BoxFuture<'_, Result<()>>;
+}
+
+/// Cut a host off ([`Capability::Partitions`]).
+pub trait Partitions: Send {
+    /// Cut PgBouncer's host off from `peer` (every packet dropped both ways), or heal the
+    /// cut (`None`).
+    fn partition(&mut self, peer: Option<crate::vocab::fault::Peer>) -> Result<()>;
 }
 
 /// Turns a topology into a running cluster.
@@ -366,16 +399,23 @@ impl Cluster {
         self.primary_port.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Fail over to the standby and make a new one (see [`Servers::promote`]); direct
+    /// Fail over to the standby and make a new one (see [`Failover::promote`]); direct
     /// connections go to the new primary afterwards.
     pub async fn promote(&self) -> Result<()> {
         let mut s = self.servers.lock().await;
-        s.promote().await?;
-        if let Some(p) = s.primary_port() {
-            self.primary_port
-                .store(p, std::sync::atomic::Ordering::Relaxed);
-        }
-        s.rebuild_standby().await
+        let f = s
+            .failover()
+            .ok_or_else(|| self.lacks(Capability::Failover))?;
+        f.promote().await?;
+        self.primary_port
+            .store(f.primary_port(), std::sync::atomic::Ordering::Relaxed);
+        f.rebuild_standby().await
+    }
+
+    /// The error of a capability the launcher does not offer: unreachable for a topology
+    /// that passed [`capability::refusal`].
+    fn lacks(&self, c: Capability) -> anyhow::Error {
+        anyhow!("launcher {} does not offer {c:?}", self.launcher)
     }
 
     /// Read the pooler's running settings on its admin console and compare them with what
@@ -411,22 +451,40 @@ impl Cluster {
             .unwrap_or((None, None))
     }
 
+    /// See [`Processes::control`].
     pub async fn control(&self, which: Which, what: Control) -> Result<()> {
-        self.servers.lock().await.control(which, what)
+        let mut s = self.servers.lock().await;
+        let p = s
+            .processes()
+            .ok_or_else(|| self.lacks(Capability::Processes))?;
+        p.control(which, what)
     }
 
-    /// Cut or heal (see [`Servers::partition`]).
+    /// Cut or heal (see [`Partitions::partition`]).
     pub async fn partition(&self, peer: Option<crate::vocab::fault::Peer>) -> Result<()> {
-        self.servers.lock().await.partition(peer)
+        let mut s = self.servers.lock().await;
+        let p = s
+            .partitions()
+            .ok_or_else(|| self.lacks(Capability::Partitions))?;
+        p.partition(peer)
     }
 
-    /// Signal one backend (see [`Servers::signal_backend`]).
+    /// Signal one backend (see [`BackendSignals::signal_backend`]).
     pub async fn signal_backend(&self, pid: i32, sig: i32) -> Result<bool> {
-        self.servers.lock().await.signal_backend(pid, sig)
+        let mut s = self.servers.lock().await;
+        let b = s
+            .backends()
+            .ok_or_else(|| self.lacks(Capability::BackendSignals))?;
+        b.signal_backend(pid, sig)
     }
 
+    /// See [`Processes::restart`].
     pub async fn restart(&self, which: Which) -> Result<()> {
-        self.servers.lock().await.restart(which).await
+        let mut s = self.servers.lock().await;
+        let p = s
+            .processes()
+            .ok_or_else(|| self.lacks(Capability::Processes))?;
+        p.restart(which).await
     }
 
     /// Err when a server has died (Ok while a fault holds the servers: it restarts them).
@@ -509,6 +567,9 @@ pub fn binaries(
 /// start, so they inherit it), and launch with the topology's launcher (or `opts.launcher`).
 pub async fn launch(topology: &Topology, opts: LaunchOptions) -> Result<Cluster> {
     let kind = opts.launcher.unwrap_or(topology.launcher);
+    if let Some(why) = capability::refusal(topology, kind) {
+        bail!("{why}");
+    }
     if kind == crate::topology::LauncherKind::External {
         // Nothing to provision: the deployment runs its own servers.
         return external::ExternalLauncher.launch(topology).await;
@@ -556,7 +617,8 @@ pub async fn connect_heard_within(
     config: &Config,
     bound: Duration,
 ) -> Result<(Client, tokio::sync::mpsc::UnboundedReceiver<Heard>)> {
-    let (client, mut conn) = tokio::time::timeout(bound, config.connect(NoTls))
+    let (config, tls) = tls::prepare(config);
+    let (client, mut conn) = tokio::time::timeout(bound, config.connect(tls))
         .await
         .map_err(|_| anyhow::Error::new(ConnectTimedOut(bound)))??;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -589,7 +651,8 @@ impl std::fmt::Display for ConnectTimedOut {
 impl std::error::Error for ConnectTimedOut {}
 
 pub async fn connect(config: &Config) -> Result<Client> {
-    let (client, conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(NoTls))
+    let (config, tls) = tls::prepare(config);
+    let (client, conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(tls))
         .await
         .map_err(|_| anyhow!("connect timed out after {IO_TIMEOUT:?}"))??;
     tokio::spawn(conn);
@@ -637,7 +700,7 @@ pub async fn verify_pooler_config(
     if let Some(log) = log.filter(|l| l.exists()) {
         msg.push_str(&format!(
             "\n  last lines of its log:\n{}",
-            native::log_tail(log, 15)
+            process::log_tail(log, 15)
         ));
     }
     Err(anyhow!(msg))

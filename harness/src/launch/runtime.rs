@@ -80,7 +80,7 @@ pub fn ensure_base(base: &Path) -> Result<()> {
 pub fn make_run_dir(os_user: Option<(u32, u32)>) -> Result<PathBuf> {
     let base = base();
     ensure_base(&base)?;
-    remove_dead_runs(&base);
+    remove_dead_runs(&base, server_uid(os_user));
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos();
@@ -102,20 +102,15 @@ pub fn chown(path: &Path, os_user: Option<(u32, u32)>) -> Result<()> {
     Ok(())
 }
 
-/// Write a file readable by its owner only.
-pub fn write_private(path: &Path, text: &str, os_user: Option<(u32, u32)>) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("{}: creating the file", path.display()))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("{}: writing", path.display()))?;
-    chown(path, os_user)
+/// Write a file readable by its owner only, below `anchor` (the run directory): nothing
+/// planted there (a symlink, a symlinked directory) is followed ([`super::safe_fs`]).
+pub fn write_private(
+    anchor: &Path,
+    path: &Path,
+    text: &str,
+    os_user: Option<(u32, u32)>,
+) -> Result<()> {
+    super::safe_fs::write_private(anchor, path, text, os_user)
 }
 
 /// The pid in a run directory's name, `run-<pid>-<nanos>`.
@@ -127,7 +122,9 @@ pub fn run_dir_pid(name: &str) -> Option<u32> {
 /// their postmaster registered (a SIGKILLed postmaster cannot remove it). Normally the
 /// reaper has done this already; this catches what it could not (e.g. the machine lost
 /// power).
-pub fn remove_dead_runs(base: &Path) {
+///
+/// Only segments of `uid` (the servers' user) are considered ([`remove_sysv_segment`]).
+pub fn remove_dead_runs(base: &Path, uid: u32) {
     let Ok(entries) = fs::read_dir(base) else {
         return;
     };
@@ -137,7 +134,7 @@ pub fn remove_dead_runs(base: &Path) {
             && !Path::new(&format!("/proc/{pid}")).exists()
         {
             for data in DATA_DIRS {
-                remove_sysv_segment(&e.path().join(data));
+                remove_sysv_segment(&e.path().join(data), uid, None);
             }
             let _ = fs::remove_dir_all(e.path());
         }
@@ -148,35 +145,57 @@ pub fn remove_dead_runs(base: &Path) {
 /// `postgres.standby`, the standby's (the reaper's script lists the same two).
 pub const DATA_DIRS: [&str; 2] = ["data", "standby"];
 
-/// The System V segment a postmaster recorded in `postmaster.pid` (line 7: key and id),
-/// removed if nothing is attached to it any more.
-pub fn remove_sysv_segment(data_dir: &Path) {
-    let Some(shmid) = postmaster_shmid(data_dir) else {
+/// The uid servers run as: the unprivileged server user's when root runs the harness,
+/// else the harness's own.
+pub fn server_uid(os_user: Option<(u32, u32)>) -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    os_user.map_or_else(|| unsafe { libc::geteuid() }, |(uid, _)| uid)
+}
+
+/// The System V segment a postmaster recorded in `postmaster.pid` (line 1: its pid; line 7:
+/// key and id), removed only if it is really that postmaster's: created by that pid, owned
+/// and created by `uid` (the servers' user), nothing attached, the postmaster gone, and (when
+/// the harness knows it) the pid the one it started. The file is the servers' user's to
+/// write, so its id alone is never trusted; it is read only if it is a regular file.
+pub fn remove_sysv_segment(data_dir: &Path, uid: u32, postmaster: Option<i32>) {
+    let Some((pid, shmid)) = postmaster_shmid(data_dir) else {
         return;
     };
+    if postmaster.is_some_and(|p| p != pid) || crate::provision::process_alive(pid) {
+        return;
+    }
     // SAFETY: shmctl with IPC_STAT into a zeroed struct we own, then IPC_RMID.
     unsafe {
         let mut ds: libc::shmid_ds = std::mem::zeroed();
-        if libc::shmctl(shmid, libc::IPC_STAT, &mut ds) == 0 && ds.shm_nattch == 0 {
+        if libc::shmctl(shmid, libc::IPC_STAT, &mut ds) == 0 && segment_is_theirs(&ds, uid, pid) {
             libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut());
         }
     }
 }
 
-/// The shared memory id in `postmaster.pid`, if the file is there.
-pub fn postmaster_shmid(data_dir: &Path) -> Option<i32> {
-    let text = fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
-    parse_shmid(&text)
+/// Whether a segment was created by `pid` as `uid`, is still owned by `uid`, and has
+/// nothing attached.
+fn segment_is_theirs(ds: &libc::shmid_ds, uid: u32, pid: i32) -> bool {
+    ds.shm_perm.cuid == uid && ds.shm_perm.uid == uid && ds.shm_cpid == pid && ds.shm_nattch == 0
 }
 
-fn parse_shmid(postmaster_pid: &str) -> Option<i32> {
-    postmaster_pid
+/// The postmaster's pid and shared memory id in `postmaster.pid`, if it is a regular file
+/// there (not a symlink, a FIFO or a device).
+pub fn postmaster_shmid(data_dir: &Path) -> Option<(i32, i32)> {
+    let bytes = super::safe_fs::read_tail_nofollow(&data_dir.join("postmaster.pid"), 4096).ok()?;
+    parse_shmid(&String::from_utf8_lossy(&bytes))
+}
+
+fn parse_shmid(postmaster_pid: &str) -> Option<(i32, i32)> {
+    let pid = postmaster_pid.lines().next()?.trim().parse().ok()?;
+    let shmid = postmaster_pid
         .lines()
         .nth(6)?
         .split_whitespace()
         .nth(1)?
         .parse()
-        .ok()
+        .ok()?;
+    Some((pid, shmid))
 }
 
 /// Leftovers of older pgchaos versions, which let PostgreSQL keep its dynamic shared memory
@@ -203,7 +222,7 @@ mod tests {
     #[test]
     fn postmaster_pid_line_7_holds_the_segment() {
         let text = "4242\n/dev/shm/x/data\n1796037611\n5433\n/dev/shm/x\n127.0.0.1\n  5433001     32790\nready   \n";
-        assert_eq!(parse_shmid(text), Some(32790));
+        assert_eq!(parse_shmid(text), Some((4242, 32790)));
         assert_eq!(parse_shmid("4242\n"), None);
         assert_eq!(run_dir_pid("run-123-456"), Some(123));
         assert_eq!(run_dir_pid("other"), None);

@@ -150,6 +150,17 @@ impl Nemesis {
             Ok((!present.is_empty() && running).then_some(t.pid))
         };
         if let Some(cf) = cluster.pooler.console_fault(op, cluster.pool_database()) {
+            // A deployment's: refused when anyone else is on the database now, and a PAUSE
+            // or KILL is recorded first, so teardown and the reaper resume it whatever ends
+            // the run before its RESUME.
+            let pauses = matches!(op, Op::PoolerPause | Op::PoolerKill);
+            let pg = self.pg.borrow().clone();
+            crate::launch::external::before_console_fault(cluster, &pg, op, pauses).await?;
+            let resumed = |ok: bool| {
+                if ok && pauses && cluster.external.is_some() {
+                    crate::launch::external::clear_pause(cluster);
+                }
+            };
             match &cf.heal {
                 // A fault that holds: started, held, healed whatever became of the start (a
                 // PAUSE returns once every server is released and closed; a client holding
@@ -159,6 +170,7 @@ impl Nemesis {
                     let started = admin(&cf.start).await;
                     tokio::time::sleep(hold).await;
                     let healed = admin(heal).await;
+                    resumed(healed.is_ok());
                     if started.is_ok() {
                         healed?;
                     }
@@ -169,7 +181,10 @@ impl Nemesis {
                         });
                     }
                 }
-                None => admin(&cf.start).await?,
+                None => {
+                    admin(&cf.start).await?;
+                    resumed(true);
+                }
             }
             return self.after_server_fault(cluster, op).await;
         }

@@ -4,8 +4,8 @@
 //! have settled after a step ([`Waits`]: what to wait for is the runner's call, made from the
 //! op), and the reset to the empty state between cases, verified.
 //!
-//! May import `vocab`, `sql`, `launch` (connections), `pooler` (its views) and `history`
-//! (the observation types it fills in).
+//! May import `vocab`, `sql`, `tls`, `launch` (connections), `client` (the bounded raw
+//! query), `pooler` (its views) and `history` (the observation types it fills in).
 
 use crate::client::{Raw, run_raw};
 use crate::history::{BackendRow, LockRow, Observation, ServerState};
@@ -145,16 +145,40 @@ pub struct Observer {
     /// The clients' role, and the database name their pool has on the pooler's console.
     client_role: String,
     pool_db: String,
+    /// Looks read this database instead of the cluster's (`pgchaos run`'s round databases).
+    database: Option<String>,
     /// A deployment pgchaos did not start (`launcher: external`): a case is reset only by
-    /// terminating the clients' backends (no console command), and only the clients'
-    /// advisory locks must be gone.
+    /// terminating the backends the run opened (no console command), only their advisory
+    /// locks must be gone, and a reset first checks that nothing else appeared
+    /// (`launch::external::check_strangers`).
     foreign: bool,
+    own: Option<crate::launch::owned::Ownership>,
+    /// Console faults may run (other users on the pool's database stop the run).
+    console_faults: bool,
 }
 
 impl Observer {
     pub async fn connect(cluster: &Cluster) -> Result<Observer> {
+        Self::connect_in(cluster, None).await
+    }
+
+    /// An observer whose looks read database `db` (PostgreSQL's backends and locks there, the
+    /// pooler's pool of that name) instead of the cluster's.
+    pub async fn connect_to(cluster: &Cluster, db: &str) -> Result<Observer> {
+        Self::connect_in(cluster, Some(db)).await
+    }
+
+    fn direct_in(cluster: &Cluster, db: Option<&str>) -> tokio_postgres::Config {
+        let mut c = cluster.socket_config(cluster.observer_role());
+        if let Some(db) = db {
+            c.dbname(db);
+        }
+        c
+    }
+
+    async fn connect_in(cluster: &Cluster, db: Option<&str>) -> Result<Observer> {
         let conns = Conns::open(
-            &cluster.socket_config(cluster.observer_role()),
+            &Self::direct_in(cluster, db),
             cluster.pooler.as_ref(),
             &cluster.consoles_at(),
             cluster.client_role(),
@@ -168,8 +192,11 @@ impl Observer {
             outside_config: std::cell::RefCell::new(cluster.socket_config(cluster.client_role())),
             migrations: cluster.topology.workload.uses(crate::vocab::Op::Migrate),
             client_role: cluster.client_role().to_string(),
-            pool_db: cluster.pool_database().to_string(),
+            pool_db: db.unwrap_or(cluster.pool_database()).to_string(),
+            database: db.map(str::to_string),
             foreign: cluster.external.is_some(),
+            own: cluster.external.as_ref().and_then(|e| e.own.clone()),
+            console_faults: !cluster.topology.faults.kinds.is_empty(),
         })
     }
 
@@ -201,7 +228,7 @@ impl Observer {
     pub async fn reopen(&self, cluster: &Cluster) -> Result<()> {
         *self.outside_config.borrow_mut() = cluster.socket_config(cluster.client_role());
         let at = cluster.consoles_at();
-        let direct = cluster.socket_config(cluster.observer_role());
+        let direct = Self::direct_in(cluster, self.database.as_deref());
         let pooler = cluster.pooler.clone();
         let role = cluster.client_role().to_string();
         let c = until_accepted("observer", || {
@@ -244,13 +271,8 @@ impl Observer {
     /// Try a new connection to PostgreSQL as the client role (closed at once): `connected`,
     /// or why it was refused.
     pub async fn outside(&self) -> String {
-        let config = self.outside_config.borrow().clone();
-        match tokio::time::timeout(
-            Duration::from_secs(2),
-            config.connect(tokio_postgres::NoTls),
-        )
-        .await
-        {
+        let (config, tls) = crate::tls::prepare(&self.outside_config.borrow());
+        match tokio::time::timeout(Duration::from_secs(2), config.connect(tls)).await {
             Ok(Ok(_)) => "connected".into(),
             Ok(Err(e)) => match e.as_db_error() {
                 Some(d) => format!("refused {} {}", d.code().code(), d.message()),
@@ -409,22 +431,44 @@ impl Observer {
                     .with_context(|| format!("pooler admin command {cmd}"))?;
             }
         }
+        // A deployment's: what the run owns (the pooler's servers of its pool among them),
+        // after checking that nothing it does not own appeared since the last case.
+        let pooled: Option<Vec<i32>> =
+            (!c.admin.is_empty()).then(|| pids.iter().copied().collect());
+        let (terminate, count, held) = match &self.own {
+            Some(own) => {
+                let consoles: Vec<&dyn crate::pooler::Console> =
+                    c.admin.iter().map(|a| a.as_ref()).collect();
+                crate::launch::external::check_strangers(
+                    &c.pg,
+                    &consoles,
+                    own,
+                    &self.pool_db,
+                    pooled.as_deref(),
+                    self.console_faults,
+                )
+                .await?;
+                let p = pooled.as_deref();
+                (own.terminate_sql(p), own.count_sql(p), own.locks_sql(p))
+            }
+            None => (
+                sql::terminate_role(&self.client_role),
+                sql::role_backends(&self.client_role),
+                sql::ALL_ADVISORY_LOCKS.to_string(),
+            ),
+        };
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let terminated = Self::raw_ok(&c.pg, &sql::terminate_role(&self.client_role)).await?;
+            let terminated = Self::raw_ok(&c.pg, &terminate).await?;
             pids.extend(
                 terminated
                     .iter()
                     .filter_map(|r| r[0].as_deref()?.parse::<i32>().ok()),
             );
-            let backends = Self::raw_ok(&c.pg, &sql::role_backends(&self.client_role)).await?;
-            let locks = if self.foreign {
-                Self::raw_ok(&c.pg, &sql::role_advisory_locks(&self.client_role)).await?
-            } else {
-                Self::raw_ok(&c.pg, sql::ALL_ADVISORY_LOCKS).await?
-            };
+            let backends = Self::raw_ok(&c.pg, &count).await?;
+            let locks = Self::raw_ok(&c.pg, &held).await?;
             let n = |rows: &Vec<Vec<Option<String>>>| {
                 rows.first().and_then(|r| r[0].clone()).unwrap_or_default()
             };

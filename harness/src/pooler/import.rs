@@ -1,9 +1,18 @@
 //! What every pooler's import (`pooler/<name>/import.rs`, `pgchaos import`) shares: the error
 //! at `path:line:column` with the line and a caret under the culprit, in the style of the
-//! topology's errors.
+//! topology's errors, and the catalog a probe topology is read with.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+/// What an import's probe topology (does pgchaos accept this version, this setting?) is read
+/// with: the poolers' sections, and no invariants, since a probe names no `expect:`.
+pub fn probe_catalog() -> crate::topology::Catalog<'static> {
+    crate::topology::Catalog {
+        invariants: &[],
+        poolers: &super::SECTIONS,
+    }
+}
 
 /// A configuration file's error: `path:line:column: message`, the line with a caret, hints.
 #[derive(Debug)]
@@ -53,13 +62,17 @@ impl ConfFile<'_> {
         message: impl Into<String>,
         hints: Vec<String>,
     ) -> ConfError {
-        let source_line = self
+        // Shown on a terminal: a control character is shown as U+FFFD (one character, so
+        // the caret stays under it), never sent as it is.
+        let source_line: String = self
             .src
             .lines()
             .nth(line.saturating_sub(1))
             .unwrap_or("")
             .trim_end_matches('\r')
-            .to_string();
+            .chars()
+            .map(|c| if forbidden(c) { '\u{fffd}' } else { c })
+            .collect();
         let rest = source_line
             .chars()
             .count()
@@ -76,6 +89,51 @@ impl ConfFile<'_> {
     }
 }
 
+/// A character a configuration file may not hold anywhere: a control character other than a
+/// tab (C0, DEL, C1 with U+0085 NEL) and the Unicode line and paragraph separators. YAML and
+/// terminals read some of them as line breaks (a bare `\r` ends a YAML comment), so a value
+/// holding one could write keys of its own into the topology.
+pub fn forbidden(c: char) -> bool {
+    (c.is_control() && c != '\t') || c == '\u{2028}' || c == '\u{2029}'
+}
+
+/// `U+000D (carriage return)`.
+fn char_name(c: char) -> String {
+    let name = match c {
+        '\0' => "NUL",
+        '\r' => "carriage return",
+        '\u{b}' => "vertical tab",
+        '\u{c}' => "form feed",
+        '\u{1b}' => "escape",
+        '\u{7f}' => "delete",
+        '\u{85}' => "next line, NEL",
+        '\u{2028}' => "line separator",
+        '\u{2029}' => "paragraph separator",
+        _ => "a control character",
+    };
+    format!("U+{:04X} ({name})", c as u32)
+}
+
+/// Refuses a file that holds a [`forbidden`] character, at its line and column (lines end at
+/// `\n`; a `\r` right before it is a CRLF line end, allowed). Every importer calls it first.
+pub fn refuse_control(f: &ConfFile) -> Result<(), ConfError> {
+    for (i, line) in f.src.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if let Some((col, c)) = line.chars().enumerate().find(|(_, c)| forbidden(*c)) {
+            return Err(f.error(
+                i + 1,
+                col + 1,
+                1,
+                format!("{} in the file: refused", char_name(c)),
+                vec![
+                    "a configuration file holds printable text, tabs and line ends (\\n or \\r\\n) only: a bare \\r, NUL or another control character is what a line break can hide behind".into(),
+                ],
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The 1-based character column of byte offset `byte` in `line`.
 pub fn col_of(line: &str, byte: usize) -> usize {
     line[..byte].chars().count() + 1
@@ -88,7 +146,7 @@ pub fn yaml_quote(v: &str) -> String {
         match c {
             '"' => s.push_str("\\\""),
             '\\' => s.push_str("\\\\"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => s.push_str(&format!("\\x{:02x}", c as u32)),
+            c if forbidden(c) || c == '\t' => s.push_str(&format!("\\u{:04x}", c as u32)),
             c => s.push(c),
         }
     }
@@ -114,5 +172,98 @@ mod tests {
         );
         assert!(s.ends_with("\nhint: h"), "{s}");
         assert_eq!(yaml_quote("a\"b\\"), "\"a\\\"b\\\\\"");
+        assert_eq!(
+            yaml_quote("x\r y\u{85}\u{2028}\0"),
+            "\"x\\u000d y\\u0085\\u2028\\u0000\""
+        );
+    }
+
+    fn origin() -> crate::pooler::Origin<'static> {
+        crate::pooler::Origin {
+            ini: Path::new("/etc/pooler.conf"),
+            when: "2026-12-06 16:00:00+00",
+            name: "hostile",
+            version: None,
+            select: Default::default(),
+        }
+    }
+
+    /// Hostile input for both importers: a bare carriage return (YAML reads it as a line
+    /// break: the issue's `listen_addr = x\r  binary: /tmp/evil\r#` wrote a key of its own
+    /// into the topology), NUL, NEL, a C1 control, the line separator, escape, in a key, a
+    /// value, a comment, a dropped key's value: each refused at its line and column, with
+    /// the character named and the snippet free of it. CRLF line ends and tabs are fine.
+    #[test]
+    fn control_characters_are_refused_by_both_importers() {
+        type Convert =
+            fn(&str, &Path, &crate::pooler::Origin) -> anyhow::Result<crate::pooler::Imported>;
+        let importers: [(&str, &str, Convert); 2] = [
+            (
+                "[pgbouncer]\npool_mode = transaction\n",
+                "pgbouncer.ini",
+                crate::pooler::pgbouncer::import::convert,
+            ),
+            (
+                "backend_clustering_mode = 'streaming_replication'\nconnection_cache = on\n",
+                "pgpool.conf",
+                crate::pooler::pgpool::import::convert,
+            ),
+        ];
+        let hostile: &[(&str, usize, usize, &str)] = &[
+            (
+                "listen_addr = x\r  binary: /tmp/evil\r#\n",
+                3,
+                16,
+                "U+000D (carriage return)",
+            ),
+            ("log_line_prefix = 'a\0b'\n", 3, 21, "U+0000 (NUL)"),
+            (
+                "listen_addr = 'x\u{85}y'\n",
+                3,
+                17,
+                "U+0085 (next line, NEL)",
+            ),
+            ("# a comment \u{9b}31m\n", 3, 13, "U+009B"),
+            (
+                "listen_addr = 'x\u{2028}y'\n",
+                3,
+                17,
+                "U+2028 (line separator)",
+            ),
+            ("list\u{1b}en_addr = x\n", 3, 5, "U+001B (escape)"),
+            ("\u{b}listen_addr = x\n", 3, 1, "U+000B (vertical tab)"),
+        ];
+        for (base, file, convert) in importers {
+            for (line, l, c, what) in hostile {
+                let src = format!("{base}{line}");
+                let e = convert(&src, Path::new(file), &origin())
+                    .err()
+                    .unwrap_or_else(|| panic!("{file}: {line:?} was accepted"));
+                let ce = e
+                    .downcast_ref::<ConfError>()
+                    .unwrap_or_else(|| panic!("{file}: {line:?}: not a ConfError: {e}"));
+                assert_eq!((ce.line, ce.column), (*l, *c), "{file}: {line:?}: {e}");
+                let shown = e.to_string();
+                assert!(
+                    shown.starts_with(&format!("{file}:{l}:{c}: "))
+                        && shown.contains(what)
+                        && shown.contains("refused"),
+                    "{shown}"
+                );
+                assert!(
+                    !shown.chars().any(|ch| forbidden(ch) && ch != '\n'),
+                    "the message echoes the character: {shown:?}"
+                );
+            }
+            // CRLF line ends and tabs are plain text.
+            let crlf = format!("{}\tmax_client_conn = 100\r\n", base.replace('\n', "\r\n"));
+            let crlf = if file == "pgpool.conf" {
+                crlf.replace("max_client_conn = 100", "num_init_children = 4")
+            } else {
+                crlf
+            };
+            convert(&crlf, Path::new(file), &origin())
+                .unwrap_or_else(|e| panic!("{file}: CRLF refused: {e}"));
+        }
     }
 }

@@ -1,17 +1,18 @@
-//! The pooler seam: everything a pooler is, one folder per pooler (`pgbouncer/`), registered
-//! by one line in [`KINDS`]; "none" ([`NoPooler`]) is clients straight to PostgreSQL. A
-//! pooler owns its topology section (read through `topology::Section`, which keeps every
-//! error positioned), its provisioning, its config files and how its process starts, its
-//! admin console ([`Console`]: commands, its view of the connections in the common words of
-//! [`view`], its running settings and version), the faults done on that console
+//! The pooler seam: everything a pooler is, one folder per pooler (`pgbouncer/`, `pgpool/`),
+//! registered by one line in [`KINDS`]; "none" ([`NoPooler`]) is clients straight to
+//! PostgreSQL. A pooler owns its topology section (read through `topology::Section`, which
+//! keeps every error positioned), its provisioning, its config files and how its process
+//! starts, its admin console ([`Console`]: commands, its view of the connections in the
+//! common words of [`view`], its running settings and version), the faults done on that console
 //! ([`ConsoleFault`]), its container recipe, the import of its own config file, and the
 //! pooling rules the model and the runner predict with ([`PoolRules`]: when a server is linked
 //! to a client, when it is released, what the reset does, what a client's disconnect does).
 //! The rest of the harness names no pooler: it asks the [`Pooler`] a topology's section built
 //! (`for_topology`). docs/poolers.md says how to add one.
 //!
-//! May import `vocab`, `topology` (the section reader) and `provision` (its machinery); the
-//! launcher, observer, nemesis, runner, model and reports ask it.
+//! May import `vocab`, `topology` (the section reader), `tls` (its console's connection),
+//! `safe_fs` (its console's files) and `provision` (its machinery); the launcher, observer,
+//! nemesis, runner, model and reports ask it.
 
 pub mod import;
 pub mod pgbouncer;
@@ -85,6 +86,9 @@ pub trait Kind: Sync {
 /// Every pooler pgchaos knows. Adding a pooler is its folder and one line here.
 pub const KINDS: &[&dyn Kind] = &[&pgbouncer::PGBOUNCER, &pgpool::PGPOOL];
 
+/// Whose raw rows a history of format 1 holds: PgBouncer's, the one pooler of that format.
+pub const FORMAT_1_ROWS: view::RawRows = pgbouncer::view::ROWS;
+
 /// A pooler's name as people write it (`pgbouncer` -> `PgBouncer`); an unknown name as it
 /// is.
 pub fn display_name(name: &str) -> String {
@@ -108,6 +112,17 @@ pub struct Origin<'a> {
     pub name: &'a str,
     /// The pooler release to declare (`None`: the pooler's default).
     pub version: Option<&'a str>,
+    /// The database and user under test, and the keys the user lets the import drop.
+    pub select: Select<'a>,
+}
+
+/// `pgchaos import --database NAME --user NAME --drop KEY,...`: which of the file's pools is
+/// the one under test, and the semantic keys the user acknowledges are not modelled.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Select<'a> {
+    pub database: Option<&'a str>,
+    pub user: Option<&'a str>,
+    pub drop: &'a [String],
 }
 
 /// An imported topology.
@@ -115,6 +130,9 @@ pub struct Imported {
     pub yaml: String,
     /// One line on what was taken and dropped, for the terminal.
     pub summary: String,
+    /// Every dropped key with its reason (`listen_addr = "*": pgchaos listens on loopback
+    /// only`), printed on stderr.
+    pub dropped: Vec<String>,
 }
 
 /// A boxed future (the pooler trait is object-safe).
@@ -222,7 +240,7 @@ pub trait Pooler: Send + Sync {
 /// Where the harness reaches a pooler's admin console: its Unix socket directory (native)
 /// or loopback TCP with the run's password (containers), its client port and, for a pooler
 /// whose console listens apart (pgpool-II's PCP), that port.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ConsoleAt {
     pub unix_dir: Option<std::path::PathBuf>,
     /// The TCP host when there is no Unix directory (`None`: loopback).
@@ -253,6 +271,22 @@ pub struct InContainer {
     /// A private directory of the run on this host, for files the console needs (a password
     /// file).
     pub dir: std::path::PathBuf,
+}
+
+/// The password is never printed.
+impl std::fmt::Debug for ConsoleAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleAt")
+            .field("unix_dir", &self.unix_dir)
+            .field("host", &self.host)
+            .field("pool_user", &self.pool_user)
+            .field("port", &self.port)
+            .field("admin_port", &self.admin_port)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("container", &self.container)
+            .finish()
+    }
 }
 
 impl ConsoleAt {
@@ -294,11 +328,33 @@ pub trait Console {
     fn version(&self) -> BoxFuture<'_, anyhow::Result<String>>;
     /// The connection has closed (a fault restarted the pooler): open another.
     fn is_closed(&self) -> bool;
+    /// Sessions on the pooler a run with tag `tag` did not open ([`Strangers`]), for
+    /// `launcher: external`; `None` when this pooler's console cannot list its clients.
+    fn strangers<'a>(
+        &'a self,
+        db: &'a str,
+        role: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Option<Strangers>>> {
+        let _ = (db, role, tag);
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// What a pooler's console shows that a run did not open, one line each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Strangers {
+    /// Clients of the clients' role whose `application_name` is not the run's tag.
+    pub same_role: Vec<String>,
+    /// Clients and pools of other users on the run's pool database (a console fault on that
+    /// database would act on them).
+    pub other_users: Vec<String>,
 }
 
 /// Connect a libpq-style connection with a bound on the whole startup.
 pub async fn connect_pg(config: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, conn) = tokio::time::timeout(ADMIN_TIMEOUT, config.connect(tokio_postgres::NoTls))
+    let (config, tls) = crate::tls::prepare(config);
+    let (client, conn) = tokio::time::timeout(ADMIN_TIMEOUT, config.connect(tls))
         .await
         .map_err(|_| anyhow::anyhow!("connect timed out after {ADMIN_TIMEOUT:?}"))??;
     tokio::spawn(conn);

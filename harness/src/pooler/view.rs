@@ -6,8 +6,8 @@
 //! row beside them (`raw`) as the evidence; observe, plan, check and report read only the
 //! normalized words.
 //!
-//! Histories of format 1 were written by PgBouncer runs with only the raw rows: a row that
-//! is a plain map of strings is read as PgBouncer's (see [`Wire`]).
+//! Histories of format 1 hold only the raw rows: a row that is a plain map of strings is read
+//! by the reader the pooler seam names for them ([`super::FORMAT_1_ROWS`], see [`Wire`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -141,12 +141,20 @@ impl Look {
     }
 }
 
-/// A row on disk: the normalized fields (format 2), or a format-1 history's PgBouncer row.
+/// A row on disk: the normalized fields (format 2), or a format-1 history's raw row.
 #[derive(Deserialize)]
 #[serde(untagged)]
 pub enum Wire<T> {
     Fields(T),
-    PgBouncer(PoolerRow),
+    Raw(PoolerRow),
+}
+
+/// How one pooler's raw rows read in the common words: the reader of a format-1 history's
+/// rows ([`super::FORMAT_1_ROWS`]).
+pub struct RawRows {
+    pub server: fn(PoolerRow) -> ServerRow,
+    pub client: fn(PoolerRow) -> ClientRow,
+    pub pool: fn(PoolerRow) -> PoolRow,
 }
 
 #[derive(Deserialize)]
@@ -203,7 +211,7 @@ impl From<Wire<ServerFields>> for ServerRow {
                 replica: f.replica,
                 raw: f.raw,
             },
-            Wire::PgBouncer(raw) => super::pgbouncer::view::server(raw),
+            Wire::Raw(raw) => (super::FORMAT_1_ROWS.server)(raw),
         }
     }
 }
@@ -219,7 +227,7 @@ impl From<Wire<ClientFields>> for ClientRow {
                 replica: f.replica,
                 raw: f.raw,
             },
-            Wire::PgBouncer(raw) => super::pgbouncer::view::client(raw),
+            Wire::Raw(raw) => (super::FORMAT_1_ROWS.client)(raw),
         }
     }
 }
@@ -235,7 +243,7 @@ impl From<Wire<PoolFields>> for PoolRow {
                 replica: f.replica,
                 raw: f.raw,
             },
-            Wire::PgBouncer(raw) => super::pgbouncer::view::pool(raw),
+            Wire::Raw(raw) => (super::FORMAT_1_ROWS.pool)(raw),
         }
     }
 }

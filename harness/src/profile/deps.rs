@@ -63,6 +63,10 @@ const SKIP: &[&str] = &[
     "__pycache__",
 ];
 
+/// The largest dependency file read (a lock file of a big monorepo is a few MiB); a FIFO, a
+/// device or a symlink in its place is refused, not read.
+const MAX_FILE: u64 = 32 << 20;
+
 /// How deep below `dir` dependency files are looked for (a monorepo's services).
 const DEPTH: usize = 3;
 
@@ -78,8 +82,10 @@ pub fn scan(dir: &Path) -> Result<(Vec<PathBuf>, Vec<Found>)> {
     files.sort();
     let mut found = BTreeSet::new();
     for (path, eco, parse) in &files {
-        let text = std::fs::read_to_string(path)
+        let bytes = crate::safe_fs::read_regular_capped(path, MAX_FILE)
             .with_context(|| format!("{}: cannot read the dependency file", path.display()))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| anyhow!("{}: not UTF-8 text", path.display()))?;
         let rel = path.strip_prefix(dir).unwrap_or(path).to_path_buf();
         for package in parse(&text).map_err(|e| anyhow!("{}: {e}", path.display()))? {
             found.insert(Found {

@@ -4,13 +4,13 @@
 //! into a runnable topology; and the matrix's outcome classes, from the facts of a run
 //! (read from its results and history by `report::matrix`, never from the servers).
 //!
-//! May import `vocab`, `topology` and the checker's catalog.
+//! May import `vocab`, `topology`, `safe_fs` (its safe file reads) and the checker's `catalog`.
 //!
 //! A profile file is the `workload:` section of a topology (a scripted group of replicas,
 //! steps guarded with `when:`) plus `tool:`, `waits_forever:`, `expected:` (the cell the
-//! matrix should show on each topology, written before running) and `detect:` (the packages
-//! that identify the tool in a project's dependency files, read by `deps.rs`, for
-//! `pgchaos init`). The shipped profiles are also built into the binary (`embedded`). Composition keeps the
+//! matrix should show on each topology, written before running), `fix:` (what to change
+//! where a cell is unsafe, by class) and `detect:` (the packages that identify the tool in a
+//! project's dependency files, read by `deps.rs`, for `pgchaos init`). The shipped profiles are also built into the binary (`embedded`). Composition keeps the
 //! profile's lines where they are, so an error in its script is reported at the profile's
 //! own line and column.
 
@@ -104,6 +104,13 @@ impl Class {
             Class::ErrorPath | Class::Safe => &[],
         }
     }
+
+    /// The classes a fix is owed for: the critical section ran twice, a lock was lost or
+    /// left behind, a replica waited past its bound, a notification went astray. `error
+    /// path` is the tool failing loudly on its own, and `safe` is safe.
+    pub fn is_unsafe(self) -> bool {
+        self < Class::ErrorPath
+    }
 }
 
 impl fmt::Display for Class {
@@ -128,6 +135,10 @@ pub struct Profile {
     /// `pgchaos init` picks the profile when one of them is a dependency). Empty for an
     /// application rather than a library (authentik): nothing depends on it.
     pub detect: Vec<Detect>,
+    /// What to change where a cell shows an unsafe class (`fix:`, by class): the answer
+    /// table prints it under each unsafe cell's profile. Written from the tool's docs, its
+    /// issue threads and the matrix's own safe columns.
+    pub fix: BTreeMap<Class, String>,
     pub text: String,
 }
 
@@ -220,6 +231,8 @@ struct RawProfile {
     expected: BTreeMap<String, String>,
     #[serde(default)]
     detect: Vec<Detect>,
+    #[serde(default)]
+    fix: BTreeMap<String, String>,
     #[allow(dead_code)]
     workload: serde::de::IgnoredAny,
 }
@@ -277,6 +290,34 @@ impl Profile {
             })?;
             expected.insert(t, class);
         }
+        let mut fix = BTreeMap::new();
+        for (c, text) in raw.fix {
+            let class = Class::from_name(&c)
+                .filter(|c| c.is_unsafe())
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{}: fix.{c}: not an unsafe outcome class (one of: {})",
+                        path.display(),
+                        Class::ALL
+                            .into_iter()
+                            .filter(|c| c.is_unsafe())
+                            .map(Class::name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?;
+            if let Some(ch) = text.chars().find(|ch| ch.is_control() && *ch != '\n') {
+                bail!(
+                    "{}: fix.{c}: a control character {ch:?} in the text",
+                    path.display()
+                );
+            }
+            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            if text.is_empty() {
+                bail!("{}: fix.{c}: empty", path.display());
+            }
+            fix.insert(class, text);
+        }
         for d in &raw.detect {
             if d.package.trim().is_empty() || d.package.chars().any(char::is_whitespace) {
                 bail!(
@@ -305,6 +346,7 @@ impl Profile {
             waits_forever: raw.waits_forever,
             expected,
             detect: raw.detect,
+            fix,
             text: text.to_string(),
         };
         // The script itself: parsed as a topology would parse it, errors at its lines.

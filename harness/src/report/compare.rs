@@ -107,7 +107,7 @@ pub fn compare(runs: &[Results], markdown: bool) -> String {
 /// invariant and run (classed by verdict, `unexpected` when it differs from `expect`), and
 /// a line per run with its versions, drift, cases and seed.
 pub fn compare_html(runs: &[Results]) -> String {
-    use super::html::esc;
+    use super::markup::esc;
     use std::fmt::Write as _;
     let names: Vec<String> = runs
         .first()
@@ -216,6 +216,8 @@ mod tests {
                 postgres_full: String::new(),
                 pooler: Some("1.24.1".into()),
                 pooler_declared: Some("1.25.2".into()),
+                pooler_built_from: None,
+                pooler_tarball_sha256: None,
             },
             version_drift: drift.iter().map(|d| d.to_string()).collect(),
             cpu: CpuOut {
@@ -232,6 +234,7 @@ mod tests {
             judged: Default::default(),
             unknown_why: vec![],
             replay_violations: vec![],
+            require_expected: false,
             passed: true,
             invariants: vec![InvariantResult {
                 name: "app.mutual_exclusion".into(),
@@ -257,6 +260,7 @@ mod tests {
                     shrink_runs: 30,
                     unshrunk: false,
                 }),
+                expected_rate: None,
             }],
             timing: Timing {
                 topology_ready_ms: 0,

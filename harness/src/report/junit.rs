@@ -117,7 +117,7 @@ pub fn from_results(results: &Results, run_dir: &Path) -> Vec<JunitCase> {
         .invariants
         .iter()
         .map(|i| {
-            let failure = (!i.verdict.meets(i.expected)).then(|| {
+            let failure = i.fails(results.require_expected).then(|| {
                 let message = format!(
                     "{}: {}, expected {} ({}/{} cases violated it)",
                     i.name, i.verdict, i.expected, i.violating_cases, results.cases
@@ -146,8 +146,10 @@ pub fn from_results(results: &Results, run_dir: &Path) -> Vec<JunitCase> {
                     // Never a verdict, only an expectation.
                     (Verdict::Either, _) => format!("{message}\n"),
                     (Verdict::Holds, _) => format!(
-                        "{message}\nThe topology's expect block says {} is violated in this topology, but none of the {} cases violated it: run more cases, or correct the expect block.\n",
-                        i.name, results.cases
+                        "{message}\nThe topology's expect block says {} is violated in this topology, but none of the {} cases violated it ({}; the run requires it: --require-expected): run more cases, or correct the expect block.\n",
+                        i.name,
+                        results.cases,
+                        i.not_reached_note(results.cases)
                     ),
                 };
                 (message, body)
@@ -259,6 +261,7 @@ mod tests {
                 shrink_runs: 11,
                 unshrunk: false,
             }),
+            expected_rate: None,
         }
     }
 
@@ -293,6 +296,15 @@ mod tests {
             inv("app.no_orphans", Verdict::Violated, Verdict::Holds),
             inv("app.rollback_releases", Verdict::Holds, Verdict::Violated),
         ];
+        // An expected violation not reached fails only a run that requires it.
+        let lenient = from_results(&results, &dir);
+        let failed: Vec<&str> = lenient
+            .iter()
+            .filter(|c| c.failure.is_some())
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(failed, ["app.no_orphans"]);
+        results.require_expected = true;
         let cases = from_results(&results, &dir);
         assert_eq!(cases.len(), 4);
         let failed: Vec<&str> = cases

@@ -3,8 +3,9 @@
 //! many seeds showed it, linked to its minimal evidence), `matrix.html`, and JUnit cases
 //! (one per cell, failed when the cell differs from the profile's expectation).
 
-use super::html::{esc, page};
+use super::html::page;
 use super::junit::JunitCase;
+use super::markup::esc;
 use crate::history::{At, Body, HistoryReader, Phase};
 use crate::profile::{Class, RunFacts};
 use crate::vocab::reply::code;
@@ -28,6 +29,10 @@ pub struct Matrix {
     /// `merge` compares (a partition of direct cells only ran no PgBouncer).
     #[serde(default)]
     pub servers: BTreeMap<String, String>,
+    /// Where a server that ran is not the release its topology declares (each run's
+    /// `version_drift`, over the runs).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub drift: BTreeSet<String>,
     pub seeds: Vec<u64>,
     /// `--replicas`, when it overrode the profiles' own counts.
     pub replicas: Option<u32>,
@@ -56,6 +61,12 @@ pub struct Matrix {
     /// Cells run at once (child processes).
     #[serde(default)]
     pub jobs: u32,
+    /// `--accept`: classes that fail no cell.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub accept: BTreeSet<Class>,
+    /// `--require-expected`: a cell that does not reach its written expectation fails.
+    #[serde(default)]
+    pub require_expected: bool,
     /// Row by row (profile), column by column (topology): the cells run (a partition's own).
     pub cells: Vec<Cell>,
     /// Wall time (a merge: the longest partition's).
@@ -93,6 +104,9 @@ pub struct ProfileRow {
     pub tool: String,
     /// The profile file.
     pub file: String,
+    /// The profile's `fix:`, by unsafe class (`report::answer` prints it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fix: BTreeMap<Class, String>,
 }
 
 /// One profile on one topology, over the seeds.
@@ -102,8 +116,17 @@ pub struct Cell {
     pub topology: String,
     /// The composed topology file (relative to the matrix directory).
     pub topology_file: String,
-    /// What the profile's `expected:` says, written before running.
+    /// What the profile's `expected:` says, written before running. `None`: nothing is
+    /// written for this topology, and the cell is held to safe (an unsafe class fails it
+    /// unless accepted).
     pub expected: Option<Class>,
+    /// Classes accepted on this cell whatever it expects (`--accept`): they never fail it.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub accepted: BTreeSet<Class>,
+    /// `--require-expected`: a written expectation the seeds did not reach (a safer class
+    /// than expected) fails the cell; without it the cell reports it and passes.
+    #[serde(default)]
+    pub require_expected: bool,
     /// The worst class any seed showed (`None`: every run failed to run).
     pub worst: Option<Class>,
     /// How many seeds showed `worst`.
@@ -140,9 +163,62 @@ impl Cell {
         };
     }
 
-    /// The cell differs from the expectation written beforehand (or could not run).
+    /// The cell fails the gate: it could not run; or it shows an unsafe class that is not
+    /// accepted (`--accept`) and is worse than its written expectation, or any unsafe class
+    /// when nothing is written (a cell without an expectation expects safe); or, with
+    /// `--require-expected`, it did not reach its written expectation.
     pub fn differs(&self) -> bool {
-        self.worst.is_none() || self.expected.is_some_and(|e| Some(e) != self.worst)
+        let Some(w) = self.worst else { return true };
+        if self.accepted.contains(&w) {
+            return false;
+        }
+        match self.expected {
+            None => w.is_unsafe(),
+            Some(e) if w == e => false,
+            // Worse than written (classes sort worst first).
+            Some(e) if w < e => true,
+            Some(_) => self.require_expected,
+        }
+    }
+
+    /// The written expectation was not reached: the seeds showed only safer classes.
+    pub fn not_reached(&self) -> bool {
+        matches!((self.worst, self.expected), (Some(w), Some(e)) if w > e)
+    }
+
+    /// What the cell is held to, in words: `ran twice (written)`, `safe (nothing written)`,
+    /// with the accepted classes.
+    pub fn expectation(&self) -> String {
+        let mut s = match self.expected {
+            Some(e) => e.name().to_string(),
+            None => "safe (nothing written)".into(),
+        };
+        if !self.accepted.is_empty() {
+            let a: Vec<&str> = self.accepted.iter().map(|c| c.name()).collect();
+            let _ = write!(s, "; accepted: {}", a.join(", "));
+        }
+        s
+    }
+
+    /// Why the cell fails, in a line (`None`: it passes).
+    pub fn failure(&self) -> Option<String> {
+        if !self.differs() {
+            return None;
+        }
+        Some(match (self.worst, self.expected) {
+            (None, _) => "could not run".into(),
+            (Some(w), None) => format!(
+                "{} is unsafe and nothing written expects it (accept it with --accept {})",
+                self.label(),
+                w.name().replace(' ', "-")
+            ),
+            (Some(_), Some(e)) if self.not_reached() => format!(
+                "expected {e}, not reached in {} seeds: {} (--require-expected)",
+                self.runs.len(),
+                self.label()
+            ),
+            (Some(_), Some(e)) => format!("expected {e}, got {}", self.label()),
+        })
     }
 
     /// The class invariants some completed run could not judge (`unknown`), and no run
@@ -272,8 +348,18 @@ impl Matrix {
                             let _ = write!(
                                 text,
                                 " **expected {}**",
-                                c.expected.map(Class::name).unwrap_or("?")
+                                c.expected.map(Class::name).unwrap_or("safe")
                             );
+                        } else if c.not_reached() {
+                            let _ = write!(
+                                text,
+                                " (expected {}: not reached)",
+                                c.expected.map(Class::name).unwrap_or("safe")
+                            );
+                        } else if c.worst.is_some_and(|w| c.accepted.contains(&w))
+                            && c.expected != c.worst
+                        {
+                            text.push_str(" (accepted)");
                         }
                         if c.pg_violated() {
                             text.push_str(" **pg.\\* violated**");
@@ -289,10 +375,24 @@ impl Matrix {
         s
     }
 
+    /// `DRIFT: pgbouncer 1.24.1 ran, 1.25.2 declared` (`None`: every server is the
+    /// release its topology declares).
+    pub fn drift_line(&self) -> Option<String> {
+        (!self.drift.is_empty()).then(|| {
+            format!(
+                "DRIFT: {} (the servers that ran are not the releases the topologies declare)",
+                self.drift.iter().cloned().collect::<Vec<_>>().join("; ")
+            )
+        })
+    }
+
     /// `matrix.md`.
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "# pgchaos matrix\n");
+        if let Some(d) = self.drift_line() {
+            let _ = writeln!(s, "**{d}**\n");
+        }
         let _ = writeln!(
             s,
             "{}; seeds {}; {}; {}.\n",
@@ -308,8 +408,9 @@ impl Matrix {
             s,
             "Each cell: the worst outcome class any seed showed, and how many seeds showed it \
              (worst first: ran twice, lost, leaked, stuck, missed, error path, safe), linked to its \
-             minimal case; `(+...)` the other classes seen; **expected** where the cell differs \
-             from the profile's `expected:`.\n"
+             minimal case; `(+...)` the other classes seen; **expected** where the cell fails the \
+             gate: an unsafe class its profile's `expected:` does not name (nothing written \
+             expects safe) and `--accept` does not accept.\n"
         );
         s.push_str(&self.table(Some("")));
         let _ = writeln!(s, "\n## Cells\n");
@@ -320,10 +421,14 @@ impl Matrix {
                 c.profile,
                 c.topology,
                 c.label(),
-                match c.expected {
-                    Some(e) if c.differs() => format!(" (expected {e})"),
-                    Some(_) => " (as expected)".into(),
-                    None => String::new(),
+                match c.failure() {
+                    Some(f) => format!(" (FAILS: {f})"),
+                    None if c.not_reached() => format!(
+                        " (expected {}: not reached in {} seeds)",
+                        c.expectation(),
+                        c.runs.len()
+                    ),
+                    None => format!(" (passes; expected {})", c.expectation()),
                 }
             );
             let _ = writeln!(s, "Topology: `{}`\n", c.topology_file);
@@ -401,10 +506,7 @@ impl Matrix {
                     .worst
                     .map(|w| w.name().replace(' ', "-"))
                     .unwrap_or_else(|| "none".into());
-                let mut title = format!(
-                    "expected: {}",
-                    c.expected.map(Class::name).unwrap_or("(none)")
-                );
+                let mut title = format!("expected: {}", c.expectation());
                 for r in &c.runs {
                     let names: Vec<&str> = r.classes.iter().map(|c| c.name()).collect();
                     let _ = write!(
@@ -431,7 +533,7 @@ impl Matrix {
                     let _ = write!(
                         label,
                         " <small class=\"expected\">expected {}</small>",
-                        esc(c.expected.map(Class::name).unwrap_or("?"))
+                        esc(c.expected.map(Class::name).unwrap_or("safe"))
                     );
                 }
                 let _ = write!(
@@ -469,12 +571,7 @@ impl Matrix {
             .map(|c| JunitCase {
                 classname: format!("pgchaos.matrix.{}", c.profile),
                 name: c.topology.clone(),
-                failure: c.differs().then(|| {
-                    let message = format!(
-                        "expected {}, got {}",
-                        c.expected.map(Class::name).unwrap_or("?"),
-                        c.label()
-                    );
+                failure: c.failure().map(|message| {
                     let mut body = String::new();
                     for r in &c.runs {
                         let names: Vec<&str> = r.classes.iter().map(|c| c.name()).collect();
@@ -518,6 +615,8 @@ pub fn merge(parts: &[(String, Matrix)]) -> std::result::Result<Matrix, String> 
             && m.time_scale_milli == first.time_scale_milli
             && m.shrink == first.shrink
             && m.max_shrink_runs == first.max_shrink_runs
+            && m.accept == first.accept
+            && m.require_expected == first.require_expected
             && m.topologies == first.topologies
             && m.profiles
                 .iter()
@@ -629,6 +728,10 @@ pub fn merge(parts: &[(String, Matrix)]) -> std::result::Result<Matrix, String> 
     }
     Ok(Matrix {
         versions,
+        drift: parts
+            .iter()
+            .flat_map(|(_, m)| m.drift.iter().cloned())
+            .collect(),
         servers: servers
             .into_iter()
             .map(|(k, (v, _))| (k.clone(), v.clone()))
@@ -690,6 +793,21 @@ fn plan_difference(a: &Matrix, b: &Matrix) -> String {
             "shrinking {} (max {}) against {} (max {})",
             a.shrink, a.max_shrink_runs, b.shrink, b.max_shrink_runs
         );
+    }
+    if a.accept != b.accept || a.require_expected != b.require_expected {
+        let show = |m: &Matrix| {
+            let names: Vec<&str> = m.accept.iter().map(|c| c.name()).collect();
+            format!(
+                "--accept {:?}{}",
+                names.join(","),
+                if m.require_expected {
+                    " --require-expected"
+                } else {
+                    ""
+                }
+            )
+        };
+        return format!("{} against {}", show(a), show(b));
     }
     match a.plan.iter().zip(&b.plan).find(|(x, y)| x != y) {
         Some((x, _)) => format!(
@@ -790,6 +908,8 @@ mod tests {
             topology: "transaction-mode".into(),
             topology_file: "topologies/rails--transaction-mode.yaml".into(),
             expected: Some(expected),
+            accepted: BTreeSet::new(),
+            require_expected: false,
             worst: None,
             count: 0,
             runs,
@@ -825,6 +945,47 @@ mod tests {
         assert!(c.differs(), "a cell that could not run differs");
     }
 
+    /// The gate: a cell without a written expectation expects safe, so any unsafe class
+    /// fails it unless accepted by name; `error path` is loud, not unsafe; a written
+    /// expectation not reached passes unless `--require-expected`; worse than written fails.
+    #[test]
+    fn a_cell_without_an_expectation_expects_safe() {
+        let mut c = cell(Class::Safe, vec![run(1, &[Class::RanTwice, Class::Leaked])]);
+        c.expected = None;
+        assert!(c.differs());
+        let f = c.failure().unwrap();
+        assert!(
+            f.contains("ran twice 1/1 is unsafe and nothing written expects it")
+                && f.contains("--accept ran-twice"),
+            "{f}"
+        );
+        c.accepted.insert(Class::Leaked);
+        assert!(c.differs(), "accepting another class accepts nothing here");
+        c.accepted.insert(Class::RanTwice);
+        assert!(!c.differs() && c.failure().is_none());
+        let mut loud = cell(Class::Safe, vec![run(1, &[Class::ErrorPath])]);
+        loud.expected = None;
+        assert!(!loud.differs());
+        let mut short = cell(Class::RanTwice, vec![run(1, &[Class::ErrorPath])]);
+        assert!(short.not_reached() && !short.differs());
+        short.require_expected = true;
+        assert!(short.differs());
+        assert!(
+            short
+                .failure()
+                .unwrap()
+                .contains("expected ran twice, not reached in 1 seeds"),
+            "{:?}",
+            short.failure()
+        );
+        let worse = cell(Class::Stuck, vec![run(1, &[Class::RanTwice])]);
+        assert!(worse.differs() && !worse.not_reached());
+        assert_eq!(
+            worse.failure().unwrap(),
+            "expected stuck, got ran twice 1/1"
+        );
+    }
+
     /// A class invariant no run could judge is shown beside the class, not taken for
     /// safe; one that another seed found violated is not.
     #[test]
@@ -841,6 +1002,7 @@ mod tests {
             pgchaos: "0.1.0".into(),
             versions: "PostgreSQL 18.6".into(),
             servers: BTreeMap::new(),
+            drift: BTreeSet::new(),
             seeds: vec![1, 2],
             replicas: None,
             time_scale_milli: 1000,
@@ -850,10 +1012,13 @@ mod tests {
             partition: None,
             merged: 0,
             jobs: 1,
+            accept: BTreeSet::new(),
+            require_expected: false,
             profiles: vec![ProfileRow {
                 name: "rails".into(),
                 tool: "x".into(),
                 file: "profiles/rails.yaml".into(),
+                fix: BTreeMap::new(),
             }],
             topologies: vec!["transaction-mode".into()],
             cells: vec![c],
@@ -881,6 +1046,7 @@ mod tests {
             pgchaos: "0.1.0".into(),
             versions: "PostgreSQL 18.6".into(),
             servers: BTreeMap::new(),
+            drift: BTreeSet::new(),
             seeds: vec![1, 2, 3],
             replicas: None,
             time_scale_milli: 1000,
@@ -890,10 +1056,13 @@ mod tests {
             partition: None,
             merged: 0,
             jobs: 1,
+            accept: BTreeSet::new(),
+            require_expected: false,
             profiles: vec![ProfileRow {
                 name: "rails".into(),
                 tool: "Rails <7.1> & co".into(),
                 file: "profiles/rails.yaml".into(),
+                fix: BTreeMap::new(),
             }],
             topologies: vec!["direct".into(), "transaction-mode".into()],
             cells: vec![
@@ -955,6 +1124,7 @@ mod tests {
                 ("postgres".to_string(), "18.6".to_string()),
                 ("pgbouncer".to_string(), "1.24.1".to_string()),
             ]),
+            drift: BTreeSet::new(),
             seeds: vec![1],
             replicas: None,
             time_scale_milli: 1000,
@@ -966,6 +1136,7 @@ mod tests {
                     name: p.to_string(),
                     tool: p.to_string(),
                     file: format!("profiles/{p}.yaml"),
+                    fix: BTreeMap::new(),
                 })
                 .collect(),
             topologies: topologies.iter().map(|t| t.to_string()).collect(),
@@ -973,6 +1144,8 @@ mod tests {
             partition: None,
             merged: 0,
             jobs: 1,
+            accept: BTreeSet::new(),
+            require_expected: false,
             cells,
             run_ms: 1000,
         }

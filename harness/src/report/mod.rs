@@ -1,19 +1,22 @@
 //! What a person reads, rendered from typed data only (the checker's results and the
-//! recorded history): `results.json` ([`Results`]), `report.md`, `report.html` (with a
-//! timeline of each minimal case), JUnit XML, minimal cases
+//! recorded history): `results.json` ([`Results`]), `report.md`, `report.html` (with
+//! plots of the whole run and a timeline of each minimal case), JUnit XML, minimal cases
 //! (`case.yaml`) with their evidence (`evidence.json`), the terminal's table, progress and
 //! findings, and the comparison of runs. A report directory is written into a temporary
 //! directory and renamed into place ([`RunDir`]): complete or absent.
 //!
 //! May import anything upstream (`engine` for its events, `check`, `history`, `topology`).
 
+pub mod answer;
 pub mod casefile;
 pub mod compare;
 pub mod evidence;
 pub mod html;
 pub mod junit;
 pub mod markdown;
+pub mod markup;
 pub mod matrix;
+pub mod plots;
 pub mod results;
 pub mod store;
 pub mod terminal;
@@ -93,9 +96,20 @@ pub fn write_report(
             &tally.failures,
         ),
     )?;
+    // The whole run's plots come from its history: beside the report (chaos), or in the
+    // run directory the report is about (analyze).
+    let perf = match plots::Perf::load(dir)? {
+        Some(p) => Some(p),
+        None => plots::Perf::load(shown_dir)?,
+    };
     write(
         &dir.join("report.html"),
-        html::report(results, topology.description.as_deref(), &tally.failures),
+        html::report(
+            results,
+            topology.description.as_deref(),
+            &tally.failures,
+            perf.as_ref(),
+        ),
     )?;
     Ok(())
 }

@@ -45,6 +45,10 @@ pub struct Results {
     /// `pg.*` violations seen in shrink and evidence replays (they fail the run too).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replay_violations: Vec<ReplayViolation>,
+    /// `--require-expected`: an expected violation the run did not reach fails it (without
+    /// it, such an invariant is reported as not reached and the run may still pass).
+    #[serde(default)]
+    pub require_expected: bool,
     pub passed: bool,
     pub invariants: Vec<InvariantResult>,
     pub timing: Timing,
@@ -61,6 +65,12 @@ pub struct VersionsOut {
     pub pooler: Option<String>,
     #[serde(alias = "pgbouncer_declared")]
     pub pooler_declared: Option<String>,
+    /// Where the pooler's binary was built from (its cache entry's record): provenance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooler_built_from: Option<String>,
+    /// The SHA-256 of the source tarball the pooler's binary was built from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooler_tarball_sha256: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,7 +79,7 @@ pub struct CpuOut {
     pub online: Option<usize>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InvariantResult {
     pub name: String,
     pub tier: Tier,
@@ -92,6 +102,38 @@ pub struct InvariantResult {
     #[serde(default)]
     pub unknown: Vec<u32>,
     pub first_failure: Option<FailureOut>,
+    /// The share of cases (percent) that violated it in the runs its expectation comes from
+    /// (`violated ~5%` in the topology), when the file gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_rate: Option<f64>,
+}
+
+impl InvariantResult {
+    /// Expected violated, and no case violated it: a shorter or luckier run than the one the
+    /// expectation came from.
+    pub fn not_reached(&self) -> bool {
+        self.expected == Verdict::Violated && self.verdict == Verdict::Holds
+    }
+
+    /// It fails the run: its verdict is not the expected one, unless it is an expected
+    /// violation not reached and the run does not require those.
+    pub fn fails(&self, require_expected: bool) -> bool {
+        !self.verdict.meets(self.expected) && (require_expected || !self.not_reached())
+    }
+
+    /// `not reached in 32 cases (expected at about 5% of cases: 32 cases miss it 19% of
+    /// the time)`.
+    pub fn not_reached_note(&self, cases: u32) -> String {
+        match self.expected_rate {
+            Some(r) => format!(
+                "not reached in {cases} cases (expected at about {r}% of cases: {cases} cases miss it {:.0}% of the time)",
+                (1.0 - r / 100.0).powi(cases as i32) * 100.0
+            ),
+            None => format!(
+                "not reached in {cases} cases (the topology gives no rate: `violated ~R%` in its expect block)"
+            ),
+        }
+    }
 }
 
 /// A `pg.*` violation seen while shrinking or replaying the evidence of a failure.
@@ -159,6 +201,7 @@ impl Results {
         tally: &Tally,
         stopped_by_time_limit: bool,
         run_ms: u64,
+        require_expected: bool,
     ) -> Results {
         let v = &header.versions;
         let verdicts: Vec<InvariantVerdict> = tally.verdicts(topology);
@@ -174,7 +217,9 @@ impl Results {
                     shrink_runs: f.shrink_runs,
                     unshrunk: f.unshrunk(),
                 });
+                let expected_rate = topology.expected_rate_in(&i.name, tally.schedule);
                 InvariantResult {
+                    expected_rate,
                     name: i.name,
                     tier: i.tier,
                     verdict: i.verdict,
@@ -202,6 +247,8 @@ impl Results {
                 postgres_full: v.postgres_full.clone(),
                 pooler: v.pooler.clone(),
                 pooler_declared: v.pooler_declared.clone(),
+                pooler_built_from: v.pooler_built_from.clone(),
+                pooler_tarball_sha256: v.pooler_tarball_sha256.clone(),
             },
             version_drift: v.version_drift.clone(),
             cpu: CpuOut {
@@ -227,7 +274,8 @@ impl Results {
                     detail: detail.clone(),
                 })
                 .collect(),
-            passed: invariants.iter().all(|i| i.verdict.meets(i.expected))
+            require_expected,
+            passed: invariants.iter().all(|i| !i.fails(require_expected))
                 && tally.replay_pg.is_empty(),
             invariants,
             timing: Timing {
@@ -284,5 +332,57 @@ impl Results {
                 )
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inv(verdict: Verdict, expected: Verdict, rate: Option<f64>) -> InvariantResult {
+        InvariantResult {
+            name: "app.rollback_releases".into(),
+            tier: Tier::App,
+            verdict,
+            expected,
+            violating_cases: 0,
+            unknown_cases: 0,
+            exercised: 10,
+            note: None,
+            violating: vec![],
+            unknown: vec![],
+            first_failure: None,
+            expected_rate: rate,
+        }
+    }
+
+    /// An expected violation no case reached fails a run only when it requires it; an
+    /// unexpected violation, or an unknown verdict, fails it either way.
+    #[test]
+    fn an_expected_violation_not_reached_fails_only_when_required() {
+        let short = inv(Verdict::Holds, Verdict::Violated, Some(5.0));
+        assert!(short.not_reached());
+        assert!(!short.fails(false));
+        assert!(short.fails(true));
+        assert_eq!(
+            short.not_reached_note(32),
+            "not reached in 32 cases (expected at about 5% of cases: 32 cases miss it 19% of the time)"
+        );
+        assert!(
+            inv(Verdict::Holds, Verdict::Violated, None)
+                .not_reached_note(8)
+                .contains("gives no rate")
+        );
+        for (v, e) in [
+            (Verdict::Violated, Verdict::Holds),
+            (Verdict::Unknown, Verdict::Violated),
+            (Verdict::Unknown, Verdict::Holds),
+        ] {
+            let i = inv(v, e, None);
+            assert!(!i.not_reached());
+            assert!(i.fails(false) && i.fails(true), "{v} expected {e}");
+        }
+        assert!(!inv(Verdict::Violated, Verdict::Violated, None).fails(true));
+        assert!(!inv(Verdict::Holds, Verdict::Either, None).fails(true));
     }
 }

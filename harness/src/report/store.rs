@@ -18,8 +18,21 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// A fresh temporary directory under `out_root/<topology>/`.
+    /// A fresh temporary directory under `out_root/<topology>/`, to be `<UTC stamp>-<seed>`.
     pub fn create(out_root: &Path, topology: &str, seed: u64) -> Result<RunDir> {
+        Self::create_named(
+            out_root,
+            topology,
+            &format!("{}-{seed}", super::utc_stamp()),
+        )
+    }
+
+    /// The same, to be named `<UTC stamp>` (a `pgchaos run`, which has no seed).
+    pub fn create_stamped(out_root: &Path, topology: &str) -> Result<RunDir> {
+        Self::create_named(out_root, topology, &super::utc_stamp())
+    }
+
+    fn create_named(out_root: &Path, topology: &str, name: &str) -> Result<RunDir> {
         let parent = out_root.join(topology);
         let made_parent = !parent.exists();
         fs::create_dir_all(&parent)
@@ -31,7 +44,7 @@ impl RunDir {
             .unwrap_or(0);
         let tmp = parent.join(format!(".tmp-{}-{nanos}", std::process::id()));
         fs::create_dir(&tmp).with_context(|| format!("{}: creating", tmp.display()))?;
-        let final_dir = parent.join(format!("{}-{seed}", super::utc_stamp()));
+        let final_dir = parent.join(name);
         Ok(RunDir {
             parent,
             tmp,

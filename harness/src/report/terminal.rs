@@ -34,6 +34,8 @@ pub fn verdict_table(r: &Results) -> String {
         .map(|i| {
             let mark = if i.verdict.meets(i.expected) {
                 ""
+            } else if !i.fails(r.require_expected) {
+                "  (not reached)"
             } else {
                 "  <-- UNEXPECTED"
             };
@@ -90,6 +92,18 @@ pub fn verdict_notes(r: &Results) -> Vec<String> {
         if let Some(n) = &i.note {
             out.push(format!("{}: {} ({n})", i.name, i.verdict));
         }
+        if i.not_reached() {
+            out.push(format!(
+                "{}: expected violated, {}{}",
+                i.name,
+                i.not_reached_note(r.cases),
+                if r.require_expected {
+                    ": FAILS the run (--require-expected)"
+                } else {
+                    ": not a failure without --require-expected"
+                }
+            ));
+        }
     }
     for w in &r.unknown_why {
         out.push(format!("unknown: {w}"));
@@ -134,9 +148,16 @@ impl Progress {
             indicatif::ProgressBar::new(u64::from(cases))
         };
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases  {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} cases  {elapsed} elapsed, ETA {eta}  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
+        bar.set_message("0 invariants violated");
+        if !bar.is_hidden() {
+            // Elapsed and ETA move while a slow case runs.
+            bar.enable_steady_tick(std::time::Duration::from_secs(1));
+        }
         Progress {
             bar,
             topology_file: topology_file.to_string(),
@@ -158,6 +179,67 @@ impl Progress {
                     self.bar.println(line);
                 }
             }
+        }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// The matrix's progress: on a terminal (and without `--quiet`), a bar with the cells done
+/// of all, elapsed, ETA and the cells running, each finished cell's line printed above it;
+/// otherwise only the lines, on stderr, as they always were.
+pub struct MatrixProgress {
+    bar: indicatif::ProgressBar,
+    running: std::sync::Mutex<Vec<String>>,
+}
+
+impl MatrixProgress {
+    pub fn new(cells: usize, quiet: bool) -> MatrixProgress {
+        let bar = if quiet {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(cells as u64)
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} cells  {elapsed} elapsed, ETA {eta}  running: {wide_msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        if !bar.is_hidden() {
+            bar.enable_steady_tick(std::time::Duration::from_secs(1));
+        }
+        MatrixProgress {
+            bar,
+            running: Default::default(),
+        }
+    }
+
+    fn show_running(&self, running: &[String]) {
+        self.bar.set_message(running.join(", "));
+    }
+
+    /// A cell started (`profile on topology`).
+    pub fn start(&self, cell: &str) {
+        let mut r = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        r.push(cell.to_string());
+        self.show_running(&r);
+    }
+
+    /// A cell ended: its line, above the bar or alone on stderr.
+    pub fn done(&self, cell: &str, line: &str) {
+        let mut r = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = r.iter().position(|c| c == cell) {
+            r.remove(i);
+        }
+        self.show_running(&r);
+        self.bar.inc(1);
+        if self.bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.bar.println(line);
         }
     }
 

@@ -165,6 +165,7 @@ impl Runner<'_> {
                         ),
                     },
                     backend: None,
+                    server: None,
                 }));
             }
             for c in &clients {
@@ -293,6 +294,7 @@ async fn client_task(
                     f: step.op,
                     value: reply,
                     backend: None,
+                    server: None,
                 }));
                 continue;
             }
@@ -388,6 +390,7 @@ async fn client_task(
             f: step.op,
             value: reply,
             backend: served,
+            server: client.take_time(),
         }));
         for r in client.take_received() {
             sh.emit(super::received(c, r));
@@ -406,6 +409,7 @@ async fn client_task(
             f: Op::Release,
             value: Reply::Ok,
             backend: None,
+            server: None,
         }));
     }
     Ok(())
@@ -450,6 +454,7 @@ async fn open_op(
         f: Op::Open,
         value: reply.clone(),
         backend: None,
+        server: None,
     }));
     reply
 }

@@ -5,8 +5,8 @@
 //! the history afterwards (the chaos loop that shrinks with it is `engine`). `plan` holds
 //! the schedule's decisions.
 //!
-//! May import everything below it: `vocab`, `pooler`, `launch`, `client`, `observe`,
-//! `nemesis`, `history`, `workload`, `sql`.
+//! May import everything below it: `vocab`, `topology`, `pooler`, `launch`, `client`,
+//! `observe`, `nemesis`, `history`, `workload`, `sql`.
 
 pub mod concurrent;
 pub mod plan;
@@ -304,6 +304,7 @@ impl<'a> Runner<'a> {
                 f: step.op,
                 value: reply.clone(),
                 backend: served,
+                server: clients[c].take_time(),
             }));
             for r in clients[c].take_received() {
                 rec.emit(received(c, r));
@@ -366,16 +367,6 @@ impl<'a> Runner<'a> {
         drop(clients);
         rec.emit(case_end(&meta, t_steps, reset_us));
         Ok(())
-    }
-
-    /// What the checker needs to judge this runner's cases.
-    pub fn check_context(&self) -> crate::check::CheckContext {
-        crate::check::CheckContext {
-            rules: self.rules.clone(),
-            bounds: self.bounds(),
-            timeouts: self.cluster.topology.timeouts(),
-            budget: self.budget().into(),
-        }
     }
 
     /// The checker's budget per case, from the topology's `run` section.
@@ -509,6 +500,7 @@ impl<'a> Runner<'a> {
             f: Op::Open,
             value: Reply::Ok,
             backend: None,
+            server: None,
         }));
         Ok(())
     }

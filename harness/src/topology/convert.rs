@@ -583,8 +583,9 @@ impl Cx<'_> {
                 vec!["scripted replicas wait for each other's locks for real; set `run: { schedule: concurrent }`".into()],
             ));
         }
-        let expect = self.expect(&raw.expect, "expect")?;
-        let expect_concurrent = self.expect(&raw.expect_concurrent, "expect_concurrent")?;
+        let (expect, expect_rates) = self.expect(&raw.expect, "expect")?;
+        let (expect_concurrent, expect_concurrent_rates) =
+            self.expect(&raw.expect_concurrent, "expect_concurrent")?;
 
         // Without a pooler, every client (or the application pool's connections) is a
         // connection of PostgreSQL's; a pooler checked its own servers above.
@@ -621,6 +622,8 @@ impl Cx<'_> {
             run,
             expect,
             expect_concurrent,
+            expect_rates,
+            expect_concurrent_rates,
             source: self.path.to_path_buf(),
             text: self.src.to_string(),
         })
@@ -869,17 +872,8 @@ impl Cx<'_> {
                 return Ok(None);
             }
             let text = self.string(leaf, key, &[EXTERNAL_EXAMPLE])?;
-            let placeholder = match ExternalSpec::expand_with(&text, key, |_| Some("x".into())) {
-                Ok(p) => p,
-                Err(e) => return Err(self.err(&leaf.referenced, e, vec![])),
-            };
-            let config: tokio_postgres::Config = placeholder.parse().map_err(|e| {
-                self.err(
-                    &leaf.referenced,
-                    format!("`{key}` is not a PostgreSQL connection string: {e}"),
-                    vec![EXTERNAL_EXAMPLE.into()],
-                )
-            })?;
+            let (config, _) = ExternalSpec::resolve_with(&text, key, |_| Some("x".into()))
+                .map_err(|e| self.err(&leaf.referenced, e, vec![EXTERNAL_EXAMPLE.into()]))?;
             for (what, given) in [
                 ("user", config.get_user().is_some()),
                 ("database", config.get_dbname().is_some()),
@@ -898,6 +892,8 @@ impl Cx<'_> {
             pooler: dsn(&raw.pooler, "external.pooler", true)?.unwrap_or_default(),
             postgres: dsn(&raw.postgres, "external.postgres", true)?.unwrap_or_default(),
             admin: dsn(&raw.admin, "external.admin", false)?,
+            console_faults: self.bool_or(&raw.console_faults, "external.console_faults", false)?,
+            plaintext: self.bool_or(&raw.plaintext, "external.plaintext", false)?,
         })
     }
 
@@ -1820,7 +1816,14 @@ impl Cx<'_> {
         })
     }
 
-    pub(super) fn expect(&self, leaf: &Leaf, section: &str) -> Res<BTreeMap<String, Verdict>> {
+    /// An `expect:`-like section: each invariant's verdict, and the share of cases that
+    /// violated it when measured (`violated ~5%`: what a shorter run is told it missed).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn expect(
+        &self,
+        leaf: &Leaf,
+        section: &str,
+    ) -> Res<(BTreeMap<String, Verdict>, BTreeMap<String, f64>)> {
         let app_names: Vec<&str> = self
             .catalog
             .iter()
@@ -1828,6 +1831,7 @@ impl Cx<'_> {
             .map(|i| i.name)
             .collect();
         let mut out = BTreeMap::new();
+        let mut rates = BTreeMap::new();
         for (name, value) in self.entries(leaf, section)? {
             let n = name.value.as_str();
             match self.catalog.iter().find(|i| i.name == n).map(|i| i.tier) {
@@ -1858,24 +1862,55 @@ impl Cx<'_> {
             }
             // `either` in both: a run against faults of real servers is timing-dependent in
             // either schedule (whether a host's restart lands in a case's window).
-            let verdict = match &value.value {
-                Node::Str(s) if s == "holds" => Verdict::Holds,
-                Node::Str(s) if s == "violated" => Verdict::Violated,
-                Node::Str(s) if s == "either" => Verdict::Either,
+            let (word, rate) = match &value.value {
+                Node::Str(s) => match s.split_once(char::is_whitespace) {
+                    Some((w, r)) => (w, Some(r.trim())),
+                    None => (s.as_str(), None),
+                },
+                _ => ("", None),
+            };
+            let verdict = match word {
+                "holds" => Verdict::Holds,
+                "violated" => Verdict::Violated,
+                "either" => Verdict::Either,
                 _ => {
                     return Err(self.err(
                         &value.referenced,
                         format!(
-                            "the verdict for `{n}` must be `holds`, `violated` or `either`, found {}",
+                            "the verdict for `{n}` must be `holds`, `violated` or `either` (`violated ~5%` gives its rate), found {}",
                             self.found(value)
                         ),
                         Vec::new(),
                     ));
                 }
             };
+            if let Some(r) = rate {
+                let pct = r
+                    .strip_prefix('~')
+                    .and_then(|r| r.strip_suffix('%'))
+                    .and_then(|r| r.trim().parse::<f64>().ok())
+                    .filter(|p| *p > 0.0 && *p <= 100.0);
+                match pct {
+                    Some(p) if verdict == Verdict::Violated => {
+                        rates.insert(n.to_string(), p);
+                    }
+                    _ => {
+                        return Err(self.err(
+                            &value.referenced,
+                            format!(
+                                "`{}`: after the verdict only a measured rate may follow, `violated ~5%`",
+                                value_text(&value.value)
+                            ),
+                            vec![
+                                "the rate is the share of cases that violated it in the runs the expectation comes from (over 0, at most 100)".into(),
+                            ],
+                        ));
+                    }
+                }
+            }
             out.insert(n.to_string(), verdict);
         }
-        Ok(out)
+        Ok((out, rates))
     }
 }
 
@@ -1938,3 +1973,11 @@ fn standby_conflict(name: &str, value: &str) -> Option<&'static str> {
 
 /// What an `external:` section looks like (hints of its errors).
 const EXTERNAL_EXAMPLE: &str = "external:\n  pooler: postgresql://pgchaos_client:${PGCHAOS_CLIENT_PASSWORD}@pgbouncer.staging:6432/app\n  postgres: postgresql://pgchaos_observer:${PGCHAOS_OBSERVER_PASSWORD}@db.staging:5432/app\n  admin: postgresql://pgchaos_admin:${PGCHAOS_ADMIN_PASSWORD}@pgbouncer.staging:6432/pgbouncer   # optional";
+
+/// A scalar's text, for an error message.
+fn value_text(n: &Node) -> String {
+    match n {
+        Node::Str(s) => s.clone(),
+        _ => String::new(),
+    }
+}

@@ -12,14 +12,16 @@
 //! semantic checks done, into the public [`Topology`]. Errors ([`TopologyError`]) read like a
 //! compiler's: `path:line:column: message`, the source line with a caret under the value, and
 //! hints on what would be valid.
-
 //!
 //! Files: `mod.rs` (the public model, loading, name resolution), `raw.rs` (what serde-saphyr
 //! reads), `convert.rs` (defaults and validation), `error.rs` (positioned errors and
-//! suggestions), `settings.rs` (the PostgreSQL and PgBouncer settings tables). May import
-//! `vocab` only: which invariants exist is the checker's business, handed in as a catalog.
+//! suggestions), `settings.rs` (the PostgreSQL and PgBouncer settings tables), `pooler.rs`
+//! (the pooler's section, read by the pooler itself and held here unnamed). May import
+//! `vocab`: which invariants exist is the checker's business, handed in as a catalog, and the
+//! search budget's defaults are the topology's (`limits`), which the checker reads.
 
 mod convert;
+pub mod dsn;
 mod error;
 mod pooler;
 mod raw;
@@ -30,6 +32,7 @@ mod tests;
 use crate::vocab::{InvariantInfo, Key, Op, Verdict};
 
 pub use convert::parse_duration;
+pub use dsn::{SslMode, TlsParams};
 use error::*;
 pub use error::{TopologyError, close_matches, did_you_mean, write_snippet};
 pub use pooler::{Catalog, PoolerConfig, PoolerSection, PoolerSpec, Room, Section, SettingEntry};
@@ -76,6 +79,11 @@ pub struct Topology {
     /// The concurrent schedule's expectations where they differ from `expect` (the rest as
     /// `expect` says). Use [`Topology::expected_in`].
     pub expect_concurrent: BTreeMap<String, Verdict>,
+    /// The share of cases (percent) that violated an `expect:` entry where the file says
+    /// (`violated ~5%`): what a shorter run that did not reach it is told.
+    pub expect_rates: BTreeMap<String, f64>,
+    /// The same for `expect_concurrent:`.
+    pub expect_concurrent_rates: BTreeMap<String, f64>,
     /// The file this topology was read from (as given to [`Topology::load`] / [`Topology::parse`]).
     pub source: PathBuf,
     /// The file's text as read (a run directory keeps a copy, so `analyze` re-checks a run
@@ -226,6 +234,12 @@ pub struct ExternalSpec {
     /// The pooler's admin console (PgBouncer's `pgbouncer` database), if the team grants it:
     /// its view of servers and clients, the running settings checked, console faults.
     pub admin: Option<String>,
+    /// The team agrees to console faults (`PAUSE`, `KILL`, `RECONNECT` of the pool's
+    /// database act on every user's pool of it): without it they are refused.
+    pub console_faults: bool,
+    /// Plaintext to a host that is not loopback is allowed (`sslmode` below `require`):
+    /// without it such a DSN is refused.
+    pub plaintext: bool,
 }
 
 impl ExternalSpec {
@@ -233,6 +247,66 @@ impl ExternalSpec {
     /// variable and the key when one is not set or a reference is not closed.
     pub fn expand(dsn: &str, key: &str) -> Result<String, String> {
         Self::expand_with(dsn, key, |name| std::env::var(name).ok())
+    }
+
+    /// `dsn` parsed as written, then its password set from the environment: the password,
+    /// if the DSN has one, must be exactly `${NAME}` (a literal one is refused: the topology
+    /// is copied into every run's directory), and no other part may refer to a variable.
+    /// The value is set on the parsed configuration, never pasted into the DSN's text (an
+    /// `@`, `%` or space in it stays part of the password).
+    pub fn resolve(dsn: &str, key: &str) -> Result<(tokio_postgres::Config, TlsParams), String> {
+        Self::resolve_with(dsn, key, |name| std::env::var(name).ok())
+    }
+
+    /// [`ExternalSpec::resolve`] with the values from `lookup`.
+    pub fn resolve_with(
+        dsn: &str,
+        key: &str,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(tokio_postgres::Config, TlsParams), String> {
+        // Unclosed references, bad names and unset variables first, each named.
+        Self::expand_with(dsn, key, |n| lookup(n).map(|_| String::new()))?;
+        let (text, tls) = dsn::split_tls(dsn, key)?;
+        let mut config: tokio_postgres::Config = text
+            .parse()
+            .map_err(|e| format!("`{key}` is not a PostgreSQL connection string: {e}"))?;
+        config.ssl_mode(match tls.mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Allow | SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        let refs = dsn.matches("${").count();
+        let from_env = match config.get_password() {
+            None => None,
+            Some(p) => {
+                let p = String::from_utf8_lossy(p).to_string();
+                match p.strip_prefix("${").and_then(|r| r.strip_suffix('}')) {
+                    Some(name)
+                        if !name.is_empty()
+                            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+                    {
+                        Some(name.to_string())
+                    }
+                    _ => {
+                        return Err(format!(
+                            "`{key}` has a literal password: write `${{NAME}}` in its place and set NAME in the environment (the topology is copied into every run's directory)"
+                        ));
+                    }
+                }
+            }
+        };
+        if refs != usize::from(from_env.is_some()) {
+            return Err(format!(
+                "`{key}`: only the password may be `${{NAME}}` (the rest of the DSN is written as it is)"
+            ));
+        }
+        if let Some(name) = from_env {
+            let value = lookup(&name).ok_or_else(|| {
+                format!("`{key}` refers to ${{{name}}}, which is not set in the environment")
+            })?;
+            config.password(value);
+        }
+        Ok((config, tls))
     }
 
     /// [`ExternalSpec::expand`] with the values from `lookup`.
@@ -544,8 +618,13 @@ pub mod limits {
     pub const DEFAULT_SHRINK_REPLAYS: u32 = 3;
     pub const DEFAULT_SHRINK_QUORUM: u32 = 2;
     pub const DEFAULT_SEARCH_STATES: u32 = 20_000;
-    pub const DEFAULT_SEARCH_WORK: u32 = crate::check::search::DEFAULT_MAX_WORK as u32;
-    pub const DEFAULT_SEARCH_TIME_MS: u64 = crate::check::search::DEFAULT_MAX_SECS * 1000;
+    /// The search's work budget for one case: about 3 s of search on this project's machine
+    /// under a load of 7 on its 2 cores (360,000 model steps a second, measured re-checking a
+    /// concurrent history of transaction-mode-settings; docs/checker.md, "The search's
+    /// budget").
+    pub const DEFAULT_SEARCH_WORK: u32 = 1_000_000;
+    /// Wall-clock time for one case's search: a safety net far past what the work takes.
+    pub const DEFAULT_SEARCH_TIME_MS: u64 = 30_000;
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
     pub const DEFAULT_SHRINK_TIME_SECS: u64 = 60;
@@ -625,6 +704,17 @@ impl Topology {
         }
     }
 
+    /// The measured rate (percent of cases) of an expected violation in a schedule, if the
+    /// file gives one.
+    pub fn expected_rate_in(&self, invariant: &str, schedule: Schedule) -> Option<f64> {
+        match schedule {
+            Schedule::Concurrent if self.expect_concurrent.contains_key(invariant) => {
+                self.expect_concurrent_rates.get(invariant).copied()
+            }
+            _ => self.expect_rates.get(invariant).copied(),
+        }
+    }
+
     /// Whether the workload can exercise an invariant: it runs an op of each group.
     pub fn exercises(&self, needs: &[&[Op]]) -> bool {
         needs
@@ -676,9 +766,12 @@ fn resolve_from(arg: &str, cwd: &Path) -> PathBuf {
     resolve_in("topologies", arg, cwd)
 }
 
-/// A NAME as `<folder>/NAME.yaml` here or in the nearest ancestor that has it (a path with
-/// `/` or `.yaml`/`.yml` as it is; when nothing is found, the relative path, so that loading
-/// it reports it). Topologies and client profiles are found alike.
+/// A NAME as `<folder>/NAME.yaml` here or in the nearest ancestor that has it, up to the
+/// repository root (the nearest directory with `.git`; outside a repository, here only), so a
+/// `/tmp/topologies/NAME.yaml` planted by someone else is not picked up from a working
+/// directory under /tmp. A path with `/` or `.yaml`/`.yml` as it is; when nothing is found,
+/// the relative path, so that loading it reports it. Topologies and client profiles are
+/// found alike.
 pub fn resolve_in(folder: &str, arg: &str, cwd: &Path) -> PathBuf {
     if arg.contains('/') || arg.ends_with(".yaml") || arg.ends_with(".yml") {
         return PathBuf::from(arg);
@@ -687,11 +780,43 @@ pub fn resolve_in(folder: &str, arg: &str, cwd: &Path) -> PathBuf {
     if cwd.join(&rel).is_file() {
         return rel;
     }
+    let in_repo = cwd.ancestors().any(|d| d.join(".git").exists());
+    if !in_repo || cwd.join(".git").exists() {
+        return rel;
+    }
     for dir in cwd.ancestors().skip(1) {
         let candidate = dir.join(&rel);
         if candidate.is_file() {
             return candidate;
         }
+        if dir.join(".git").exists() {
+            break;
+        }
     }
     rel
+}
+
+/// A topology or profile found by name must be yours (or root's) and writable by no one
+/// else, with its folder: another user's file is refused with the reason, not run.
+pub fn check_found(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+    for p in [Some(path), folder].into_iter().flatten() {
+        let Ok(m) = std::fs::metadata(p) else {
+            continue;
+        };
+        if (m.uid() != me && m.uid() != 0) || m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{}: found by name but owned by uid {} with mode {:o} (yours is uid {me}); \
+                 refusing a file another user could have put or changed there (name its path \
+                 to use it anyway)",
+                p.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }

@@ -126,7 +126,8 @@ pub(super) const TOP_KEYS: &[&str] = &[
 ];
 pub(super) const POSTGRES_KEYS: &[&str] = &["version", "bin_dir", "settings", "standby"];
 pub(super) const APP_POOL_KEYS: &[&str] = &["max_open", "pin"];
-pub(super) const EXTERNAL_KEYS: &[&str] = &["pooler", "postgres", "admin"];
+pub(super) const EXTERNAL_KEYS: &[&str] =
+    &["pooler", "postgres", "admin", "console_faults", "plaintext"];
 pub(super) const WORKLOAD_KEYS: &[&str] = &[
     "clients",
     "keys",
@@ -309,6 +310,10 @@ pub(super) struct RawExternal {
     pub(super) postgres: Leaf,
     #[serde(default = "absent")]
     pub(super) admin: Leaf,
+    #[serde(default = "absent")]
+    pub(super) console_faults: Leaf,
+    #[serde(default = "absent")]
+    pub(super) plaintext: Leaf,
 }
 
 #[derive(Deserialize)]

@@ -342,6 +342,7 @@ fn shipped_topologies_parse() {
             "session-mode-no-reset",
             "session-mode-settings",
             "transaction-mode",
+            "transaction-mode-1-24",
             "transaction-mode-faults",
             "transaction-mode-host-faults",
             "transaction-mode-lifetime",
@@ -1835,6 +1836,51 @@ fn external_passwords_come_from_the_environment() {
 }
 
 #[test]
+fn an_external_password_is_set_on_the_parsed_dsn_never_pasted_into_it() {
+    // A password that would change the host, the port or a parameter if pasted.
+    let pw = "p@ss w%20rd:/?x=1";
+    let lookup = |n: &str| (n == "PW").then(|| pw.to_string());
+    for dsn in [
+        "postgresql://u:${PW}@db.staging:5432/app",
+        "host=db.staging port=5432 user=u dbname=app password=${PW}",
+    ] {
+        let (c, _) = ExternalSpec::resolve_with(dsn, "external.pooler", lookup).unwrap();
+        assert_eq!(c.get_password(), Some(pw.as_bytes()), "{dsn}");
+        assert_eq!(c.get_ports(), [5432], "{dsn}");
+        assert_eq!(c.get_dbname(), Some("app"), "{dsn}");
+        assert!(
+            !format!("{c:?}").contains("p@ss"),
+            "Debug redacts it: {c:?}"
+        );
+    }
+    // A literal password is refused; so is a reference outside the password.
+    let literal =
+        ExternalSpec::resolve_with("postgresql://u:hunter2@h/app", "external.pooler", lookup)
+            .unwrap_err();
+    assert!(literal.contains("has a literal password"), "{literal}");
+    let host =
+        ExternalSpec::resolve_with("postgresql://u:${PW}@${PW}/app", "external.pooler", lookup)
+            .unwrap_err();
+    assert!(host.contains("only the password may be"), "{host}");
+    let unset =
+        ExternalSpec::resolve_with("postgresql://u:${NOPE}@h/app", "external.admin", lookup)
+            .unwrap_err();
+    assert!(
+        unset.contains("refers to ${NOPE}, which is not set"),
+        "{unset}"
+    );
+    // Refused at load, at the DSN's line and column.
+    err_at(
+        &format!(
+            "{MINIMAL}launcher: external\nexternal:\n  pooler: postgresql://u:hunter2@h/app\n  postgres: postgresql://o@h/app\n"
+        ),
+        6,
+        11,
+        "`external.pooler` has a literal password",
+    );
+}
+
+#[test]
 fn a_drawn_set_may_set_every_setting_and_a_script_only_the_ones_it_names() {
     use crate::vocab::Guc;
     let drawn = ok(&format!(
@@ -1905,4 +1951,37 @@ fn workload_settings_narrows_the_drawn_settings() {
         close.to_string().contains("did you mean `search_path`"),
         "{close}"
     );
+}
+
+/// `violated ~5%`: an expected violation with the share of cases it showed in, for a shorter
+/// run that does not reach it; a rate anywhere else is refused at its value.
+#[test]
+fn an_expected_violation_may_carry_its_rate() {
+    let t = ok(&format!(
+        "{MINIMAL}expect:\n  app.no_orphans: violated ~5%\n  app.mutual_exclusion: violated\nexpect_concurrent:\n  app.no_orphans: violated ~12.5%\n"
+    ));
+    assert_eq!(t.expected("app.no_orphans"), Verdict::Violated);
+    assert_eq!(
+        t.expected_rate_in("app.no_orphans", Schedule::Sequential),
+        Some(5.0)
+    );
+    assert_eq!(
+        t.expected_rate_in("app.no_orphans", Schedule::Concurrent),
+        Some(12.5)
+    );
+    assert_eq!(
+        t.expected_rate_in("app.mutual_exclusion", Schedule::Sequential),
+        None
+    );
+    for bad in [
+        "holds ~5%",
+        "violated 5%",
+        "violated ~0%",
+        "violated ~101%",
+        "violated ~x%",
+    ] {
+        let e = err(&format!("{MINIMAL}expect:\n  app.no_orphans: {bad}\n"));
+        assert_eq!((e.line(), e.column()), (Some(5), Some(19)), "{bad}: {e}");
+        assert!(e.message().contains("violated ~5%"), "{bad}: {e}");
+    }
 }

@@ -201,3 +201,39 @@ mod tests {
         assert_eq!(serde_json::from_str::<BackendId>("[7,9]").unwrap(), b);
     }
 }
+
+/// When PostgreSQL ran an op, by its own clock (`clock_timestamp()`, microseconds since the
+/// Unix epoch), read in the same statement as the op (`sql::echo`). `lo`: read before the op's
+/// call; `hi`: read after it (a bound missing when the statement has none: BEGIN, COMMIT and
+/// ROLLBACK report only a time after them, a call that failed none after it). `clock` names the
+/// PostgreSQL whose clock it is (its postmaster's start, `pg_postmaster_start_time()`): times of
+/// different clocks are never compared (a standby after failover, another host, a restart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ServerTime {
+    pub clock: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lo: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hi: Option<i64>,
+}
+
+impl ServerTime {
+    /// A time inside the op's statement (its backend runs one statement at a time, so any
+    /// such time orders the ops of one backend).
+    pub fn any(&self) -> Option<i64> {
+        self.lo.or(self.hi)
+    }
+
+    /// Whether `self`'s op certainly ran before `later`'s on the server (one clock, the one
+    /// ended before the other began). Ops of one backend are ordered by [`ServerTime::any`]
+    /// instead ([`ServerTime::precedes_on`]).
+    pub fn precedes(&self, later: &ServerTime) -> bool {
+        self.clock == later.clock && matches!((self.hi, later.lo), (Some(a), Some(b)) if a < b)
+    }
+
+    /// [`ServerTime::precedes`] for two ops of one backend: any time of each orders them.
+    pub fn precedes_on(&self, later: &ServerTime) -> bool {
+        self.clock == later.clock
+            && matches!((self.any(), later.any()), (Some(a), Some(b)) if a < b)
+    }
+}

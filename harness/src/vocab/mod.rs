@@ -1,5 +1,7 @@
 //! The shared language of every stage: advisory keys, op names, backend identity, replies,
-//! verdicts. Pure data, no I/O; everything else may import it, it imports nothing of pgchaos.
+//! verdicts. Pure data, no I/O; everything else may import it.
+//!
+//! May import nothing of pgchaos.
 
 pub mod backend;
 pub mod fault;
@@ -15,7 +17,7 @@ pub mod verdict;
 pub mod versions;
 pub mod when;
 
-pub use backend::BackendId;
+pub use backend::{BackendId, ServerTime};
 pub use key::Key;
 pub use op::Op;
 pub use partition::{Partition, parse_seeds};

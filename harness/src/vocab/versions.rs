@@ -20,6 +20,13 @@ pub struct Versions {
     pub pooler: Option<String>,
     #[serde(alias = "pgbouncer_declared")]
     pub pooler_declared: Option<String>,
+    /// Where the pooler's binary was built from, as its cache entry records it
+    /// ("source mirror /srv/mirror/pgbouncer-1.25.2.tar.gz"): provenance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pooler_built_from: Option<String>,
+    /// The SHA-256 of the source tarball the pooler was built from, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pooler_tarball_sha256: Option<String>,
     /// One line per server whose version differs from the declared one.
     pub version_drift: Vec<String>,
 }

@@ -33,8 +33,19 @@ pub fn topology(name: &str) -> pgchaos::topology::Topology {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The test suite runs with strict versions: a server other than the declared version fails
+/// to launch instead of drifting (PgBouncer 1.25.2 comes from the source mirror, see
+/// docs/provisioning.md). The tests of drift itself set `PGCHAOS_STRICT_VERSIONS=0` on the
+/// commands they run.
+pub fn launch_options() -> pgchaos::launch::LaunchOptions {
+    pgchaos::launch::LaunchOptions {
+        strict_versions: true,
+        ..Default::default()
+    }
+}
+
 /// Launch a topology by name through the harness's launcher (provisioned from the cache,
-/// not pinned).
+/// not pinned, strict versions).
 pub async fn launch(name: &str) -> Cluster {
     launch_with(name, None).await
 }
@@ -44,7 +55,7 @@ pub async fn launch_with(name: &str, launcher: Option<pgchaos::topology::Launche
     let t = topology(name);
     let opts = pgchaos::launch::LaunchOptions {
         launcher,
-        ..Default::default()
+        ..launch_options()
     };
     match tokio::time::timeout(LAUNCH, pgchaos::launch::launch(&t, opts)).await {
         Ok(Ok(c)) => c,
@@ -475,14 +486,29 @@ pub fn root() -> std::path::PathBuf {
         .unwrap()
 }
 
-/// Run the pgchaos binary from the workspace root.
+/// Run the pgchaos binary from the workspace root (quiet, strict versions).
+///
+/// A `chaos` run is given `--require-expected`: the project's own tests hold a run to every
+/// violation its topology expects (a user's short run is told what it did not reach, and
+/// passes).
 pub fn pgchaos(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_pgchaos"))
+    let mut args: Vec<&str> = args.to_vec();
+    if args.first() == Some(&"chaos") {
+        args.push("--require-expected");
+    }
+    command()
         .args(args)
         .current_dir(root())
-        .env("PGCHAOS_QUIET", "1")
         .output()
         .expect("run pgchaos")
+}
+
+/// The pgchaos binary as a command: quiet, strict versions (`PGCHAOS_STRICT_VERSIONS=1`).
+pub fn command() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_pgchaos"));
+    c.env("PGCHAOS_QUIET", "1")
+        .env("PGCHAOS_STRICT_VERSIONS", "1");
+    c
 }
 
 /// A run's stdout and stderr, for assertion messages.
@@ -508,4 +534,81 @@ pub fn latest(out: &std::path::Path, topology: &str) -> (std::path::PathBuf, ser
     let v =
         serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     (dir, v)
+}
+
+/// What `chaos` or `analyze` exiting 0 or 1 means, asserted from the run's own results: 0
+/// when the run passed (`results.passed`), 1 when it did not, and then because some app.*
+/// verdict is not the one the topology expects (the callers assert no pg.* violation apart).
+/// Returns the app.* invariants whose verdict differs from the expectation, in words.
+pub fn exit_is_the_verdicts(o: &std::process::Output, results: &serde_json::Value) -> Vec<String> {
+    let differ: Vec<String> = results["invariants"]
+        .as_array()
+        .expect("results.json has invariants")
+        .iter()
+        .filter(|i| i["name"].as_str().is_some_and(|n| n.starts_with("app.")))
+        .filter(|i| i["verdict"] != i["expected"])
+        .map(|i| {
+            format!(
+                "{} {} (expected {})",
+                i["name"], i["verdict"], i["expected"]
+            )
+        })
+        .collect();
+    let passed = results["passed"]
+        .as_bool()
+        .expect("results.json says passed");
+    assert_eq!(
+        o.status.code(),
+        Some(if passed { 0 } else { 1 }),
+        "the exit is results.json's passed ({passed}); app.* verdicts that differ: {differ:?}\n{}",
+        text(o)
+    );
+    if !passed {
+        assert!(
+            !differ.is_empty(),
+            "exit 1 with every app.* verdict as expected: {results}\n{}",
+            text(o)
+        );
+    }
+    differ
+}
+
+/// What `matrix` or `merge` exiting 0 or 1 means, asserted from matrix.json's cells: 1 when
+/// some cell fails the gate (it could not run; its worst class is unsafe, not accepted, and
+/// worse than its written expectation or anything unsafe when nothing is written; or, held to
+/// its expectation, it did not reach it), else 0. Returns the failing cells, in words.
+pub fn exit_is_the_cells(o: &std::process::Output, matrix: &serde_json::Value) -> Vec<String> {
+    use pgchaos::profile::Class;
+    let class = |v: &serde_json::Value| v.as_str().and_then(Class::from_name);
+    let failing: Vec<String> = matrix["cells"]
+        .as_array()
+        .expect("matrix.json has cells")
+        .iter()
+        .filter(|c| {
+            let Some(worst) = class(&c["worst"]) else {
+                return true;
+            };
+            let accepted = c["accepted"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| class(x) == Some(worst)));
+            !accepted
+                && match class(&c["expected"]) {
+                    None => worst.is_unsafe(),
+                    Some(e) => worst < e || (c["require_expected"] == true && worst != e),
+                }
+        })
+        .map(|c| {
+            format!(
+                "{} on {}: {} (expected {})",
+                c["profile"], c["topology"], c["worst"], c["expected"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        o.status.code(),
+        Some(if failing.is_empty() { 0 } else { 1 }),
+        "the exit is whether a cell fails the gate: {failing:?}\n{}",
+        text(o)
+    );
+    failing
 }

@@ -59,21 +59,55 @@ impl crate::pooler::Console for Console {
     fn is_closed(&self) -> bool {
         self.client.is_closed()
     }
+
+    fn strangers<'a>(
+        &'a self,
+        db: &'a str,
+        role: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Option<crate::pooler::Strangers>>> {
+        Box::pin(async move { Ok(Some(view::strangers(&self.client, db, role, tag).await?)) })
+    }
+}
+
+/// A database name as one word of the console's grammar (PgBouncer 1.25.2 `src/admin.c`:
+/// `WORD` is `[0-9a-z_]+`, case-insensitive, or a double-quoted string with `""` for a
+/// quote, unquoted by `copy_arg`): bare when it is a plain word, quoted otherwise.
+pub fn word(db: &str) -> String {
+    if !db.is_empty() && db.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        db.to_string()
+    } else {
+        format!("\"{}\"", db.replace('"', "\"\""))
+    }
 }
 
 /// Admin console commands (PgBouncer's `admin.c`).
 pub fn kill(db: &str) -> String {
-    format!("KILL {db}")
+    format!("KILL {}", word(db))
 }
 pub fn resume(db: &str) -> String {
-    format!("RESUME {db}")
+    format!("RESUME {}", word(db))
 }
 pub fn pause(db: &str) -> String {
-    format!("PAUSE {db}")
+    format!("PAUSE {}", word(db))
 }
 pub fn reconnect(db: &str) -> String {
-    format!("RECONNECT {db}")
+    format!("RECONNECT {}", word(db))
 }
 pub const RELOAD: &str = "RELOAD";
 pub const SHOW_VERSION: &str = "SHOW VERSION";
 pub const SHOW_CONFIG: &str = "SHOW CONFIG";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_database_name_is_one_word_of_the_console() {
+        assert_eq!(super::pause("chaos"), "PAUSE chaos");
+        assert_eq!(super::pause("my app"), "PAUSE \"my app\"");
+        assert_eq!(
+            super::kill("a\"; SHUTDOWN; \""),
+            "KILL \"a\"\"; SHUTDOWN; \"\"\""
+        );
+        assert_eq!(super::resume("Café"), "RESUME \"Café\"");
+    }
+}

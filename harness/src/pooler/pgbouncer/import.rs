@@ -8,6 +8,7 @@
 //! refuses are dropped, one YAML comment each. Bad input is an error at `path:line:column`;
 //! the output is checked by loading it (`Topology::parse`) before anything is written.
 
+use super::pools;
 use crate::pooler::{Imported, Origin, PoolMode};
 use crate::topology::Topology;
 use anyhow::{Result, bail};
@@ -297,9 +298,14 @@ const PROBE_KEY_COL: usize = 5;
 /// The ini text as a topology YAML, or the first error in it.
 pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
     let cx = Cx { src, path };
+    crate::pooler::import::refuse_control(&cx)?;
     let entries = parse_ini(&cx)?;
     let version = origin.version.unwrap_or(DEFAULT_PGBOUNCER_VERSION);
-    if let Err(e) = Topology::parse(&probe(version, None), Path::new("probe"), &crate::catalog()) {
+    if let Err(e) = Topology::parse(
+        &probe(version, None),
+        Path::new("probe"),
+        &crate::pooler::import::probe_catalog(),
+    ) {
         bail!("--pgbouncer-version {version:?}: {}", e.message());
     }
 
@@ -310,23 +316,30 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
     let mut reset_always: Option<bool> = None;
     let mut settings: Vec<(String, String)> = Vec::new();
     let mut dropped: Vec<String> = Vec::new();
-    let mut pool_extra = 0u64;
 
+    let mut databases: Vec<pools::Override> = Vec::new();
+    let mut users: Vec<pools::Override> = Vec::new();
     for e in &entries {
         match e.section {
-            Section::Databases => dropped.push(format!(
-                "# dropped [databases] {}: pgchaos points pgbouncer at the PostgreSQL it starts{}",
-                e.key,
-                overrides_note(&e.value)
-            )),
-            Section::Users => dropped.push(format!(
-                "# dropped [users] {}: pgchaos connects as its own role{}",
-                e.key,
-                overrides_note(&e.value)
-            )),
+            Section::Databases => databases.push(pools::parse_entry(
+                &cx,
+                e.line,
+                &e.key,
+                &e.value,
+                e.value_col,
+                false,
+            )?),
+            Section::Users => users.push(pools::parse_entry(
+                &cx,
+                e.line,
+                &e.key,
+                &e.value,
+                e.value_col,
+                true,
+            )?),
             Section::Peers => dropped.push(format!(
-                "# dropped [peers] {}: pgchaos runs a single pgbouncer, without peers",
-                e.key
+                "[peers] {}: pgchaos runs a single pgbouncer, without peers",
+                yaml_quote(&e.key)
             )),
             Section::Pgbouncer => {
                 let name = e.key.to_ascii_lowercase();
@@ -382,9 +395,9 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                     _ => {
                         if let Some(why) = harness_reason(&name) {
                             if is_secret(&name) {
-                                dropped.push(format!("# dropped {name} (value not shown): {why}"));
+                                dropped.push(format!("{name} (value not shown): {why}"));
                             } else {
-                                dropped.push(format!("# dropped {name} = {}: {why}", e.value));
+                                dropped.push(format!("{name} = {}: {why}", yaml_quote(&e.value)));
                             }
                             continue;
                         }
@@ -403,24 +416,13 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                             }
                         }
                         let value = yaml_value(&e.value);
-                        if let Err(te) = Topology::parse(
-                            &probe(version, Some((&name, &value))),
-                            Path::new("probe"),
-                            &crate::catalog(),
-                        ) {
-                            let on_key = te.line() == Some(PROBE_SETTING_LINE)
-                                && te.column() == Some(PROBE_KEY_COL);
-                            let msg = te.message().replace("pgbouncer.settings.", "");
-                            let hints = te.hints().to_vec();
+                        if let Err((msg, hints, on_key)) = probe_setting(version, &name, &value) {
                             return Err(if on_key {
                                 cx.at_key(e, msg, hints)
                             } else {
                                 cx.at_value(e, msg, hints)
                             }
                             .into());
-                        }
-                        if name == "reserve_pool_size" || name == "min_pool_size" {
-                            pool_extra += e.value.parse::<u64>().unwrap_or(0);
                         }
                         settings.push((name, value));
                     }
@@ -429,8 +431,47 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
         }
     }
 
+    // The database and user under test: their overrides of [pgbouncer]'s pooling settings
+    // become the topology's own (PgBouncer's precedence: user, database, [pgbouncer]).
+    let eff = pools::effective(&cx, &databases, &users, &origin.select)?;
+    let mut notes: Vec<String> = eff.chosen.iter().map(|c| format!("# {c}")).collect();
+    let global_mode = pool_mode;
+    if let Some((m, from)) = &eff.pool_mode {
+        notes.push(format!(
+            "# pool_mode {} from {from} ([pgbouncer] says {})",
+            m.as_str(),
+            global_mode.map_or("nothing: session", |g| g.as_str())
+        ));
+        pool_mode = Some(*m);
+    }
+    if let Some((n, from)) = &eff.pool_size {
+        notes.push(format!(
+            "# default_pool_size {n} from {from}'s pool_size ([pgbouncer] says {})",
+            default_pool_size.map_or("nothing: 20".to_string(), |d| d.to_string())
+        ));
+        default_pool_size = Some(*n);
+    }
+    for (name, value, from, line, key_col, value_col) in &eff.settings {
+        let value = yaml_value(value);
+        if let Err((msg, hints, on_key)) = probe_setting(version, name, &value) {
+            let col = if on_key { *key_col } else { *value_col };
+            return Err(cx
+                .error(*line, col, 1, format!("{from}: {msg}"), hints)
+                .into());
+        }
+        notes.push(format!("# {name} from {from}"));
+        settings.retain(|(k, _)| k != name);
+        settings.push((name.to_string(), value));
+    }
+    settings.sort();
+    dropped.extend(eff.dropped.iter().cloned());
+    let pool_extra: u64 = settings
+        .iter()
+        .filter(|(k, _)| k == "reserve_pool_size" || k == "min_pool_size")
+        .map(|(_, v)| v.parse::<u64>().unwrap_or(0))
+        .sum();
+
     // PgBouncer's defaults for what the ini leaves out (the topology's differ for the pool).
-    let mut notes: Vec<String> = Vec::new();
     let pool_mode = pool_mode.unwrap_or_else(|| {
         notes.push("# pool_mode is not set in the ini: PgBouncer's default, session".into());
         PoolMode::Session
@@ -507,7 +548,7 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
         }
     }
     for d in &dropped {
-        y.push_str(&format!("  {d}\n"));
+        y.push_str(&format!("  # dropped {d}\n"));
     }
     y.push_str(
         "\nworkload:\n  clients: 4\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n",
@@ -522,41 +563,38 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
     Ok(Imported {
         yaml: y,
         summary: format!(
-            "pool_mode {}, default_pool_size {default_pool_size}, max_client_conn {max_client_conn}, {} further setting(s); {} key(s) dropped (see the comments)",
+            "{}pool_mode {}, default_pool_size {default_pool_size}, max_client_conn {max_client_conn}, {} further setting(s); {} key(s) dropped (listed above, and in the comments)",
+            eff.chosen
+                .iter()
+                .map(|c| format!("{c}: "))
+                .collect::<String>(),
             pool_mode.as_str(),
             settings.len(),
             dropped.len()
         ),
+        dropped: dropped.iter().map(|d| format!("dropped {d}")).collect(),
     })
 }
 
-/// For a dropped `[databases]`/`[users]` entry: the per-database pooling overrides it held,
-/// which the import does not apply (values other than these are not echoed: they may hold
-/// passwords).
-fn overrides_note(value: &str) -> String {
-    let found: Vec<String> = value
-        .split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, _)| {
-            matches!(
-                k.trim(),
-                "pool_mode"
-                    | "pool_size"
-                    | "min_pool_size"
-                    | "reserve_pool_size"
-                    | "max_db_connections"
-                    | "max_user_connections"
-            )
-        })
-        .map(|(k, v)| format!("{}={}", k.trim(), v.trim()))
-        .collect();
-    if found.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " (its overrides {} are NOT applied: set them in [pgbouncer] to test them)",
-            found.join(" ")
-        )
+/// Whether pgchaos accepts a `pgbouncer.settings` entry (its name, its release, its value),
+/// asked of the topology's own validation on a probe. The error: message, hints, and whether
+/// it is about the key (else the value).
+fn probe_setting(
+    version: &str,
+    name: &str,
+    value: &str,
+) -> std::result::Result<(), (String, Vec<String>, bool)> {
+    match Topology::parse(
+        &probe(version, Some((name, value))),
+        Path::new("probe"),
+        &crate::pooler::import::probe_catalog(),
+    ) {
+        Ok(_) => Ok(()),
+        Err(te) => Err((
+            te.message().replace("pgbouncer.settings.", ""),
+            te.hints().to_vec(),
+            te.line() == Some(PROBE_SETTING_LINE) && te.column() == Some(PROBE_KEY_COL),
+        )),
     }
 }
 
@@ -601,11 +639,28 @@ ignore_startup_parameters = extra_float_digits
             when: "2026-12-01 05:50:00+00",
             name: "orders",
             version: None,
+            select: Default::default(),
         }
     }
 
     fn run(src: &str) -> Result<Imported> {
         convert(src, Path::new("pgbouncer.ini"), &origin())
+    }
+
+    /// REALISTIC's database under test, `orders`, as the user `app` (not in [users]).
+    fn run_orders(src: &str) -> Result<Imported> {
+        convert(
+            src,
+            Path::new("pgbouncer.ini"),
+            &Origin {
+                select: crate::pooler::Select {
+                    database: Some("orders"),
+                    user: Some("app"),
+                    drop: &[],
+                },
+                ..origin()
+            },
+        )
     }
 
     fn topo(src: &str) -> (Topology, String) {
@@ -624,7 +679,9 @@ ignore_startup_parameters = extra_float_digits
 
     #[test]
     fn realistic_ini_round_trips() {
-        let (t, y) = topo(REALISTIC);
+        let y = run_orders(REALISTIC).unwrap().yaml;
+        let t = Topology::parse(&y, Path::new("orders.yaml"), &crate::catalog())
+            .unwrap_or_else(|e| panic!("{e}\n---\n{y}"));
         assert_eq!(t.name, "orders");
         assert_eq!(t.postgres.version, "18.6");
         let pb = t
@@ -665,30 +722,67 @@ ignore_startup_parameters = extra_float_digits
             "a pool of 20 fits the default"
         );
         for line in [
-            "# dropped listen_addr = *: ",
-            "# dropped listen_port = 6432: pgchaos picks a free loopback port",
-            "# dropped auth_type = scram-sha-256: ",
-            "# dropped auth_file = /etc/pgbouncer/userlist.txt: ",
-            "# dropped admin_users = pgbouncer_admin: ",
-            "# dropped stats_users = datadog, pgbouncer_stats: ",
-            "# dropped logfile = /var/log/postgresql/pgbouncer.log: ",
-            "# dropped pidfile = /var/run/postgresql/pgbouncer.pid: ",
-            "# dropped [databases] orders: ",
-            "# dropped [users] batch: ",
+            "# dropped listen_addr = \"*\": ",
+            "# dropped listen_port = \"6432\": pgchaos picks a free loopback port",
+            "# dropped auth_type = \"scram-sha-256\": ",
+            "# dropped auth_file = \"/etc/pgbouncer/userlist.txt\": ",
+            "# dropped admin_users = \"pgbouncer_admin\": ",
+            "# dropped stats_users = \"datadog, pgbouncer_stats\": ",
+            "# dropped logfile = \"/var/log/postgresql/pgbouncer.log\": ",
+            "# dropped pidfile = \"/var/run/postgresql/pgbouncer.pid\": ",
+            "# dropped [databases] orders, line 3: host (value not shown): ",
+            "# dropped [databases] orders, line 3: password (value not shown): ",
+            "# dropped [databases] reporting: not the database under test (its pool_size=5 pool_mode=session are not this topology's)",
+            "# dropped [users] batch: not the user under test (its pool_mode=session are not this topology's)",
+            "# database under test: orders (line 3, --database)",
+            "# user under test: app (not in [users]: the database's settings)",
         ] {
             assert!(y.contains(line), "missing {line:?} in\n{y}");
         }
-        assert!(y.contains("overrides pool_size=5 pool_mode=session are NOT applied"));
         assert!(!y.contains("hunter2"), "a password leaked into\n{y}");
         assert!(
             !y.contains("10.0.3.17"),
             "connection strings are not echoed"
         );
         assert!(y.starts_with("# Imported by `pgchaos import` from /etc/pgbouncer/pgbouncer.ini at 2026-12-01 05:50:00+00."));
-        let summary = run(REALISTIC).unwrap().summary;
+        let imported = run_orders(REALISTIC).unwrap();
         assert!(
-            summary.ends_with("; 11 key(s) dropped (see the comments)"),
-            "{summary}"
+            imported
+                .summary
+                .ends_with("; 14 key(s) dropped (listed above, and in the comments)"),
+            "{}",
+            imported.summary
+        );
+        assert_eq!(imported.dropped.len(), 14);
+        assert!(imported.dropped.iter().all(|d| d.starts_with("dropped ")));
+        assert!(!imported.dropped.iter().any(|d| d.contains("hunter2")));
+        // Without --database, two databases pooled differently are refused, at the one
+        // that overrides; without --user, a [users] entry that changes pooling is too.
+        let (l, c, m, _) = err(REALISTIC);
+        assert_eq!((l, c), (4, 52), "{m}");
+        assert!(
+            m.contains("pools its databases differently")
+                && m.contains("reporting pool_size=5 pool_mode=session")
+                && m.contains("--database NAME"),
+            "{m}"
+        );
+        let e = convert(
+            REALISTIC,
+            Path::new("pgbouncer.ini"),
+            &Origin {
+                select: crate::pooler::Select {
+                    database: Some("orders"),
+                    ..Default::default()
+                },
+                ..origin()
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("pgbouncer.ini:7:9: [users] batch changes pooling (pool_mode=session): name the user"),
+            "{e}"
         );
     }
 

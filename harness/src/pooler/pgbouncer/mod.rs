@@ -11,6 +11,7 @@
 pub mod config;
 pub mod console;
 pub mod import;
+pub mod pools;
 pub mod provision;
 pub mod section;
 pub mod settings;
@@ -195,8 +196,8 @@ impl Pooler for PgBouncer {
             reset_always: self.spec.server_reset_query_always,
             abort_on_disconnect: false,
             links_at_connect: false,
-            // 1.24.1 closes a server its client leaves with a reply still in flight
-            // (docs/session-state.md, "Replies out of step").
+            // 1.24.1 and 1.25.2 close a server its client leaves with a reply still in flight
+            // (docs/session-state.md, "Replies out of step"; docs/pgbouncer-1-25.md).
             closes_server_in_flight: true,
             app_pin: None,
             replicas: 1,

@@ -1,7 +1,9 @@
 //! How PgBouncer is obtained (the sources in order are in `provision`'s module doc): an
-//! explicit binary, the cache, the upstream source tarball built here, the nearest cached
-//! build, the Debian source package of the next release built here. The version actually
-//! obtained is read from the binary; a difference from the declared one is drift.
+//! explicit binary, the cache, the source mirror's tarball built here, the upstream source
+//! tarball built here, the nearest cached build, the Debian source package of the next
+//! release built here. The version actually obtained is read from the binary; a difference
+//! from the declared one is drift. Only the `pgbouncer` target is built (`make pgbouncer`):
+//! a release's man pages need pandoc, which the binary does not.
 
 use crate::provision::*;
 use anyhow::{Result, anyhow, bail};
@@ -78,6 +80,13 @@ pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Resu
         dest.join("bin/pgbouncer").display()
     )];
 
+    // The source mirror: set and missing, or a tarball that does not build as its name
+    // says, is an error (never a silent fall-through to another version).
+    match from_mirror(opts, version)? {
+        Ok(b) => return Ok(b),
+        Err(why) => failures.push(why),
+    }
+
     // Upstream source tarball. A failed attempt is remembered for an hour, so that every
     // launch on a machine without internet access does not pay for (and serialise on) it.
     let label = "upstream release";
@@ -102,7 +111,7 @@ pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Resu
         }
         note(opts, &format!("pgbouncer {version}: trying {label}"));
         let tmp = TempDir::new(&opts.cache_dir)?;
-        let name = format!("pgbouncer-{version}.tar.gz");
+        let name = mirror::tarball_name("pgbouncer", version);
         let file = tmp.path().join(&name);
         curl(
             opts,
@@ -110,11 +119,11 @@ pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Resu
             &format!("{PGBOUNCER_RELEASES}/{version}/{name}"),
             &file,
         )?;
-        let x = mkdir(&tmp.path().join("x"))?;
-        untar(opts, "pgbouncer-untar", &file, &x)?;
-        let src = find_dir_with(&x, "configure", 2)
-            .ok_or_else(|| anyhow!("{name} has no configure script"))?;
-        build_and_install(opts, &src, version, tmp.path(), label)
+        let t = mirror::Tarball {
+            sha256: mirror::sha256_file(&file)?,
+            path: file,
+        };
+        build_tarball(opts, version, &t, tmp.path(), label)
     })();
     match attempt {
         Ok(b) => return Ok(b),
@@ -130,31 +139,14 @@ pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Resu
         }
     }
 
-    // A cached build of another version: the nearest.
-    let cached = complete_versions(&root);
-    if let Some(near) = nearest(version, &cached) {
-        let dir = root.join(near);
-        let path = dir.join("bin/pgbouncer");
-        let from = entry_source(&dir).unwrap_or_else(|| "an earlier run".into());
-        note(
-            opts,
-            &format!("pgbouncer {version}: trying cache, nearest version {near} ({from})"),
-        );
-        match pgbouncer_version(opts, &path) {
-            Ok(actual) => {
-                let why = format!("cached build from {from}");
-                return settle_bouncer(opts, version, path, actual, "cache".into(), &why);
-            }
-            Err(e) => {
-                note(
-                    opts,
-                    &format!(
-                        "pgbouncer {version}: cached {near} unusable: {}",
-                        first_line(&e)
-                    ),
-                );
-                failures.push(format!("cache {near}: {e:#}"));
-            }
+    // A cached build of another version, the nearest: only when not strict (it cannot be
+    // the declared version), and only once the Debian source package is known not to be
+    // the declared version either (a cached build of it says which version it is).
+    if !opts.strict_versions && debian_known_other(&root, version) {
+        match nearest_cached(opts, &root, version) {
+            Some(Ok(b)) => return Ok(b),
+            Some(Err(e)) => failures.push(e),
+            None => {}
         }
     }
 
@@ -180,6 +172,73 @@ pub fn pgbouncer(version: &str, explicit: Option<&Path>, opts: &Options) -> Resu
             )
         }
     }
+}
+
+/// The source mirror's tarball of `version`, built: `Ok(Err(why))` when there is none to
+/// try (no mirror set, or no such file in it); `Err` when the mirror is set but missing or
+/// the tarball does not build as its name says.
+fn from_mirror(opts: &Options, version: &str) -> Result<std::result::Result<PoolerBinary, String>> {
+    let Some(dir) = &opts.source_mirror else {
+        return Ok(Err(format!(
+            "source mirror: none set (--source-mirror or {})",
+            mirror::ENV
+        )));
+    };
+    match mirror::find(opts, "pgbouncer", version)? {
+        Some(t) => bouncer_from_tarball(opts, version, &t, "source mirror").map(Ok),
+        None => {
+            let name = mirror::tarball_name("pgbouncer", version);
+            note(
+                opts,
+                &format!("pgbouncer {version}: source mirror has no {name}"),
+            );
+            Ok(Err(format!(
+                "source mirror: no {}",
+                dir.join(name).display()
+            )))
+        }
+    }
+}
+
+/// A complete cache entry under `root` was built from the Debian source package, and it is
+/// not `version`: Debian's package is known not to supply `version`.
+pub(crate) fn debian_known_other(root: &Path, version: &str) -> bool {
+    complete_versions(root).iter().any(|v| {
+        !same_version(v, version)
+            && entry_source(&root.join(v)).is_some_and(|s| s.starts_with("Debian source package"))
+    })
+}
+
+/// The nearest cached build of another version, as drift: `None` when there is none,
+/// `Some(Err(why))` when it does not run.
+fn nearest_cached(
+    opts: &Options,
+    root: &Path,
+    version: &str,
+) -> Option<std::result::Result<PoolerBinary, String>> {
+    let cached = complete_versions(root);
+    let near = nearest(version, &cached)?;
+    let dir = root.join(near);
+    let path = dir.join("bin/pgbouncer");
+    let from = entry_source(&dir).unwrap_or_else(|| "an earlier run".into());
+    note(
+        opts,
+        &format!("pgbouncer {version}: trying cache, nearest version {near} ({from})"),
+    );
+    let r = pgbouncer_version(opts, &path).and_then(|actual| {
+        let why = format!("cached build from {from}");
+        settle_bouncer(opts, version, path, actual, "cache".into(), &why)
+    });
+    Some(r.map_err(|e| {
+        note(
+            opts,
+            &format!(
+                "pgbouncer {version}: cached {near} unusable: {}",
+                first_line(&e)
+            ),
+        );
+        format!("cache {near}: {e:#}")
+    }))
 }
 
 pub(crate) fn bouncer_cache_hit(
@@ -217,6 +276,8 @@ pub(crate) fn bouncer_cache_hit(
                         declared: version.to_string(),
                         source: "cache".into(),
                         drift: None,
+                        built_from: entry_source(dest),
+                        tarball_sha256: entry_field(dest, "tarball_sha256"),
                     }))
                 }
                 other => {
@@ -247,6 +308,8 @@ pub(crate) fn settle_bouncer(
             declared: declared.to_string(),
             source,
             drift: None,
+            built_from: None,
+            tarball_sha256: None,
         },
         || {
             format!(
@@ -262,8 +325,9 @@ pub(crate) fn settle_bouncer(
         &[
             format!("Results are recorded against PgBouncer {actual}."),
             format!(
-                "To refuse this, use --strict-versions; to use PgBouncer {declared}, build it and \
-                 pass it (PGCHAOS_PGBOUNCER_BIN)."
+                "To refuse this, use --strict-versions; to use PgBouncer {declared}, put \
+                 pgbouncer-{declared}.tar.gz in a source mirror (--source-mirror DIR or \
+                 PGCHAOS_SOURCE_MIRROR), or build it and pass it (PGCHAOS_PGBOUNCER_BIN)."
             ),
         ],
     )
@@ -361,7 +425,7 @@ pub(crate) fn bouncer_from_debian(opts: &Options, declared: &str) -> Result<Pool
     let dest = opts.cache_dir.join("pgbouncer").join(&upstream);
     let b = match bouncer_cache_hit(opts, &upstream, &dest, true)? {
         Some(b) => b, // built by another run meanwhile
-        None => build_and_install(opts, &tree, &upstream, t, &label)?,
+        None => build_and_install(opts, &tree, &upstream, t, &label, None)?,
     };
     let PoolerBinary {
         path,
@@ -379,14 +443,52 @@ pub(crate) fn bouncer_from_debian(opts: &Options, declared: &str) -> Result<Pool
     )
 }
 
-/// `./configure && make && make install` into a staging dir, then rename into
-/// `<cache>/pgbouncer/<version>`.
+/// Build PgBouncer `version` from the tarball `t` (source mirror) in a scratch directory
+/// and install it into the cache: an error (nothing cached) when it does not unpack, does
+/// not build, or builds another version than its name says.
+pub(crate) fn bouncer_from_tarball(
+    opts: &Options,
+    version: &str,
+    t: &mirror::Tarball,
+    label: &str,
+) -> Result<PoolerBinary> {
+    note(
+        opts,
+        &format!(
+            "pgbouncer {version}: trying {label} {} (sha256 {})",
+            t.path.display(),
+            t.sha256
+        ),
+    );
+    let tmp = TempDir::new(&opts.cache_dir)?;
+    let label = format!("{label} {}", t.path.display());
+    build_tarball(opts, version, t, tmp.path(), &label)
+}
+
+/// Unpack `t` into `tmp` and build and install it (see [`build_and_install`]).
+pub(crate) fn build_tarball(
+    opts: &Options,
+    version: &str,
+    t: &mirror::Tarball,
+    tmp: &Path,
+    label: &str,
+) -> Result<PoolerBinary> {
+    let x = mkdir(&tmp.join("x"))?;
+    let src = mirror::unpack(opts, "pgbouncer-untar", &t.path, &x, "configure")?;
+    build_and_install(opts, &src, version, tmp, label, Some(t))
+}
+
+/// `./configure && make pgbouncer` in `src`, the binary staged under `tmp`, then renamed
+/// into `<cache>/pgbouncer/<version it reports>`. Built from a tarball (`from`), a binary
+/// reporting another version than `version` is an error naming both, and the tarball's
+/// file name and SHA-256 go into the marker (`source=` says where it was).
 pub(crate) fn build_and_install(
     opts: &Options,
     src: &Path,
     version: &str,
     tmp: &Path,
     label: &str,
+    from: Option<&mirror::Tarball>,
 ) -> Result<PoolerBinary> {
     ensure_build_deps(opts)?;
     let dest = opts.cache_dir.join("pgbouncer").join(version);
@@ -403,30 +505,40 @@ pub(crate) fn build_and_install(
             .arg(format!("--prefix={}", dest.display()))
             .current_dir(src),
     )?;
+    // The binary only: `make` alone also builds the man pages, which need pandoc.
     run(
         opts,
         "pgbouncer-make",
         Command::new("make")
             .arg(format!("-j{jobs}"))
+            .arg("pgbouncer")
             .current_dir(src),
     )?;
-    let stage = tmp.join("stage");
-    run(
-        opts,
-        "pgbouncer-make-install",
-        Command::new("make")
-            .arg("install")
-            .arg(format!("DESTDIR={}", stage.display()))
-            .current_dir(src),
-    )?;
-    let staged = stage.join(dest.strip_prefix("/").unwrap_or(&dest));
-    let path = staged.join("bin/pgbouncer");
-    if !is_executable(&path) {
-        bail!("make install produced no {}", path.display());
+    let built = src.join("pgbouncer");
+    if !is_executable(&built) {
+        bail!("make pgbouncer produced no {}", built.display());
     }
+    let staged = mkdir(&tmp.join("stage"))?;
+    mkdir(&staged.join("bin"))?;
+    let path = staged.join("bin/pgbouncer");
+    fs::copy(&built, &path)
+        .map_err(|e| anyhow!("copying {} to {}: {e}", built.display(), path.display()))?;
     let actual = pgbouncer_version(opts, &path)?;
+    let mut fields: Vec<(&str, &str)> = Vec::new();
+    let tarball_path;
+    if let Some(t) = from {
+        if !same_version(&actual, version) {
+            return Err(mirror::version_mismatch(&t.path, version, &actual));
+        }
+        tarball_path = t
+            .path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        fields.push(("tarball", &tarball_path));
+        fields.push(("tarball_sha256", &t.sha256));
+    }
     let dest = opts.cache_dir.join("pgbouncer").join(&actual);
-    install_entry(&staged, &dest, label)?;
+    install_entry_with(&staged, &dest, label, &fields)?;
     note(
         opts,
         &format!(
@@ -441,6 +553,8 @@ pub(crate) fn build_and_install(
         declared: version.to_string(),
         source: label.to_string(),
         drift: None,
+        built_from: entry_source(&dest),
+        tarball_sha256: entry_field(&dest, "tarball_sha256"),
     })
 }
 

@@ -10,10 +10,17 @@
 //! in a cancel or login state.
 
 use crate::pooler::view::{
-    ClientRow, ClientState, Look, PoolRow, PoolerRow, ServerRow, ServerState,
+    ClientRow, ClientState, Look, PoolRow, PoolerRow, RawRows, ServerRow, ServerState,
 };
 use anyhow::{Context, Result};
 use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// [`server`], [`client`] and [`pool`]: PgBouncer's rows in the common words.
+pub const ROWS: RawRows = RawRows {
+    server,
+    client,
+    pool,
+};
 
 pub const SHOW_SERVERS: &str = "SHOW SERVERS";
 pub const SHOW_CLIENTS: &str = "SHOW CLIENTS";
@@ -25,6 +32,8 @@ pub const CONNECTION_COLUMNS: &[&str] = &[
     "type",
     "state",
     "local_port",
+    // A client's own port: for `pgchaos run`, the tap lane's upstream port.
+    "port",
     "connect_time",
     "request_time",
     "wait",
@@ -173,6 +182,85 @@ pub async fn look(admin: &Client, db: &str, user: Option<&str>, pools: bool) -> 
     })
 }
 
+/// Every row of one `SHOW` command, all columns.
+async fn show_all(admin: &Client, cmd: &str) -> Result<Vec<PoolerRow>> {
+    let msgs = crate::pooler::admin_query(admin, cmd)
+        .await
+        .with_context(|| format!("PgBouncer admin {cmd}"))?;
+    let mut out = vec![];
+    for m in msgs {
+        if let SimpleQueryMessage::Row(row) = m {
+            out.push(
+                row.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, col)| (col.name().to_string(), row.get(i).unwrap_or("").to_string()))
+                    .collect(),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// What `SHOW CLIENTS` and `SHOW POOLS` show that a run tagged `tag` did not open: clients of
+/// `role` (any database) with another `application_name`, and other users' clients and
+/// busy pools on `db`.
+pub async fn strangers(
+    admin: &Client,
+    db: &str,
+    role: &str,
+    tag: &str,
+) -> Result<crate::pooler::Strangers> {
+    let (clients, pools) = tokio::join!(show_all(admin, SHOW_CLIENTS), show_all(admin, SHOW_POOLS));
+    Ok(judge_strangers(&clients?, &pools?, db, role, tag))
+}
+
+/// [`strangers`] on rows already read.
+pub fn judge_strangers(
+    clients: &[PoolerRow],
+    pools: &[PoolerRow],
+    db: &str,
+    role: &str,
+    tag: &str,
+) -> crate::pooler::Strangers {
+    let mut out = crate::pooler::Strangers::default();
+    for c in clients {
+        let line = format!(
+            "client of user {} on database {} from {}:{} application_name {:?} (SHOW CLIENTS)",
+            get(c, "user"),
+            get(c, "database"),
+            get(c, "addr"),
+            get(c, "port"),
+            get(c, "application_name")
+        );
+        if get(c, "user") == role {
+            if get(c, "application_name") != tag {
+                out.same_role.push(line);
+            }
+        } else if get(c, "database") == db {
+            out.other_users.push(line);
+        }
+    }
+    for p in pools {
+        // Clients, or servers linked to one: an idle server is no one's session.
+        let busy: u64 = ["cl_active", "cl_waiting", "sv_active"]
+            .iter()
+            .map(|k| num(p, k))
+            .sum();
+        if get(p, "database") == db && get(p, "user") != role && busy > 0 {
+            out.other_users.push(format!(
+                "pool of user {} on database {}: cl_active {} cl_waiting {} sv_active {} (SHOW POOLS)",
+                get(p, "user"),
+                db,
+                get(p, "cl_active"),
+                get(p, "cl_waiting"),
+                get(p, "sv_active")
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +307,37 @@ mod tests {
             (ClientState::Waiting, None, Some(2_000_015))
         );
         assert_eq!(client(row(&[("state", "active")])).waiting_us, None);
+    }
+
+    #[test]
+    fn strangers_are_other_tags_of_the_role_and_other_users_of_the_database() {
+        let tag = "pgchaos-0123456789ab";
+        let c = |user: &str, db: &str, app: &str| {
+            row(&[("user", user), ("database", db), ("application_name", app)])
+        };
+        let clients = [
+            c("pgchaos_client", "app", tag),
+            c("pgchaos_client", "app", "psql"),
+            c("pgchaos_client", "other", ""),
+            c("shop", "app", "shop-web"),
+            c("shop", "elsewhere", "shop-web"),
+        ];
+        let pools = [
+            row(&[
+                ("database", "app"),
+                ("user", "billing"),
+                ("cl_waiting", "2"),
+            ]),
+            row(&[("database", "app"), ("user", "idle_user"), ("sv_idle", "0")]),
+        ];
+        let s = judge_strangers(&clients, &pools, "app", "pgchaos_client", tag);
+        assert_eq!(s.same_role.len(), 2, "{s:?}");
+        assert!(s.same_role[0].contains("\"psql\""), "{s:?}");
+        assert_eq!(s.other_users.len(), 2, "{s:?}");
+        assert!(
+            s.other_users[0].contains("user shop on database app"),
+            "{s:?}"
+        );
+        assert!(s.other_users[1].contains("pool of user billing"), "{s:?}");
     }
 }

@@ -59,7 +59,9 @@ impl Console {
             let pcppass = c.dir.join(PCPPASS);
             let text =
                 super::config::pcppass(port, &at.user, at.password.as_deref().unwrap_or_default());
-            write_private(&pcppass, &text)?;
+            // Through safe_fs like every credential file: a new file (O_EXCL, 0600, ours)
+            // renamed over the name, so nothing planted there is followed or written through.
+            crate::safe_fs::write_private(&c.dir, &pcppass, &text, None)?;
             return Ok(Console {
                 main_pid: None,
                 libs: root
@@ -221,21 +223,6 @@ impl crate::pooler::Console for Console {
     }
 }
 
-/// A file only this user reads (the PCP password file).
-fn write_private(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("{}: writing", path.display()))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("{}: writing", path.display()))
-}
-
 /// The processes of container `id` on this host, by their pid inside it (the last of
 /// `NSpid`) to their pid here. A process's `/proc/<pid>/cgroup` names its container's id
 /// (cgroup v1 and v2, the cgroupfs and systemd drivers); the engine must run on this host, as
@@ -314,6 +301,50 @@ mod tests {
     fn this_process_is_in_no_container_named_by_an_unknown_id() {
         assert!(super::container_pids("0123456789abcdef0123456789abcdef").is_empty());
         assert!(super::container_pids("").is_empty());
+    }
+
+    /// A symlink planted at the container console's `pcppass` is replaced, never written
+    /// through: its target keeps its content, the name becomes a file of ours, mode 0600.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_symlink_planted_at_pcppass_is_replaced_not_followed() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("pgchaos-pcppass-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("run")).unwrap();
+        let exe = dir.join("pgpool");
+        std::fs::write(&exe, "not a script").unwrap();
+        let victim = dir.join("victim.conf");
+        std::fs::write(&victim, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("run").join(super::PCPPASS)).unwrap();
+        let at = crate::pooler::ConsoleAt {
+            unix_dir: None,
+            host: None,
+            pool_user: None,
+            port: 9999,
+            admin_port: Some(9898),
+            user: "postgres".into(),
+            password: Some("s3cret".into()),
+            container: Some(crate::pooler::InContainer {
+                pooler: String::new(),
+                postgres: String::new(),
+                executable: exe,
+                dir: dir.join("run"),
+            }),
+        };
+        super::Console::open(&at).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        let written = dir.join("run").join(super::PCPPASS);
+        let meta = std::fs::symlink_metadata(&written).unwrap();
+        assert!(meta.file_type().is_file(), "{meta:?}");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(meta.uid(), unsafe { libc::geteuid() });
+        assert!(
+            std::fs::read_to_string(&written)
+                .unwrap()
+                .contains(":9898:postgres:s3cret")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -558,13 +558,24 @@ fn node_entry(entries: &[Entry], n: u32) -> &Entry {
 /// The file's text as a topology YAML, or the first error in it.
 pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
     let f = ConfFile { src, path };
+    crate::pooler::import::refuse_control(&f)?;
+    if origin.select.database.is_some() || origin.select.user.is_some() {
+        bail!(
+            "{}: --database and --user choose a pgbouncer.ini's pool; pgpool-II's pool settings (num_init_children, max_pool, ...) are the same for every database and user (its per-database rules route reads to backends, which pgchaos drops)",
+            path.display()
+        );
+    }
     let entries = parse_conf(&f)?;
     let version = origin.version.unwrap_or(DEFAULT_VERSION);
     let probe = format!(
         "name: probe\npostgres:\n  version: \"{POSTGRES_VERSION}\"\npgpool:\n  version: {}\n",
         yaml_quote(version)
     );
-    if let Err(e) = Topology::parse(&probe, Path::new("probe"), &crate::catalog()) {
+    if let Err(e) = Topology::parse(
+        &probe,
+        Path::new("probe"),
+        &crate::pooler::import::probe_catalog(),
+    ) {
         bail!("--pooler-version {version:?}: {}", e.message());
     }
 
@@ -932,6 +943,10 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
             "num_init_children {num_init_children}, max_pool {max_pool}, reset_query_list {reset_query_list:?}; {} key(s) dropped or ignored (see the comments)",
             dropped.len()
         ),
+        dropped: dropped
+            .iter()
+            .map(|d| d.trim_start_matches("# ").to_string())
+            .collect(),
     })
 }
 
@@ -979,6 +994,7 @@ frobnicate = 3
             when: "2026-12-03 18:00:00+00",
             name: "orders",
             version: None,
+            select: Default::default(),
         }
     }
 

@@ -303,6 +303,8 @@ fn settle(
             declared: declared.to_string(),
             source: source.clone(),
             drift: None,
+            built_from: None,
+            tarball_sha256: None,
         },
         || format!("--strict-versions: pgpool {declared} declared, {actual} obtained ({source})"),
         || format!("pgpool declared {declared}, obtained {actual} ({source})"),

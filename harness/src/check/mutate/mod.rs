@@ -6,95 +6,16 @@
 //! checker; [`apply`] makes the edit. `pgchaos mutate RUN` and the test suite count the share
 //! of mutated cases caught, per kind and schedule.
 
+mod order;
+mod site;
+
+pub use site::{Kind, Site};
+
 use super::CheckContext;
 use crate::history::{At, Body, Event, HistoryReader, LockRow, Phase, Process};
 use crate::vocab::{BackendId, Key, Op, Reply};
 use anyhow::{Result, anyhow};
 use std::collections::BTreeSet;
-
-/// One kind of edit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
-    /// A boolean reply flipped (`try_lock`, `unlock`, `try_xact_lock`: true <-> false).
-    FlipReply,
-    /// A grant moved to another backend of the case (the serving identity changed).
-    MoveGrant,
-    /// A granted row dropped from a look at pg_locks.
-    DropHeldRow,
-    /// A granted row copied onto another backend of the same look.
-    CopyRow,
-    /// A release (an unlock that returned true) removed from the history.
-    DropRelease,
-    /// A statement inside a transaction answered by another backend than the transaction's.
-    SplitTransaction,
-    /// After a RECONNECT, a server still linked to an open transaction missing from a look.
-    DropAfterReconnect,
-    /// A session-state read (`show`, `execute`, `execute_protocol`, `read_temp`, `fetch`)
-    /// answered with the value of a client that never wrote it in the case (never `set` that
-    /// setting, never created that kind of object): well-formed, and certainly impossible.
-    ForgeRead,
-    /// A session-state read answered with the value of a client whose every write of it was
-    /// invoked after the read completed (real-time order: nobody held that value yet).
-    ReadFromLater,
-    /// A received notification renamed to a `NOTIFY` nobody sent (a client and step that
-    /// never notified).
-    ForgeNotification,
-    /// A received notification delivered a second time to the same connection (PostgreSQL
-    /// delivers each to each listening backend once).
-    RepeatNotification,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 11] = [
-        Kind::FlipReply,
-        Kind::MoveGrant,
-        Kind::DropHeldRow,
-        Kind::CopyRow,
-        Kind::DropRelease,
-        Kind::SplitTransaction,
-        Kind::DropAfterReconnect,
-        Kind::ForgeRead,
-        Kind::ReadFromLater,
-        Kind::ForgeNotification,
-        Kind::RepeatNotification,
-    ];
-
-    /// The kinds that edit session state other than locks (issue 20): measured on the
-    /// session-state histories.
-    pub const SESSION_STATE: [Kind; 4] = [
-        Kind::ForgeRead,
-        Kind::ReadFromLater,
-        Kind::ForgeNotification,
-        Kind::RepeatNotification,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::FlipReply => "flip a reply",
-            Kind::MoveGrant => "move a grant to another backend",
-            Kind::DropHeldRow => "drop a held row",
-            Kind::CopyRow => "copy a row onto another backend",
-            Kind::DropRelease => "drop a release",
-            Kind::SplitTransaction => "split a transaction across two backends",
-            Kind::DropAfterReconnect => "remove a linked backend after a RECONNECT",
-            Kind::ForgeRead => "answer a read with a value nobody wrote",
-            Kind::ReadFromLater => "answer a read with a value written only later",
-            Kind::ForgeNotification => "rename a notification to a NOTIFY nobody sent",
-            Kind::RepeatNotification => "deliver a notification twice",
-        }
-    }
-}
-
-/// Where an edit goes: the event it changes, and what to put there.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Site {
-    pub event: usize,
-    /// The other backend (move, copy, split), or the row's backend (drop a row).
-    pub backend: Option<BackendId>,
-    pub key: Option<Key>,
-    /// The forged value (a read's reply, a notification's payload).
-    pub value: Option<String>,
-}
 
 /// An op's interval by position in the history (completion `None`: never), with what it
 /// touches: its key and the backend that served it or that it targets. Faults, signals and
@@ -257,6 +178,9 @@ fn granted(op: Op, r: &Reply) -> bool {
 
 /// Every place a case (its events, `case` to `case_end`) can take an edit of `kind`.
 pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
+    if Kind::ORDERED.contains(&kind) {
+        return order::sites(kind, events);
+    }
     let sp = spans(events);
     let all = backends_seen(events);
     let mut out = vec![];
@@ -654,6 +578,7 @@ pub fn apply(kind: Kind, events: &[Event], site: &Site) -> Vec<Event> {
             let again = ev[site.event].clone();
             ev.insert(site.event + 1, again);
         }
+        _ => order::apply(kind, &mut ev, site),
     }
     ev
 }
@@ -708,7 +633,11 @@ pub fn measure(
     misses: bool,
     mut write: impl FnMut(Kind, &[Event]) -> Result<()>,
 ) -> Result<Vec<(Kind, Count)>> {
-    let mut out: Vec<(Kind, Count)> = Kind::ALL.iter().map(|k| (*k, Count::default())).collect();
+    let mut out: Vec<(Kind, Count)> = Kind::ALL
+        .iter()
+        .chain(Kind::ORDERED.iter())
+        .map(|k| (*k, Count::default()))
+        .collect();
     for (n, case) in cases.iter().enumerate() {
         let clean = super::check_case(cx, case)?;
         if has_pg(&clean) || clean.unknown.is_some() {
@@ -967,234 +896,4 @@ fn reset_took_a_grant(events: &[Event]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_kind_has_a_name_and_each_name_is_unique() {
-        let names: BTreeSet<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
-        assert_eq!(names.len(), Kind::ALL.len());
-    }
-
-    const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/recorded");
-
-    fn recorded(name: &str) -> (CheckContext, Vec<Vec<Event>>) {
-        let (cx, _, cases) = cases(&std::path::Path::new(RECORDED).join(name)).unwrap();
-        assert!(cases.len() >= 24, "{name}: {} cases", cases.len());
-        (cx, cases)
-    }
-
-    /// Per kind of `kinds`, over `files` (recorded histories): cases edited, cases caught.
-    fn measured(files: &[&str], kinds: &[Kind]) -> Vec<(Kind, Count)> {
-        let mut total: Vec<(Kind, Count)> = kinds.iter().map(|k| (*k, Count::default())).collect();
-        for f in files {
-            let (cx, cases) = recorded(f);
-            for (k, c) in measure(&cx, &cases, false, |_, _| Ok(())).unwrap() {
-                if let Some((_, t)) = total.iter_mut().find(|(x, _)| *x == k) {
-                    t.cases += c.cases;
-                    t.caught += c.caught;
-                }
-            }
-        }
-        total
-    }
-
-    /// Each kind edited in at least 5 cases of the schedule, at least 95% caught.
-    fn assert_caught(schedule: &str, total: Vec<(Kind, Count)>) {
-        for (kind, c) in total {
-            assert!(
-                c.cases >= 5,
-                "{schedule}: {} on only {} cases",
-                kind.name(),
-                c.cases
-            );
-            assert!(
-                c.share() >= 95.0,
-                "{schedule}: {} caught in {} of {} cases",
-                kind.name(),
-                c.caught,
-                c.cases
-            );
-        }
-    }
-
-    /// The advisory-lock kinds of edit (every kind but the session-state ones).
-    fn lock_kinds() -> Vec<Kind> {
-        Kind::ALL
-            .into_iter()
-            .filter(|k| !Kind::SESSION_STATE.contains(k))
-            .collect()
-    }
-
-    /// Histories recorded from the real servers (PostgreSQL 18.6, PgBouncer 1.24.1), each
-    /// generated case edited once per kind where the edit is certainly impossible: the
-    /// checker must catch at least 95% per kind and schedule, on at least 5 cases each.
-    #[test]
-    fn history_edits_are_caught_in_both_schedules() {
-        let sequential = [
-            "transaction-mode-sequential.jsonl.gz",
-            "transaction-mode-faults-sequential.jsonl.gz",
-            "session-mode-sequential.jsonl.gz",
-        ];
-        let concurrent = [
-            "transaction-mode-concurrent.jsonl.gz",
-            "transaction-mode-faults-concurrent.jsonl.gz",
-            "direct-concurrent.jsonl.gz",
-            "session-mode-concurrent.jsonl.gz",
-        ];
-        assert_caught("sequential", measured(&sequential, &lock_kinds()));
-        assert_caught("concurrent", measured(&concurrent, &lock_kinds()));
-    }
-
-    /// Session state beyond locks (settings, named objects, LISTEN/NOTIFY): histories of the
-    /// session-state topologies recorded from the real servers, each case's reads and
-    /// notifications edited once per kind; the same bar as the lock edits.
-    #[test]
-    fn session_state_edits_are_caught_in_both_schedules() {
-        let files = |schedule: &str| {
-            [
-                "transaction-mode-settings",
-                "transaction-mode-prepared",
-                "transaction-mode-listen",
-                "session-mode-settings",
-            ]
-            .map(|t| format!("{t}-{schedule}.jsonl.gz"))
-        };
-        for schedule in ["sequential", "concurrent"] {
-            let f = files(schedule);
-            let names: Vec<&str> = f.iter().map(String::as_str).collect();
-            assert_caught(schedule, measured(&names, &Kind::SESSION_STATE));
-            // The lock edits keep their bar on these histories too, where a case takes them.
-            for (kind, c) in measured(&names, &lock_kinds()) {
-                assert!(
-                    c.cases == 0 || c.share() >= 95.0,
-                    "{schedule}: {} caught in {} of {} cases",
-                    kind.name(),
-                    c.caught,
-                    c.cases
-                );
-            }
-        }
-    }
-
-    /// `analyze --as`: a history judged by another topology's pooling rules flags at least
-    /// 90% of the cases the difference affects (decided from the history alone).
-    #[test]
-    fn another_topologys_rules_flag_the_cases_they_affect() {
-        let topologies = concat!(env!("CARGO_MANIFEST_DIR"), "/../topologies");
-        let rules = |name: &str| {
-            let t = crate::topology::Topology::load(
-                &std::path::Path::new(topologies).join(format!("{name}.yaml")),
-                &crate::catalog(),
-            )
-            .unwrap();
-            crate::pooler::rules_for(&t)
-        };
-        for (history, as_topology) in [
-            ("transaction-mode-sequential.jsonl.gz", "session-mode"),
-            ("session-mode-sequential.jsonl.gz", "transaction-mode"),
-            ("session-mode-sequential.jsonl.gz", "session-mode-no-reset"),
-            (
-                "transaction-mode-sequential.jsonl.gz",
-                "transaction-mode-reset-always",
-            ),
-            (
-                "transaction-mode-reset-always-sequential.jsonl.gz",
-                "transaction-mode",
-            ),
-            ("transaction-mode-concurrent.jsonl.gz", "session-mode"),
-        ] {
-            let (cx, cases) = recorded(history);
-            let mut to = cx.clone();
-            to.rules = rules(as_topology);
-            let c = measure_as(&cx, &to, &cases)
-                .unwrap()
-                .unwrap_or_else(|| panic!("{history} as {as_topology}: not measured"));
-            assert!(
-                c.cases >= 5,
-                "{history} as {as_topology}: {} cases",
-                c.cases
-            );
-            assert!(
-                c.share() >= 90.0,
-                "{history} as {as_topology}: {} of {} flagged",
-                c.caught,
-                c.cases
-            );
-            // And judged by its own rules, none is.
-            let mut own = Count::default();
-            for case in &cases {
-                let v = super::super::check_case(&cx, case).unwrap();
-                own.cases += 1;
-                own.caught += u32::from(has_pg(&v));
-            }
-            assert_eq!(own.caught, 0, "{history}: pg.* under its own rules");
-        }
-    }
-
-    /// Every recorded history, unedited and judged by its own rules: no case has a `pg.*`
-    /// violation, and at most one in eight is `unknown`. `measure` leaves such cases out, so
-    /// without this a history that went bad would shrink the measurement silently.
-    #[test]
-    fn recorded_histories_are_clean_under_their_own_rules() {
-        let mut files: Vec<_> = std::fs::read_dir(RECORDED)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.ends_with(".jsonl.gz"))
-            .collect();
-        files.sort();
-        assert!(files.len() >= 16, "{files:?}");
-        for f in &files {
-            let (cx, cases) = recorded(f);
-            let (mut pg, mut unknown) = (0, 0);
-            for case in &cases {
-                let v = super::super::check_case(&cx, case).unwrap();
-                pg += usize::from(has_pg(&v));
-                unknown += usize::from(v.unknown.is_some());
-            }
-            assert_eq!(pg, 0, "{f}: {pg} of {} cases with pg.*", cases.len());
-            assert!(
-                unknown * 8 <= cases.len(),
-                "{f}: {unknown} of {} cases unknown",
-                cases.len()
-            );
-        }
-    }
-
-    #[test]
-    fn edits_on_a_fixture_are_caught() {
-        // The hand-written holds fixtures are consistent; their edits are not.
-        use crate::history::HistoryReader;
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/histories");
-        let path = std::path::Path::new(dir).join("stacking-holds.jsonl");
-        let events: Vec<Event> = HistoryReader::open(&path)
-            .unwrap()
-            .collect::<anyhow::Result<_>>()
-            .unwrap();
-        let header = match &events[0].body {
-            Body::Run(h) => super::super::CheckContext::of(h),
-            _ => unreachable!(),
-        };
-        let case = crate::history::view::cases(&events)[0].to_vec();
-        let clean = super::super::check_case(&header, &case).unwrap();
-        assert!(
-            clean
-                .violations
-                .iter()
-                .all(|v| !v.invariant.starts_with("pg."))
-        );
-        let mut tried = 0;
-        for kind in [Kind::FlipReply, Kind::DropHeldRow, Kind::CopyRow] {
-            for site in sites(kind, &case) {
-                let m = apply(kind, &case, &site);
-                let c = super::super::check_case(&header, &m).unwrap();
-                assert!(
-                    c.violations.iter().any(|v| v.invariant.starts_with("pg.")),
-                    "{kind:?} at {site:?} not caught"
-                );
-                tried += 1;
-            }
-        }
-        assert!(tried >= 3, "{tried}");
-    }
-}
+mod tests;

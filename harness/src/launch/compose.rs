@@ -13,11 +13,9 @@
 //! port is published on 127.0.0.1 only, on a port the engine picks (`docker-compose port
 //! SERVICE PORT` tells which).
 
-use super::images::{Images, PG_PREFIX};
-use crate::launch::native::{SPEED_SETTINGS, client_role_sql};
-use crate::launch::{CLIENT_ROLE, DB, SUPERUSER};
+use super::template::{DB, SPEED_SETTINGS, SUPERUSER, init_sql, random_password};
+use crate::container::images::{Images, PG_PREFIX};
 use crate::pooler::{self, ConfigContext};
-use crate::sql;
 use crate::topology::Topology;
 use anyhow::{Context, Result, anyhow, bail};
 use std::fs;
@@ -196,24 +194,10 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
     Ok(files)
 }
 
-/// The SQL a new cluster runs once (psql, as the superuser, in database `postgres`): the
-/// harness's role and database, the client role's settings from the topology, the
-/// migration record `migrate` writes. Passwords are set apart (the entrypoint's
-/// `CHAOS_PASSWORD`).
-pub fn init_sql(t: &Topology) -> String {
-    let [role, db] = sql::create_role_and_database(CLIENT_ROLE, DB);
-    format!(
-        "-- written by pgchaos for topology {name}\n{role};\n{db};\n{settings};\n\\connect {DB}\n\
-         SET ROLE {CLIENT_ROLE};\n{migrations};\nRESET ROLE;\n",
-        name = t.name,
-        settings = client_role_sql(t),
-        migrations = sql::migrations_setup(),
-    )
-}
-
-/// `.env`: the image references and fresh passwords (letters and digits only: the
-/// entrypoint puts them into SQL literals).
-pub fn env_file(t: &Topology, images: &Images) -> File {
+/// `.env`: the image references and fresh passwords (hex digits). Every value is checked to
+/// be plain (letters, digits and `._:/@-`): compose reads `.env` with `$` interpolation and
+/// `#` comments, and a value it would change is refused rather than written.
+pub fn env_file(t: &Topology, images: &Images) -> Result<File> {
     let mut text = format!(
         "# Written by `pgchaos compose {}`: this machine's images, this directory's passwords.\n\
          COMPOSE_PROJECT_NAME=pgchaos-{}\n\
@@ -226,14 +210,31 @@ pub fn env_file(t: &Topology, images: &Images) -> File {
     }
     text.push_str(&format!(
         "POSTGRES_PASSWORD={}\nCHAOS_PASSWORD={}\n",
-        crate::launch::native::random_password(),
-        crate::launch::native::random_password()
+        random_password(),
+        random_password()
     ));
-    File {
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (var, value) = line.split_once('=').unwrap_or((line, ""));
+        plain_env_value(var, value)?;
+    }
+    Ok(File {
         name: ENV_FILE,
         text,
         secret: true,
+    })
+}
+
+/// A `.env` value compose takes as written: not empty, letters, digits and `._:/@-` only
+/// (no `$`, quote, `#`, space or line break).
+fn plain_env_value(var: &str, value: &str) -> Result<()> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._:/@-".contains(c);
+    if value.is_empty() || !value.chars().all(plain) {
+        bail!(
+            "{ENV_FILE}: {var}={value:?} is not a plain value (letters, digits and `._:/@-`): \
+             docker-compose would interpolate or cut it; refusing to write it"
+        );
     }
+    Ok(())
 }
 
 /// What `write` did with each file.
@@ -274,9 +275,23 @@ pub fn write(dir: &Path, files: &[File], force: bool) -> Result<Written> {
     let result = (|| -> Result<()> {
         for (f, _) in &plan {
             let tmp = dir.join(format!(".{}.pgchaos-{}", f.name, std::process::id()));
-            fs::write(&tmp, &f.text).with_context(|| format!("{}: writing", tmp.display()))?;
-            staged.push(tmp.clone());
+            // Created with its mode (0600 for `.env`), new (O_EXCL) and not through a
+            // symlink: never readable by others for a moment, as a chmod afterwards was.
             let mode = if f.secret { 0o600 } else { 0o644 };
+            let _ = fs::remove_file(&tmp);
+            let mut out = {
+                use std::os::unix::fs::OpenOptionsExt;
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&tmp)
+                    .with_context(|| format!("{}: creating", tmp.display()))?
+            };
+            staged.push(tmp.clone());
+            std::io::Write::write_all(&mut out, f.text.as_bytes())
+                .with_context(|| format!("{}: writing", tmp.display()))?;
             fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
                 .with_context(|| format!("{}: setting mode {mode:o}", tmp.display()))?;
         }
@@ -296,13 +311,21 @@ pub fn write(dir: &Path, files: &[File], force: bool) -> Result<Written> {
     Ok(done)
 }
 
-/// The YAML flow list `["a", "b"]`, each item JSON-quoted (a YAML subset).
+/// The YAML flow list `["a", "b"]`, each item JSON-quoted (a YAML subset) with every `$`
+/// doubled: compose interpolates `$NAME` and `${NAME}` in the whole file, quoted or not,
+/// and reads `$$` as one literal `$` (so `search_path: '"$user", public'` reaches
+/// PostgreSQL as written, not with `$user` replaced by an empty string).
 fn list(items: &[String]) -> String {
     let quoted: Vec<String> = items
         .iter()
-        .map(|s| serde_json::to_string(s).expect("a string serialises"))
+        .map(|s| serde_json::to_string(&literal(s)).expect("a string serialises"))
         .collect();
     format!("[{}]", quoted.join(", "))
+}
+
+/// `s` as a literal in a compose file: every `$` doubled.
+fn literal(s: &str) -> String {
+    s.replace('$', "$$")
 }
 
 #[cfg(test)]
@@ -314,6 +337,114 @@ mod tests {
             .join("../topologies")
             .join(format!("{name}.yaml"));
         Topology::load(&path, &crate::catalog()).unwrap()
+    }
+
+    /// Setting values compose would change if written raw: `$NAME`, `${NAME}`, `$$`, a
+    /// lone `$`, quotes, a backslash, `#` and `: ` (a line break the topology refuses).
+    const HOSTILE: [(&str, &str); 4] = [
+        ("search_path", "\"$user\", public"),
+        ("pgchaos.dollars", "a$b${HOME}c$$d$"),
+        ("pgchaos.quotes", "it's \"q\" \\ #no-comment: x"),
+        ("pgchaos.braces", "${}$${x:-y}$1"),
+    ];
+
+    /// A topology with the [`HOSTILE`] settings.
+    fn hostile_topology() -> Topology {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../topologies/transaction-mode.yaml");
+        let base = fs::read_to_string(&path).unwrap();
+        let mut settings = String::from("  settings:\n    max_connections: 40\n");
+        for (k, v) in HOSTILE {
+            settings.push_str(&format!("    {k}: {}\n", serde_json::to_string(v).unwrap()));
+        }
+        let src = base.replace("  settings:\n    max_connections: 40\n", &settings);
+        assert_ne!(src, base);
+        Topology::parse(&src, &path, &crate::catalog()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn dollars_and_quotes_in_setting_values_are_written_as_literals() {
+        let t = hostile_topology();
+        let files = render(&t).unwrap();
+        let y = &files.iter().find(|f| f.name == COMPOSE_FILE).unwrap().text;
+        let parsed: serde_json::Value = serde_saphyr::from_str(y).unwrap();
+        let command: Vec<&str> = parsed["services"]["postgres"]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        for (k, v) in HOSTILE {
+            let written = format!("{k}={v}").replace('$', "$$");
+            assert!(
+                command.contains(&written.as_str()),
+                "{k}: {written:?} not in {command:?}"
+            );
+        }
+        // No `$` compose would expand: every one is half of a `$$`.
+        for item in &command {
+            assert!(!item.replace("$$", "").contains('$'), "{item:?}");
+        }
+        // The `.env` references are the only interpolations left in the file.
+        let unescaped = y.replace("$$", "");
+        for (i, _) in unescaped.match_indices('$') {
+            assert!(
+                unescaped[i..].starts_with("${PGCHAOS_")
+                    || unescaped[i..].starts_with("${POSTGRES_PASSWORD:?")
+                    || unescaped[i..].starts_with("${CHAOS_PASSWORD:?"),
+                "an interpolation the file did not mean: {}",
+                &unescaped[i..(i + 40).min(unescaped.len())]
+            );
+        }
+    }
+
+    #[test]
+    fn env_values_compose_would_change_are_refused() {
+        for v in [
+            "pass$word",
+            "a${B}",
+            "x y",
+            "a#b",
+            "q'uote",
+            "d\"q",
+            "line\nbreak",
+            "",
+        ] {
+            let e = plain_env_value("CHAOS_PASSWORD", v)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(".env: CHAOS_PASSWORD=") && e.contains("not a plain value"),
+                "{e}"
+            );
+        }
+        for v in [
+            "pgchaos/postgres:18.6",
+            "0a1b2c3d4e5f",
+            "registry.local:5000/x/y-z:1.2_3@sha256",
+        ] {
+            plain_env_value("V", v).unwrap();
+        }
+        let img = |r: &str| crate::container::images::Image {
+            reference: r.into(),
+            id: String::new(),
+            built: false,
+            secs: 0.0,
+            labels: Default::default(),
+        };
+        let t = topo("transaction-mode");
+        let imgs = |pg: &str| Images {
+            postgres: img(pg),
+            pooler: Some(img("pgchaos/pgbouncer:1.25.2")),
+        };
+        let f = env_file(&t, &imgs("pgchaos/postgres:18.6")).unwrap();
+        assert!(
+            f.secret && f.text.contains("\nCHAOS_PASSWORD="),
+            "{}",
+            f.text
+        );
+        let e = env_file(&t, &imgs("evil/$x:1")).unwrap_err().to_string();
+        assert!(e.contains("PGCHAOS_POSTGRES_IMAGE=\"evil/$x:1\""), "{e}");
     }
 
     #[test]
