@@ -58,10 +58,8 @@ pub fn identity(step: usize) -> String {
     format!("{} {IDENTITY_FROM}", echo(step))
 }
 
-/// The tag comment that marks a step's SQL.
-pub fn tag(step: usize) -> String {
-    format!("/*pgchaos s{step}*/")
-}
+/// The tag comment that marks a step's SQL ([`crate::vocab::step::tag`]).
+pub use crate::vocab::step::tag;
 
 /// The SQL one op sends through its logical client, or `None` for ops that are not SQL
 /// on the client's connection (connect/disconnect, and terminate/cancel from the admin side).

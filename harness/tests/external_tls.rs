@@ -95,7 +95,7 @@ async fn sslmode_is_honoured_against_tls_postgres_and_pgbouncer() {
     // A DSN the harness connects with: its TLS registered as a deployment's would be.
     let open = async |dsn: &str| {
         let (c, tls) = ExternalSpec::resolve_with(dsn, "test", env).unwrap();
-        pgchaos::launch::tls::register(&c, &tls).unwrap();
+        pgchaos::tls::register(&c, &tls).unwrap();
         connect(&c).await
     };
 

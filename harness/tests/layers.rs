@@ -18,41 +18,7 @@ use std::path::{Path, PathBuf};
 
 /// Known breaks: `(from, to, why)`, top-level modules. Each is printed; an entry that no
 /// import needs any more fails the test (take it out).
-const ALLOWED: &[(&str, &str, &str)] = &[
-    (
-        "history",
-        "workload",
-        "never-rule: history/event.rs and history/view.rs record and show a `workload::Step`; \
-         the step's recorded form belongs in the history (being rewritten beside this work)",
-    ),
-    (
-        "history",
-        "check",
-        "never-rule: history/event.rs reads the search budget's defaults through \
-         `check::search` (they are the topology's `limits` now: read them there)",
-    ),
-    (
-        "history",
-        "topology",
-        "history/event.rs records the run's `topology::Schedule`; its doc allows only `vocab` \
-         and `pooler`",
-    ),
-    (
-        "check",
-        "workload",
-        "never-rule: check/mod.rs takes `workload::Step` and `case_seed` to judge a case",
-    ),
-    (
-        "check",
-        "sql",
-        "check/waits.rs takes `sql::tag` (the step's tag comment); its doc does not allow `sql`",
-    ),
-    (
-        "client",
-        "launch",
-        "client/'s doc allows \"the launcher's `connect`\": reword it to name `launch`",
-    ),
-];
+const ALLOWED: &[(&str, &str, &str)] = &[];
 
 /// What may never be: `(from, to, why)`, whatever a doc says.
 const NEVER: &[(&str, &str, &str)] = &[

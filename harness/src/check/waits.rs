@@ -58,7 +58,7 @@ pub fn describe(
     running: &[Running],
     owner: &BTreeMap<BackendId, usize>,
 ) -> String {
-    let tag_of = |step: usize| crate::sql::tag(step);
+    let tag_of = |step: usize| crate::vocab::step::tag(step);
     let mut edges: BTreeMap<usize, (Waits, Vec<usize>)> = BTreeMap::new();
     let mut lines: Vec<String> = vec![];
     // Whose connection each backend is: the history's owners, and each running op's backend.
@@ -373,7 +373,7 @@ mod tests {
             id: id(pid),
             backend_start: String::new(),
             state: "active".into(),
-            query: format!("{} SELECT", crate::sql::tag(step)),
+            query: format!("{} SELECT", crate::vocab::step::tag(step)),
             xact_start: None,
             wait_event_type: waiting_on.map(|_| "Lock".to_string()),
             wait_event: waiting_on.map(|_| "advisory".to_string()),

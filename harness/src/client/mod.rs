@@ -7,8 +7,8 @@
 //! rest of the harness, and its `Fast` recycling returns a connection as it is, as Go's
 //! `database/sql` does), or keeps one (`pin: session`).
 //!
-//! May import `vocab`, `sql`, `topology` (the pin), `history` (the pool's row) and the
-//! launcher's `connect`.
+//! May import `vocab`, `sql`, `topology` (the pin), `history` (the pool's row), `tls` and
+//! `launch` (its `connect` and `IO_TIMEOUT`).
 
 use crate::history::AppPoolRow;
 use crate::launch::IO_TIMEOUT;
@@ -63,11 +63,8 @@ pub async fn run_raw_within(client: &Client, sql: &str, bound: Duration) -> Raw 
         Err(_) => {
             // The cancel is bounded too: a paused pooler would not answer it either.
             let cancel = client.cancel_token();
-            let _ = tokio::time::timeout(
-                IO_TIMEOUT,
-                cancel.cancel_query(crate::launch::tls::cancel()),
-            )
-            .await;
+            let _ =
+                tokio::time::timeout(IO_TIMEOUT, cancel.cancel_query(crate::tls::cancel())).await;
             raw.error = Some((code::TIMEOUT.into(), format!("no reply within {bound:?}")));
         }
     }
@@ -226,7 +223,7 @@ pub struct AppPool {
 impl AppPool {
     /// A pool of at most `max_open` connections made from `config`.
     pub fn new(config: Config, max_open: u32, pin: Pin) -> anyhow::Result<AppPool> {
-        let (config, tls) = crate::launch::tls::prepare(&config);
+        let (config, tls) = crate::tls::prepare(&config);
         let manager = deadpool_postgres::Manager::from_config(
             config,
             tls,
@@ -492,8 +489,7 @@ impl LogicalClient {
             (None, Some(o)) => o.cancel_token(),
             (None, None) => return,
         };
-        let _ = tokio::time::timeout(IO_TIMEOUT, token.cancel_query(crate::launch::tls::cancel()))
-            .await;
+        let _ = tokio::time::timeout(IO_TIMEOUT, token.cancel_query(crate::tls::cancel())).await;
     }
 
     /// The connection was found closed: forget it (a closed pooled one is dropped by the
@@ -678,11 +674,8 @@ impl LogicalClient {
             Ok(r) => r,
             Err(_) => {
                 let cancel = client.cancel_token();
-                let _ = tokio::time::timeout(
-                    IO_TIMEOUT,
-                    cancel.cancel_query(crate::launch::tls::cancel()),
-                )
-                .await;
+                let _ = tokio::time::timeout(IO_TIMEOUT, cancel.cancel_query(crate::tls::cancel()))
+                    .await;
                 drop(lease);
                 return (
                     Reply::Error {

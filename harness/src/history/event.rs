@@ -16,7 +16,7 @@
 
 use super::observation::Observation;
 use crate::pooler::PoolRules;
-use crate::vocab::{BackendId, Key, Op, Reply, When};
+use crate::vocab::{BackendId, Key, Op, Reply, When, budget};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -234,12 +234,12 @@ impl From<WrittenBudget> for SearchBudget {
 
 impl Default for SearchBudget {
     fn default() -> Self {
-        // The topology's defaults (`run.search_states`, `run.search_time`; a test in
-        // `check` keeps the two equal).
+        // The topology's defaults (`run.search_states`, `run.search_work`,
+        // `run.search_time`), which live in `vocab::budget`.
         SearchBudget {
-            max_states: 20_000,
-            max_work: crate::check::search::DEFAULT_MAX_WORK,
-            max_ms: crate::check::search::DEFAULT_MAX_SECS * 1000,
+            max_states: budget::DEFAULT_SEARCH_STATES as usize,
+            max_work: u64::from(budget::DEFAULT_SEARCH_WORK),
+            max_ms: budget::DEFAULT_SEARCH_TIME_MS,
         }
     }
 }
@@ -250,7 +250,7 @@ pub struct CaseStart {
     pub case: u32,
     /// How the steps ran.
     #[serde(default, skip_serializing_if = "is_sequential")]
-    pub schedule: crate::topology::Schedule,
+    pub schedule: crate::vocab::schedule::Schedule,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     pub phase: Phase,
@@ -261,8 +261,8 @@ pub struct CaseStart {
     pub steps: usize,
 }
 
-fn is_sequential(s: &crate::topology::Schedule) -> bool {
-    *s == crate::topology::Schedule::Sequential
+fn is_sequential(s: &crate::vocab::schedule::Schedule) -> bool {
+    *s == crate::vocab::schedule::Schedule::Sequential
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -347,7 +347,7 @@ pub struct Skip {
 
 impl Skip {
     /// A step not run, and why (its guard, or a fault with no backend to act on).
-    pub fn of(p: Process, index: usize, step: &crate::workload::Step, reason: String) -> Skip {
+    pub fn of(p: Process, index: usize, step: &crate::vocab::step::Step, reason: String) -> Skip {
         Skip {
             p,
             step: index,
@@ -498,8 +498,8 @@ mod tests {
         let old: SearchBudget =
             serde_json::from_str(r#"{"max_states":20000,"max_ms":2000}"#).unwrap();
         assert_eq!(old.max_states, 20000);
-        assert_eq!(old.max_work, crate::check::search::DEFAULT_MAX_WORK);
-        assert_eq!(old.max_ms, crate::check::search::DEFAULT_MAX_SECS * 1000);
+        assert_eq!(old.max_work, u64::from(budget::DEFAULT_SEARCH_WORK));
+        assert_eq!(old.max_ms, budget::DEFAULT_SEARCH_TIME_MS);
     }
 
     #[test]

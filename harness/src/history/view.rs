@@ -222,11 +222,11 @@ impl<'e> CaseView<'e> {
     }
 
     /// The steps as generated (ran or skipped), for case files and shrinking.
-    pub fn steps(&self) -> Vec<crate::workload::Step> {
+    pub fn steps(&self) -> Vec<crate::vocab::step::Step> {
         self.steps
             .iter()
             .filter_map(|s| {
-                Some(crate::workload::Step {
+                Some(crate::vocab::step::Step {
                     client: s.client,
                     op: s.op?,
                     key: s.key,

@@ -7,7 +7,7 @@
 //! server.
 //!
 //! Files: `template.rs` (the cluster every launcher makes: roles, database, settings),
-//! `native.rs` (local processes, the initdb template, teardown), `docker.rs` (containers of
+//! `native/` (local processes, the initdb template, teardown; `failover.rs` the standby), `docker.rs` (containers of
 //! `container`'s images, on testcontainers-modules), `compose.rs` (compose files that start
 //! those containers for a person), `external.rs` (the refusals that keep a run inside what
 //! it owns), `proxy.rs` (the loopback link proxy of the link faults), `runtime.rs` (the
@@ -26,15 +26,12 @@ pub mod process;
 pub mod proxy;
 pub mod reaper;
 pub mod runtime;
-pub use crate::safe_fs;
 pub mod template;
-/// Kept under its old name for `client/`, which names it so (to go when `client/` names
-/// `crate::tls` itself).
-pub use crate::tls;
 
 use crate::pooler::PoolMode;
 use crate::pooler::Pooler;
 use crate::provision;
+use crate::tls;
 use crate::topology::Topology;
 pub use crate::vocab::Versions;
 use anyhow::{Context, Result, anyhow, bail};

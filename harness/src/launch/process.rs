@@ -4,7 +4,7 @@
 //! The native launcher and its cluster template start every server this way.
 
 use super::Which;
-use super::safe_fs;
+use crate::safe_fs;
 use anyhow::{Context, Result, anyhow, bail};
 use std::fs;
 use std::os::unix::process::CommandExt;

@@ -103,14 +103,14 @@ pub fn chown(path: &Path, os_user: Option<(u32, u32)>) -> Result<()> {
 }
 
 /// Write a file readable by its owner only, below `anchor` (the run directory): nothing
-/// planted there (a symlink, a symlinked directory) is followed ([`super::safe_fs`]).
+/// planted there (a symlink, a symlinked directory) is followed ([`crate::safe_fs`]).
 pub fn write_private(
     anchor: &Path,
     path: &Path,
     text: &str,
     os_user: Option<(u32, u32)>,
 ) -> Result<()> {
-    super::safe_fs::write_private(anchor, path, text, os_user)
+    crate::safe_fs::write_private(anchor, path, text, os_user)
 }
 
 /// The pid in a run directory's name, `run-<pid>-<nanos>`.
@@ -182,7 +182,7 @@ fn segment_is_theirs(ds: &libc::shmid_ds, uid: u32, pid: i32) -> bool {
 /// The postmaster's pid and shared memory id in `postmaster.pid`, if it is a regular file
 /// there (not a symlink, a FIFO or a device).
 pub fn postmaster_shmid(data_dir: &Path) -> Option<(i32, i32)> {
-    let bytes = super::safe_fs::read_tail_nofollow(&data_dir.join("postmaster.pid"), 4096).ok()?;
+    let bytes = crate::safe_fs::read_tail_nofollow(&data_dir.join("postmaster.pid"), 4096).ok()?;
     parse_shmid(&String::from_utf8_lossy(&bytes))
 }
 

@@ -5,7 +5,8 @@
 //! sealed in the cache, that the native launcher copies for every run.
 
 use super::process::{READY_TIMEOUT, Server, log_tail, spawn_server};
-use super::{IO_TIMEOUT, Which, connect, free_port, runtime, safe_fs, timed};
+use super::{IO_TIMEOUT, Which, connect, free_port, runtime, timed};
+use crate::safe_fs;
 use crate::sql;
 use crate::topology::Topology;
 use anyhow::{Context, Result, bail};

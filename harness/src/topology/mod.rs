@@ -372,33 +372,7 @@ impl Pin {
     }
 }
 
-/// How a case's steps run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Schedule {
-    /// One step at a time, deterministic; a step that would wait forever is skipped.
-    #[default]
-    Sequential,
-    /// Every client its own task, with real waits; sampled alongside.
-    Concurrent,
-}
-
-impl Schedule {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Schedule::Sequential => "sequential",
-            Schedule::Concurrent => "concurrent",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<Schedule> {
-        match s {
-            "sequential" => Some(Schedule::Sequential),
-            "concurrent" => Some(Schedule::Concurrent),
-            _ => None,
-        }
-    }
-}
+pub use crate::vocab::schedule::Schedule;
 
 /// One op of a script: what a client does, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -617,14 +591,11 @@ pub mod limits {
     pub const DEFAULT_CASE_TIME_LIMIT_SECS: u64 = 30;
     pub const DEFAULT_SHRINK_REPLAYS: u32 = 3;
     pub const DEFAULT_SHRINK_QUORUM: u32 = 2;
-    pub const DEFAULT_SEARCH_STATES: u32 = 20_000;
-    /// The search's work budget for one case: about 3 s of search on this project's machine
-    /// under a load of 7 on its 2 cores (360,000 model steps a second, measured re-checking a
-    /// concurrent history of transaction-mode-settings; docs/checker.md, "The search's
-    /// budget").
-    pub const DEFAULT_SEARCH_WORK: u32 = 1_000_000;
-    /// Wall-clock time for one case's search: a safety net far past what the work takes.
-    pub const DEFAULT_SEARCH_TIME_MS: u64 = 30_000;
+    /// The search's budget per case (`run.search_states`, `run.search_work`,
+    /// `run.search_time`): pure data the history records too, so they live in `vocab`.
+    pub use crate::vocab::budget::{
+        DEFAULT_SEARCH_STATES, DEFAULT_SEARCH_TIME_MS, DEFAULT_SEARCH_WORK,
+    };
     pub const DEFAULT_CASES: u32 = 256;
     pub const DEFAULT_TIME_LIMIT_SECS: u64 = 60;
     pub const DEFAULT_SHRINK_TIME_SECS: u64 = 60;

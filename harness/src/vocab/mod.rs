@@ -4,6 +4,7 @@
 //! May import nothing of pgchaos.
 
 pub mod backend;
+pub mod budget;
 pub mod fault;
 pub mod key;
 pub mod notify;
@@ -11,7 +12,9 @@ pub mod object;
 pub mod op;
 pub mod partition;
 pub mod reply;
+pub mod schedule;
 pub mod setting;
+pub mod step;
 pub mod timeout;
 pub mod verdict;
 pub mod versions;

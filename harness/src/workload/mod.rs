@@ -8,74 +8,12 @@
 pub mod keys;
 
 use crate::topology::Workload;
-use crate::vocab::{Guc, Key, Op, When};
+use crate::vocab::{Op, When};
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, Union, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::fmt;
 
-/// One step of a case: a client does an op (on a key, for lock ops; for a duration, for
-/// `sleep`, `pg_sleep`, `migrate`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Step {
-    #[serde(serialize_with = "ser_client", deserialize_with = "de_client")]
-    pub client: usize,
-    pub op: Op,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub key: Option<Key>,
-    /// Milliseconds, for the ops that take a duration (and the value a `set` sets).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub ms: Option<u64>,
-    /// The setting a `set`, `set_local` or `show` names.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub guc: Option<Guc>,
-    /// Scripts: when the step runs (a client profile's control flow).
-    #[serde(skip_serializing_if = "When::is_default", default)]
-    pub when: When,
-    /// `raise`: the tool's error message.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub message: Option<String>,
-}
-
-fn ser_client<S: Serializer>(c: &usize, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format!("C{}", c + 1))
-}
-
-fn de_client<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
-    let s = String::deserialize(d)?;
-    s.strip_prefix('C')
-        .and_then(|n| n.parse::<usize>().ok())
-        .filter(|n| *n >= 1)
-        .map(|n| n - 1)
-        .ok_or_else(|| serde::de::Error::custom(format!("client must be C1, C2, ...; got {s:?}")))
-}
-
-impl fmt::Display for Step {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "C{} {}", self.client + 1, self.op)?;
-        if let Some(k) = self.key {
-            write!(f, " {k}")?;
-        }
-        if let Some(g) = self.guc {
-            write!(f, " {g}")?;
-        }
-        if let Some(ms) = self.ms {
-            // A setting's value in its unit (`vocab::setting`); else a duration.
-            match self.guc {
-                Some(g) => write!(f, " {}", g.row().unit.label(ms))?,
-                None => write!(f, " {ms}ms")?,
-            }
-        }
-        if let Some(m) = &self.message {
-            write!(f, " {m:?}")?;
-        }
-        if !self.when.is_default() {
-            write!(f, " (when {})", self.when)?;
-        }
-        Ok(())
-    }
-}
+pub use crate::vocab::step::Step;
 
 /// Ops in shrinking order (`vocab::op::OPS` lists the workload's simplest first).
 const SIMPLICITY: [Op; Op::ALL.len()] = Op::ALL;
@@ -320,6 +258,7 @@ pub fn script_steps(w: &Workload) -> Vec<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::{Guc, Key};
     use std::collections::BTreeMap;
 
     fn workload() -> Workload {

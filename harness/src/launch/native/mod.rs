@@ -29,7 +29,6 @@ use super::process::{
 };
 use super::reaper::Reaper;
 use super::runtime::{self, write_private};
-use super::safe_fs;
 use super::template::{
     PG_HBA, SPEED_SETTINGS, client_role_sql, ensure_template, pg_hba_replication, random_password,
 };
@@ -39,6 +38,7 @@ use super::{
 };
 use crate::pooler::{self, ConfigContext, Pooler};
 use crate::provision::{PgBinaries, PoolerBinary};
+use crate::safe_fs;
 use crate::sql;
 use crate::topology::Topology;
 use anyhow::{Context, Result, anyhow, bail};
