@@ -18,7 +18,7 @@
 //! suggestions), `settings.rs` (the PostgreSQL and PgBouncer settings tables), `pooler.rs`
 //! (the pooler's section, read by the pooler itself and held here unnamed). May import
 //! `vocab`: which invariants exist is the checker's business, handed in as a catalog, and the
-//! search budget's defaults are the topology's (`limits`), which the checker reads.
+//! search budget's defaults are `vocab::budget`'s (`limits` re-exports them).
 
 mod convert;
 pub mod dsn;

@@ -1,0 +1,941 @@
+//! The model's statements: assigning a backend, running a call at one or two points, and
+//! what an unknown, closed or ended statement may have done.
+
+use super::*;
+
+impl<'e> Case<'e> {
+    // ----- statements -----
+
+    pub(super) fn stmt(&self, s: &State, e: usize, st: &Stmt, point: u8, points: u8) -> Out {
+        let entry = &self.entries[e];
+        if entry.unknown {
+            return self.stmt_unknown(s, e, st, point, points);
+        }
+        if st.reply.is_closed() {
+            return Ok(self.closed(s, e, st));
+        }
+        if points == 2 && point == 1 {
+            return self.stmt_end(s, e, st);
+        }
+        let c = st.client;
+        let mut s = s.clone();
+        match s.client(c).conn {
+            Conn::Broken(cause) => {
+                return if st.reply.ended_by_server() {
+                    Ok(vec![self.client_gone(&s, c, Cause::Disconnect)])
+                } else {
+                    Err(Why::Broken { cause })
+                };
+            }
+            Conn::Down if st.reply.is_error() && st.served.is_none() => {
+                // The connect before it failed (the reply is the refusal).
+                return Ok(vec![s]);
+            }
+            Conn::Down => {
+                s.clients[c].conn = Conn::Up;
+                s.clients[c].linked = None;
+            }
+            Conn::Up => {}
+        }
+        if st.reply.ended_by_server() {
+            return self.ended(&s, e, st);
+        }
+        let linking = s.clients[c].linked.is_none();
+        let cands = self.assign(&s, e, st)?;
+        let mut out = vec![];
+        let mut err = None;
+        for (mut s2, b) in cands {
+            if linking {
+                self.restore_tracked(&mut s2, c, b);
+            }
+            let r = if points == 2 {
+                self.stmt_start(s2, e, st, b)
+            } else {
+                self.stmt_once(s2, e, st, b)
+            };
+            match r {
+                Ok(v) => out.extend(v),
+                Err(w) => err = Some(w),
+            }
+        }
+        // The client keeps the statement it prepared (a failed prepare leaves its last one).
+        if st.op == Op::PrepareProtocol && *st.reply == Reply::Ok {
+            for s2 in &mut out {
+                s2.client(c).proto = Some(e as u32);
+                s2.client(c).proto_forgotten = false;
+            }
+        }
+        // A pooler that tracks the client's statements forgets them at its DISCARD ALL.
+        if st.op == Op::DiscardAll && *st.reply == Reply::Ok && self.rules.tracks_prepared {
+            for s2 in &mut out {
+                let cl = s2.client(c);
+                cl.proto_forgotten = cl.proto.is_some();
+            }
+        }
+        if out.is_empty() {
+            Err(err.unwrap_or(Why::EndUnexplained))
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// The backends statement `st` may run on, with the state after the pooler assigned it.
+    pub(super) fn assign(
+        &self,
+        s: &State,
+        e: usize,
+        st: &Stmt,
+    ) -> Result<Vec<(State, BackendId)>, Why> {
+        let c = st.client;
+        let entry = &self.entries[e];
+        if let Some(l) = s.clients[c].linked {
+            if let Some(ran) = st.served
+                && ran != l
+            {
+                return Err(Why::Pinned { pinned: l, ran });
+            }
+            if let Some((Down::Frozen, fault)) = s.down {
+                return Err(Why::Unavailable {
+                    down: Down::Frozen,
+                    fault,
+                });
+            }
+            return Ok(vec![(s.clone(), l)]);
+        }
+        // It needs a server (a pooled one, a direct connection's backend, a pool connection).
+        if let Some((down, fault)) = s.down {
+            let blocks = match down {
+                Down::Pooler | Down::Paused => self.pooled(),
+                // A frozen pooler or link stops pooled clients; a frozen PostgreSQL host (a
+                // fault that needs no pooler) stops every client.
+                Down::Frozen => self.pooled() || meaning(fault).is_some_and(|m| !m.needs_pooler),
+                Down::Postgres => true,
+            };
+            if blocks {
+                return Err(Why::Unavailable { down, fault });
+            }
+        }
+        let Some(b) = st.served else {
+            // No identity (DISCARD ALL's tag was overwritten, or an error before it): any
+            // server the pooler could have handed out, a new one a look lists, or one the
+            // model has not heard of.
+            let mut out: Vec<(State, BackendId)> = s
+                .backends
+                .iter()
+                .filter(|(id, x)| self.assignable(s, c, **id, x).is_ok())
+                .map(|(id, _)| (s.clone(), *id))
+                .collect();
+            for b in self.listed.iter().filter(|b| !s.backends.contains_key(b)) {
+                if let Ok(v) = self.new_server(s, entry, *b, c) {
+                    out.extend(v);
+                }
+            }
+            out.push((s.clone(), anonymous(e)));
+            return Ok(out);
+        };
+        match s.backends.get(&b) {
+            // PgBouncer hands a released server to a waiting client in one loop and the
+            // client's query reaches PostgreSQL later: a RECONNECT or PAUSE between the two
+            // found it linked, not idle (seen here: a statement invoked before a RECONNECT
+            // answered on a server the model had closed as idle). It is closed at release.
+            Some(x)
+                if self.pooled()
+                    && x.closed_idle
+                    && matches!(s.idle_fault, Some((f, t))
+                        if entry.inv < t && x.life == Life::Closing(Cause::Fault(f))) =>
+            {
+                let mut s2 = s.clone();
+                let y = s2.backends.get_mut(&b).unwrap();
+                y.closed_idle = false;
+                y.pooled = true;
+                y.close_at_release = y.life.cause();
+                y.life = Life::Alive;
+                let y = y.clone();
+                self.assignable(&s2, c, b, &y)?;
+                Ok(vec![(s2, b)])
+            }
+            Some(x) => {
+                self.assignable(s, c, b, x)?;
+                if !self.pooled() && self.rules.app_pin.is_none() {
+                    return Err(Why::NotNew { ran: b });
+                }
+                Ok(vec![(s.clone(), b)])
+            }
+            None => self.new_server(s, entry, b, c),
+        }
+    }
+
+    /// A server the model has not heard of, opened for `entry`'s statement by the replica of
+    /// the pooler client `c` connects to.
+    pub(super) fn new_server(
+        &self,
+        s: &State,
+        entry: &Entry,
+        b: BackendId,
+        c: usize,
+    ) -> Result<Vec<(State, BackendId)>, Why> {
+        let replica = self.rules.replica_of(c) as u8;
+        {
+            {
+                let mut s2 = s.clone();
+                if let Some(fault) = s2.login_failing {
+                    return Err(Why::Unavailable {
+                        down: Down::Postgres,
+                        fault,
+                    });
+                }
+                s2.backends.insert(
+                    b,
+                    Backend {
+                        pooled: self.pooled(),
+                        idle_since: if self.keeps_times() { entry.inv } else { 0 },
+                        replica,
+                        ..Default::default()
+                    },
+                );
+                if self.pooled() {
+                    // Servers marked to close at release (RECONNECT) do not count: PgBouncer
+                    // opens a new one beside them (seen: a third server with a pool of 2).
+                    let size = s2
+                        .backends
+                        .values()
+                        .filter(|x| {
+                            x.pooled
+                                && x.replica == replica
+                                && x.life.is_alive()
+                                && x.close_at_release.is_none()
+                        })
+                        .count();
+                    if size > self.rules.pool_size {
+                        return Err(Why::PoolFull {
+                            ran: b,
+                            size: self.rules.pool_size,
+                        });
+                    }
+                }
+                let mut out = vec![];
+                // A server logging in (or idle, unheard of) when a RECONNECT or PAUSE came is
+                // closed when released.
+                if self.pooled()
+                    && let Some((fault, t)) = s.idle_fault
+                    && entry.inv < t
+                {
+                    let mut marked = s2.clone();
+                    marked.backends.get_mut(&b).unwrap().close_at_release =
+                        Some(Cause::Fault(fault));
+                    out.push((marked, b));
+                }
+                out.push((s2, b));
+                Ok(out)
+            }
+        }
+    }
+
+    pub(super) fn assignable(
+        &self,
+        s: &State,
+        c: usize,
+        b: BackendId,
+        x: &Backend,
+    ) -> Result<(), Why> {
+        if !x.life.is_alive() {
+            return Err(Why::Ended {
+                ran: b,
+                life: x.life,
+            });
+        }
+        if let Some(owner) = s.linked_client(b).filter(|o| *o != c) {
+            return Err(Why::GivenLinked { ran: b, owner });
+        }
+        if self.pooled() && usize::from(x.replica) != self.rules.replica_of(c) {
+            return Err(Why::OtherReplica {
+                ran: b,
+                replica: x.replica.into(),
+                client: c,
+                wanted: self.rules.replica_of(c),
+            });
+        }
+        if x.busy.is_some() {
+            return Err(Why::Busy { ran: b });
+        }
+        if x.reset_pending {
+            return Err(Why::ResetPending { ran: b });
+        }
+        if self.pooled() && !x.pooled {
+            return Err(Why::Ended {
+                ran: b,
+                life: x.life,
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_runnable(&self, s: &State, b: BackendId) -> Result<(), Why> {
+        let Some(x) = s.backends.get(&b) else {
+            return Ok(());
+        };
+        if !x.life.is_alive() {
+            return Err(Why::Ended {
+                ran: b,
+                life: x.life,
+            });
+        }
+        if x.busy.is_some() {
+            return Err(Why::Busy { ran: b });
+        }
+        Ok(())
+    }
+
+    /// An object op's [`Call`] in state `s`.
+    pub(super) fn call(&self, s: &State, e: usize, st: &Stmt) -> Call {
+        Call {
+            client: st.client,
+            current: s.clients.get(st.client).and_then(|c| c.proto),
+            new: e as u32,
+            tracks: self.rules.tracks_prepared,
+            forgotten: s.clients.get(st.client).is_some_and(|c| c.proto_forgotten),
+            notify_contended: st.reply.code() == Some(code::LOCK_NOT_AVAILABLE)
+                && self.notify_contended(e, st.client),
+        }
+    }
+
+    /// Whether another client's statement that can commit notifications (`notify`, or a
+    /// `commit`, whose block may hold one) overlaps entry `e` in real time: its commit may
+    /// hold the lock PostgreSQL serialises NOTIFY commits with while `e` commits its own.
+    pub(super) fn notify_contended(&self, e: usize, client: usize) -> bool {
+        let me = &self.entries[e];
+        let end = me.done.unwrap_or(u64::MAX);
+        self.entries.iter().enumerate().any(|(i, o)| {
+            i != e
+                && matches!(&o.act, Act::Stmt(x) if x.client != client
+                    && matches!(x.op, Op::Notify | Op::Commit))
+                && o.inv <= end
+                && o.done.unwrap_or(u64::MAX) >= me.inv
+        })
+    }
+
+    /// A one-point statement on backend `b`.
+    pub(super) fn stmt_once(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
+        self.check_runnable(&s, b)?;
+        if is_anonymous(b) {
+            // A server the model has not heard of: it holds nothing and has no transaction;
+            // a pooler that tracks settings restored the client's on it.
+            let mut tmp = Backend::default();
+            let tracked = &self.rules.tracked_settings;
+            if self.pooled() {
+                s.clients[st.client]
+                    .tracked
+                    .restore(tracked, &mut tmp.settings);
+            }
+            let (pred, _) = exec(&mut tmp, st, self.call(&s, e, st), true);
+            if self.pooled() && tmp.tx == Tx::Idle {
+                s.clients[st.client].tracked.learn(tracked, &tmp.settings);
+            }
+            if let Some(p) = pred
+                && !p.same_as(st.reply)
+            {
+                return Err(Why::Reply {
+                    predicted: p,
+                    backend: b,
+                    holders: vec![],
+                });
+            }
+            return Ok(vec![s]);
+        }
+        let available = st.key.is_none_or(|k| s.available_to(b, k));
+        let holders: Vec<BackendId> = st
+            .key
+            .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
+            .unwrap_or_default();
+        let call = self.call(&s, e, st);
+        let x = s.backends.get_mut(&b).expect("assigned");
+        let (pred, released) = exec(x, st, call, available);
+        if let Some(p) = pred
+            && !p.same_as(st.reply)
+        {
+            return Err(Why::Reply {
+                predicted: p,
+                backend: b,
+                holders,
+            });
+        }
+        if st.op == Op::Migrate && st.reply.is_error() {
+            abort(x);
+        }
+        self.touch(&mut s, e, b);
+        self.after_statement(&mut s, e, st.client, b);
+        Ok(wake_all(s, &released))
+    }
+
+    /// Timers: when the backend was last used, when its transaction began.
+    pub(super) fn touch(&self, s: &mut State, e: usize, b: BackendId) {
+        if !self.keeps_times() {
+            return;
+        }
+        let inv = self.entries[e].inv;
+        if let Some(x) = s.backends.get_mut(&b) {
+            x.idle_since = inv;
+            if x.tx == Tx::Idle {
+                x.tx_since = inv;
+            }
+        }
+    }
+
+    /// The pooler, after a statement: keep the server linked, or release it.
+    pub(super) fn after_statement(&self, s: &mut State, e: usize, c: usize, b: BackendId) {
+        let in_tx = s.backends.get(&b).is_some_and(|x| x.tx != Tx::Idle);
+        if self.keeps_times() {
+            s.client(c).idle_since = self.entries[e].inv;
+        }
+        if self.rules.stays_linked(in_tx) {
+            s.client(c).linked = Some(b);
+        } else {
+            s.client(c).linked = None;
+            if let Some(x) = s.backends.get(&b) {
+                let settings = x.settings.clone();
+                s.clients[c]
+                    .tracked
+                    .learn(&self.rules.tracked_settings, &settings);
+            }
+            self.released(s, b);
+        }
+    }
+
+    /// The pooler links client `c` to server `b`: it restores the settings it tracks to the
+    /// client's values (`PoolRules::tracked_settings`).
+    pub(super) fn restore_tracked(&self, s: &mut State, c: usize, b: BackendId) {
+        if !self.pooled() || self.rules.tracked_settings.is_empty() {
+            return;
+        }
+        let tracked = s.clients[c].tracked;
+        if let Some(x) = s.backends.get_mut(&b) {
+            tracked.restore(&self.rules.tracked_settings, &mut x.settings);
+        }
+    }
+
+    /// A server went back to the pool.
+    pub(super) fn released(&self, s: &mut State, b: BackendId) {
+        let resets = self.rules.resets_on_release() && self.rules.reset_does_something();
+        let Some(x) = s.backends.get_mut(&b) else {
+            return;
+        };
+        if let Some(cause) = x.close_at_release {
+            close(x, cause);
+        } else if resets {
+            x.reset_pending = true;
+        }
+    }
+
+    /// The first point of a two-point statement: it starts on `b` (a lock call is granted or
+    /// waits).
+    pub(super) fn stmt_start(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
+        self.check_runnable(&s, b)?;
+        if is_anonymous(b) && st.reply.code() == Some(code::QUERY_CANCELED) {
+            // Cancelled before it reported its identity, on a server the model has not heard
+            // of: nothing it did is known, nothing of it is left.
+            return Ok(vec![s]);
+        }
+        if is_anonymous(b) {
+            return Err(Why::Ended {
+                ran: b,
+                life: Life::Gone(Cause::Disconnect),
+            });
+        }
+        let lock = if st.op.waits_for_lock() {
+            st.key.map(|k| (k, st.op == Op::Lock))
+        } else {
+            None
+        };
+        let holders: Vec<BackendId> = st
+            .key
+            .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
+            .unwrap_or_default();
+        let x = s.backends.get_mut(&b).expect("assigned");
+        if x.tx == Tx::Aborted && lock.is_some() {
+            return Err(Why::Reply {
+                predicted: Reply::error(code::IN_FAILED_TRANSACTION),
+                backend: b,
+                holders,
+            });
+        }
+        let mut busy = Busy {
+            entry: e as u32,
+            lock,
+            waited: false,
+            granted: false,
+            cancelled: false,
+        };
+        // A cancel may have ended the statement before it reached its lock call (the identity
+        // runs first): nothing asked.
+        let mut out = vec![];
+        if lock.is_some() && st.reply.code() == Some(code::QUERY_CANCELED) {
+            let mut early = s.clone();
+            let y = early.backends.get_mut(&b).expect("assigned");
+            y.busy = Some(Busy { lock: None, ..busy });
+            early.client(st.client).linked = Some(b);
+            out.push(early);
+        }
+        let x = s.backends.get_mut(&b).expect("assigned");
+        if let Some((k, session)) = lock {
+            if holders.is_empty() {
+                busy.granted = true;
+                bump(if session { &mut x.session } else { &mut x.xact }, k);
+            } else {
+                busy.waited = true;
+            }
+        }
+        x.busy = Some(busy);
+        s.client(st.client).linked = Some(b);
+        out.push(s);
+        Ok(out)
+    }
+
+    /// The second point: the statement is answered.
+    pub(super) fn stmt_end(&self, s: &State, e: usize, st: &Stmt) -> Out {
+        let Some((&b, _)) = s
+            .backends
+            .iter()
+            .find(|(_, x)| x.busy.is_some_and(|y| y.entry == e as u32))
+        else {
+            if st.served.is_none() && st.reply.code() == Some(code::QUERY_CANCELED) {
+                // Started on a server the model has not heard of (above).
+                return Ok(vec![s.clone()]);
+            }
+            let ran = st.served.unwrap_or(anonymous(e));
+            return Err(Why::Ended {
+                ran,
+                life: s.backends.get(&ran).map(|x| x.life).unwrap_or_default(),
+            });
+        };
+        let mut s = s.clone();
+        let x = s.backends.get_mut(&b).unwrap();
+        let busy = x.busy.take().unwrap();
+        let mut released = vec![];
+        let mut outs: Vec<State> = Vec::new();
+        match (st.op.waits_for_lock(), st.reply) {
+            (true, Reply::Ok) => {
+                if !busy.granted {
+                    let k = busy.lock.map(|l| l.0).unwrap_or(Key::Big(0));
+                    let holders = s.holders(k).into_iter().filter(|y| *y != b).collect();
+                    return Err(Why::NotGranted { key: k, holders });
+                }
+                if let Some((k, false)) = busy.lock
+                    && x.tx != Tx::Open
+                {
+                    // A transaction lock outside a transaction ends with its statement.
+                    unbump(&mut x.xact, k);
+                    released.push(k);
+                }
+                outs.push(s);
+            }
+            (true, r)
+                if r.code() == Some(code::LOCK_NOT_AVAILABLE)
+                    || r.code() == Some(code::QUERY_CANCELED) =>
+            {
+                let cancelled = r.code() == Some(code::QUERY_CANCELED);
+                if !cancelled && !busy.waited {
+                    return Err(Why::TimedOutFree {
+                        key: busy.lock.map(|l| l.0).unwrap_or(Key::Big(0)),
+                    });
+                }
+                if cancelled && !(busy.cancelled || self.statement_timeout(st)) {
+                    return Err(Why::CancelUnexplained);
+                }
+                if busy.granted
+                    && let Some((k, session)) = busy.lock
+                {
+                    if session {
+                        // Granted as the error was raised: a session lock survives it.
+                        x.tainted.insert(k);
+                        s.granted_failed.insert(e as u32);
+                    } else {
+                        unbump(&mut x.xact, k);
+                        released.push(k);
+                    }
+                }
+                let x = s.backends.get_mut(&b).unwrap();
+                released.extend(abort(x));
+                outs.push(s);
+            }
+            (_, r) if r.code() == Some(code::QUERY_CANCELED) => {
+                if !(busy.cancelled || self.statement_timeout(st)) {
+                    return Err(Why::CancelUnexplained);
+                }
+                // The cancel may have landed before or after the statement did its work.
+                let mut ran = s.clone();
+                let available = st.key.is_none_or(|k| ran.available_to(b, k));
+                let call = self.call(&ran, e, st);
+                let rx = ran.backends.get_mut(&b).unwrap();
+                let (_, mut rel) = exec(rx, st, call, available);
+                if st.op.acquires()
+                    && available
+                    && let Some(k) = st.key
+                    && st.op == Op::TryLock
+                {
+                    rx.tainted.insert(k);
+                    ran.granted_failed.insert(e as u32);
+                }
+                let rx = ran.backends.get_mut(&b).unwrap();
+                rel.extend(abort(rx));
+                let x = s.backends.get_mut(&b).unwrap();
+                released.extend(abort(x));
+                self.touch(&mut ran, e, b);
+                self.after_statement(&mut ran, e, st.client, b);
+                outs.extend(wake_all(ran, &rel));
+                outs.push(s);
+            }
+            _ => {
+                return Err(Why::Reply {
+                    predicted: Reply::Ok,
+                    backend: b,
+                    holders: vec![],
+                });
+            }
+        }
+        // The last state is the statement's own outcome; any before it are already finished.
+        let mut s = outs.pop().expect("an outcome");
+        self.touch(&mut s, e, b);
+        self.after_statement(&mut s, e, st.client, b);
+        let mut res = wake_all(s, &released);
+        res.extend(outs);
+        Ok(res)
+    }
+
+    pub(super) fn statement_timeout(&self, st: &Stmt) -> bool {
+        self.timer(Timer::CancelLongStatement)
+            .zip(st.took)
+            .is_some_and(|(t, took)| took >= t)
+    }
+
+    /// A statement whose outcome is unknown (no reply in time): whatever it may have done.
+    /// (That it may have done nothing is the search's: an unknown operation's points may be
+    /// skipped.)
+    pub(super) fn stmt_unknown(
+        &self,
+        s: &State,
+        e: usize,
+        st: &Stmt,
+        point: u8,
+        points: u8,
+    ) -> Out {
+        let c = st.client;
+        if points == 2 && point == 1 {
+            return self.unknown_end(s, e);
+        }
+        let mut out = vec![];
+        if self.entries[e].orphaned && self.pooled() && points == 1 {
+            out.extend(self.orphan_run(s, st));
+        }
+        if !matches!(s.clients.get(c).map(|x| x.conn), Some(Conn::Up)) {
+            return if out.is_empty() {
+                Err(Why::EndUnexplained)
+            } else {
+                Ok(out)
+            };
+        }
+        let mut err = Why::EndUnexplained;
+        for (s2, b) in self.assign(s, e, st)? {
+            if is_anonymous(b) {
+                continue;
+            }
+            if let Err(w) = self.check_runnable(&s2, b) {
+                err = w;
+                continue;
+            }
+            if points == 2 {
+                match self.stmt_start(s2, e, st, b) {
+                    Ok(v) => out.extend(v),
+                    Err(w) => err = w,
+                }
+                continue;
+            }
+            let mut s3 = s2;
+            let available = st.key.is_none_or(|k| s3.available_to(b, k));
+            let call = self.call(&s3, e, st);
+            let x = s3.backends.get_mut(&b).expect("assigned");
+            let (_, rel) = exec(x, st, call, available);
+            self.touch(&mut s3, e, b);
+            self.after_statement(&mut s3, e, c, b);
+            out.extend(wake_all(s3, &rel));
+        }
+        if out.is_empty() { Err(err) } else { Ok(out) }
+    }
+
+    /// The connection went away under a statement. Either it never ran, or it ran (on its
+    /// linked server, one the pooler could hand out, or a new one a look lists) before the
+    /// connection went: a server that outlives its client keeps what it took (seen: a lock
+    /// granted under `link_blackhole`, shown by a look, its reply lost at `link_cut`).
+    pub(super) fn closed(&self, s: &State, e: usize, st: &Stmt) -> Vec<State> {
+        let c = st.client;
+        // A reply out of step: the rest of it may still be in flight when the client leaves.
+        let in_flight = st.reply.is_out_of_step();
+        let mut out = self.client_leaves(s, c, in_flight);
+        if st.op == Op::ExecuteProtocol && s.clients.get(c).is_some_and(|x| x.proto_forgotten) {
+            out.extend(self.forgotten_closed(s, c));
+        }
+        if s.clients.get(c).map(|x| x.conn) != Some(Conn::Up) {
+            return out;
+        }
+        for (s2, b) in self.assign(s, e, st).unwrap_or_default() {
+            if is_anonymous(b) || self.check_runnable(&s2, b).is_err() {
+                continue;
+            }
+            let mut s3 = s2;
+            let available = st.key.is_none_or(|k| s3.available_to(b, k));
+            if st.op.waits_for_lock() && !available {
+                // It waits on: a backend blocked on a lock does not read its socket, and is
+                // granted when the holder goes (seen: a lock call closed by a pooler KILL,
+                // then granted on its server as the killed holder exited).
+                for s4 in self.stmt_start(s3, e, st, b).unwrap_or_default() {
+                    out.push(self.client_gone(&s4, c, Cause::Disconnect));
+                }
+                continue;
+            }
+            let call = self.call(&s3, e, st);
+            let x = s3.backends.get_mut(&b).expect("assigned");
+            let (_, rel) = exec(x, st, call, available);
+            self.touch(&mut s3, e, b);
+            self.after_statement(&mut s3, e, c, b);
+            for s4 in wake_all(s3, &rel) {
+                out.extend(self.client_leaves(&s4, c, in_flight));
+            }
+        }
+        out
+    }
+
+    /// Client `c` leaves ([`Case::client_gone`]); when a reply may be in flight on its server
+    /// (`in_flight`) and the pooler then closes the server instead of resetting it
+    /// ([`PoolRules::closes_server_in_flight`]), that too.
+    pub(super) fn client_leaves(&self, s: &State, c: usize, in_flight: bool) -> Vec<State> {
+        let mut out = vec![self.client_gone(s, c, Cause::Disconnect)];
+        if !in_flight || !self.rules.closes_server_in_flight {
+            return out;
+        }
+        if let Some(b) = s.clients.get(c).and_then(|x| x.linked)
+            && s.backends.get(&b).is_some_and(|x| x.life.is_alive())
+        {
+            let mut s2 = s.clone();
+            close(s2.backends.get_mut(&b).expect("linked"), Cause::Disconnect);
+            s2.clients[c].linked = None;
+            out.push(self.client_gone(&s2, c, Cause::Disconnect));
+        }
+        out
+    }
+
+    /// A notification may be in flight to client `c` on its linked server: one was delivered
+    /// there that no client has received.
+    pub(super) fn note_in_flight(&self, s: &State, c: usize) -> bool {
+        s.clients
+            .get(c)
+            .and_then(|x| x.linked)
+            .and_then(|b| s.backends.get(&b))
+            .is_some_and(|x| !x.inbox.is_empty())
+    }
+
+    /// The pooler closed client `c` at a Bind of a statement it forgot
+    /// ([`Client::proto_forgotten`]), and the server it had handed it for the Bind.
+    pub(super) fn forgotten_closed(&self, s: &State, c: usize) -> Vec<State> {
+        let mut out = vec![];
+        for (b, x) in &s.backends {
+            if self.assignable(s, c, *b, x).is_ok() {
+                let mut s2 = s.clone();
+                close(s2.backends.get_mut(b).unwrap(), Cause::Disconnect);
+                out.push(self.client_gone(&s2, c, Cause::Disconnect));
+            }
+        }
+        out
+    }
+
+    /// An unknown statement run on the connection its client left behind: any server free
+    /// for it, which the pooler then closes (the client gone while the server was not ready)
+    /// or takes back. (On a server the model has not heard of, it changes nothing known.)
+    pub(super) fn orphan_run(&self, s: &State, st: &Stmt) -> Vec<State> {
+        let mut out = vec![];
+        let nobody = usize::MAX;
+        for (b, x) in &s.backends {
+            if self.assignable(s, nobody, *b, x).is_err() || s.down.is_some() {
+                continue;
+            }
+            let mut ran = s.clone();
+            let available = st.key.is_none_or(|k| ran.available_to(*b, k));
+            // (A statement it prepares there is none its client will execute.)
+            let call = Call {
+                new: u32::MAX,
+                ..self.call(&ran, 0, st)
+            };
+            let y = ran.backends.get_mut(b).expect("known");
+            let (_, rel) = exec(y, st, call, available);
+            // Closed with the client gone ...
+            let mut closed = ran.clone();
+            if let Some(z) = closed.backends.get_mut(b) {
+                close(z, Cause::Disconnect);
+            }
+            out.extend(wake_all(closed, &rel));
+            // ... or taken back, if the statement left no transaction open.
+            if ran.backends[b].tx == Tx::Idle {
+                self.released(&mut ran, *b);
+                out.extend(wake_all(ran, &rel));
+            }
+        }
+        out
+    }
+
+    /// An unknown lock call answered one way or another: granted, or given up (a lock it was
+    /// granted as it gave up stays, at session scope).
+    pub(super) fn unknown_end(&self, s: &State, e: usize) -> Out {
+        let Some((&b, x)) = s
+            .backends
+            .iter()
+            .find(|(_, x)| x.busy.is_some_and(|y| y.entry == e as u32))
+        else {
+            return Err(Why::EndUnexplained);
+        };
+        let busy = x.busy.unwrap();
+        let client = s.linked_client(b);
+        let mut out = vec![];
+        let mut finish = |mut s2: State, rel: Vec<Key>| {
+            if let Some(c) = client {
+                self.after_statement(&mut s2, e, c, b);
+            }
+            out.extend(wake_all(s2, &rel));
+        };
+        // Answered: granted (a transaction lock outside a transaction ends with it).
+        if busy.granted {
+            let mut s2 = s.clone();
+            let y = s2.backends.get_mut(&b).unwrap();
+            y.busy = None;
+            let mut rel = vec![];
+            if let Some((k, false)) = busy.lock
+                && y.tx != Tx::Open
+            {
+                unbump(&mut y.xact, k);
+                rel.push(k);
+            }
+            finish(s2, rel);
+        }
+        // Given up (cancelled): the error aborts a transaction; a session lock granted in
+        // that instant stays.
+        let mut s2 = s.clone();
+        let y = s2.backends.get_mut(&b).unwrap();
+        y.busy = None;
+        let mut rel = vec![];
+        if busy.granted
+            && let Some((k, session)) = busy.lock
+        {
+            if session {
+                y.tainted.insert(k);
+                s2.granted_failed.insert(e as u32);
+            } else {
+                unbump(&mut y.xact, k);
+                rel.push(k);
+            }
+        }
+        let y = s2.backends.get_mut(&b).unwrap();
+        rel.extend(abort(y));
+        finish(s2, rel);
+        Ok(out)
+    }
+
+    /// The server ended the client's connection under the statement (57P01, 57P02, 57P03,
+    /// PgBouncer's 08P01, a timeout's FATAL): something must have ended it.
+    pub(super) fn ended(&self, s: &State, _e: usize, st: &Stmt) -> Out {
+        let c = st.client;
+        let cl = s.clients[c];
+        let dead = |b: BackendId| s.backends.get(&b).is_some_and(|x| !x.life.is_alive());
+        let long = |t: Timer| {
+            self.timer(t)
+                .zip(st.took)
+                .is_some_and(|(t, took)| took >= t)
+        };
+        let explained = cl.linked.is_some_and(dead)
+            || st.served.is_some_and(dead)
+            || (cl.linked.is_none() && s.login_failing.is_some())
+            || matches!(s.down, Some((Down::Pooler | Down::Postgres, _)))
+            || long(Timer::EndLongStatement)
+            || long(Timer::EndLongWait);
+        // The pooler closes a client that executes a statement it forgot, and the server it
+        // had handed it for the Bind (seen: that backend gone from pg_stat_activity).
+        let forgot = st.op == Op::ExecuteProtocol && cl.proto_forgotten;
+        let mut outs = vec![];
+        if explained {
+            outs.push(self.client_gone(s, c, Cause::Disconnect));
+        }
+        if forgot {
+            outs.extend(self.forgotten_closed(s, c));
+        }
+        // PgBouncer's query_timeout closes the server the statement ran on as well (the
+        // backend goes on until its statement ends, holding its locks).
+        if self.pooled() && long(Timer::EndLongStatement) {
+            for (b, x) in &s.backends {
+                let mine = s.linked_client(*b).is_none_or(|o| o == c);
+                if x.life.is_alive() && x.pooled && mine {
+                    let mut s2 = s.clone();
+                    close(
+                        s2.backends.get_mut(b).unwrap(),
+                        Cause::Timeout(Timer::EndLongStatement),
+                    );
+                    outs.push(self.client_gone(&s2, c, Cause::Disconnect));
+                }
+            }
+        }
+        // An unlinked pooled client handed a server whose backend had ended (the pooler had
+        // not noticed yet): the pooler closes that server.
+        if self.pooled() && cl.linked.is_none() {
+            let replica = self.rules.replica_of(c) as u8;
+            for (b, x) in &s.backends {
+                if x.pooled && x.replica == replica && !x.life.is_alive() {
+                    let mut s2 = s.clone();
+                    s2.backends.get_mut(b).unwrap().pooled = false;
+                    outs.push(self.client_gone(&s2, c, Cause::Disconnect));
+                }
+            }
+        }
+        if outs.is_empty() {
+            Err(Why::EndUnexplained)
+        } else {
+            Ok(outs)
+        }
+    }
+
+    /// The client's connection ends (it closed it, or it was closed): its linked server's fate
+    /// by the pooler's rules.
+    pub(super) fn client_gone(&self, s: &State, c: usize, cause: Cause) -> State {
+        let mut s = s.clone();
+        let linked = s.client(c).linked;
+        s.clients[c].new_connection(Conn::Down);
+        if let Some(b) = linked
+            && let Some(x) = s.backends.get(&b)
+        {
+            let in_tx = x.tx != Tx::Idle || x.busy.is_some();
+            // With `abort_on_disconnect` the reset's ABORT ends an idle or failed transaction;
+            // a statement still running has nobody to answer to: its server is closed.
+            let fate = if x.busy.is_some() && self.rules.abort_on_disconnect {
+                ServerFate::Closed
+            } else {
+                self.rules.on_disconnect(true, in_tx)
+            };
+            match fate {
+                ServerFate::Closed => {
+                    if let Some(x) = s.backends.get_mut(&b)
+                        && x.life.is_alive()
+                    {
+                        close(x, cause);
+                    }
+                }
+                ServerFate::Released { .. } => {
+                    let resets = self.rules.reset_does_something();
+                    if let Some(x) = s.backends.get_mut(&b) {
+                        if let Some(c2) = x.close_at_release {
+                            close(x, c2);
+                        } else if resets || x.tx != Tx::Idle {
+                            // The reset: ABORT of a transaction left open, then the rest.
+                            x.reset_pending = true;
+                        }
+                    }
+                }
+                ServerFate::Untouched => {}
+            }
+        }
+        s
+    }
+}
