@@ -43,6 +43,21 @@ fn assert_no_pg_violation(results: &Value) {
     );
 }
 
+/// The lines of a run's report.md that say what a pg.* verdict rests on (`- pg.* in case N:
+/// ...`), or why there are none to show.
+fn pg_details(out: &Path, name: &str) -> String {
+    let report = out.join(name).join("latest").join("report.md");
+    match std::fs::read_to_string(&report) {
+        Ok(md) => md
+            .lines()
+            .filter(|l| l.starts_with("- pg.") && l.contains(" in "))
+            .take(12)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("({}: {e})", report.display()),
+    }
+}
+
 /// The headline: transaction mode breaks mutual exclusion; pgchaos finds it within 64 cases,
 /// shrinks it to at most 3 steps, for seeds 1 to 5, exits 0 because it is expected, and the
 /// minimal case replays 10 times out of 10.
@@ -356,7 +371,16 @@ fn the_concurrent_schedule_meets_expect_concurrent() {
             out.to_str().unwrap(),
             "--quiet",
         ]);
-        assert_eq!(o.status.code(), Some(0), "{name}:\n{}", text(&o));
+        if o.status.code() != Some(0) {
+            // What each pg.* verdict rests on (the op, the state the search reached), first,
+            // so that a failure on a machine whose run directory is gone can be read.
+            panic!(
+                "{name}: exit {:?}\n{}\n{}",
+                o.status.code(),
+                pg_details(&out, name),
+                text(&o)
+            );
+        }
         let (dir, results) = latest(&out, name);
         assert_eq!(results["schedule"], "concurrent");
         // The run's time limit (60 s) may stop transaction mode's slower cases early: every
