@@ -141,7 +141,18 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
     while let Some(p) = out[from..].find("#[cfg(test)]") {
         let at = from + p;
         let rest = &out[at + "#[cfg(test)]".len()..];
-        let t = rest.trim_start();
+        let mut t = rest.trim_start();
+        // `#[path = "x_tests.rs"]` between the two: the file is that one, beside this one.
+        let mut path = None;
+        while let Some(attr) = t.strip_prefix("#[") {
+            let close = attr.find(']').unwrap_or(attr.len());
+            let inner = attr[..close].trim();
+            if let Some(v) = inner.strip_prefix("path") {
+                let v = v.trim_start().trim_start_matches('=').trim();
+                path = Some(v.trim_matches('"').to_string());
+            }
+            t = attr[(close + 1).min(attr.len())..].trim_start();
+        }
         let t = t.strip_prefix("pub ").unwrap_or(t).trim_start();
         from = at + 1;
         let Some(t) = t.strip_prefix("mod ") else {
@@ -153,7 +164,7 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
             .collect();
         let after = t[name.len()..].trim_start();
         if after.starts_with(';') {
-            files.push(name);
+            files.push(path.map(|p| format!("path:{p}")).unwrap_or(name));
             continue;
         }
         let open = at + out[at..].find('{').unwrap();
@@ -187,16 +198,28 @@ fn sources() -> BTreeMap<Module, String> {
     let mut code = BTreeMap::new();
     let mut tests = BTreeSet::new();
     for f in &files {
-        let (c, test_mods) = without_tests(&code_of(&std::fs::read_to_string(f).unwrap()));
+        let raw = std::fs::read_to_string(f).unwrap();
+        let (c, test_mods) = without_tests(&code_of(&raw));
         let m = module_of(f);
         for t in test_mods {
+            if t.starts_with("path:") {
+                // The code has its strings blanked: the file names come from the text.
+                for p in raw.split("#[path = \"").skip(1) {
+                    let p = &p[..p.find('"').unwrap_or(0)];
+                    tests.insert(module_of(&f.parent().unwrap().join(p)));
+                }
+                continue;
+            }
             let mut child = m.clone();
             child.push(t);
             tests.insert(child);
         }
         code.insert(m, c);
     }
-    code.retain(|m, _| !tests.contains(m) && m.first().is_none_or(|t| t != "main"));
+    // A test module's own children (`tests/forms.rs` under `tests/mod.rs`) are test code too.
+    code.retain(|m, _| {
+        !tests.iter().any(|t| m.starts_with(t)) && m.first().is_none_or(|t| t != "main")
+    });
     code
 }
 
@@ -682,4 +705,6 @@ fn the_reader_finds_what_a_file_names() {
     );
     let (_, files) = without_tests("#[cfg(test)]\nmod tests;\n");
     assert_eq!(files, ["tests"]);
+    let (_, files) = without_tests("#[cfg(test)]\n#[path = \"m_tests.rs\"]\nmod tests;\n");
+    assert_eq!(files, ["path:m_tests.rs"]);
 }
