@@ -584,13 +584,34 @@ mod tests {
         failed
     }
 
-    /// A register whose unknown ops a later op shows over (`Spec::retires`).
-    struct Retiring {
+    /// A register with the two orderings a history adds: unknown ops a later op shows over
+    /// (`Spec::retires`) and ops the servers' clock orders (`Spec::after`); empty when absent.
+    struct Constrained {
         reg: Register,
         retires: Vec<Vec<usize>>,
+        after: Vec<Vec<usize>>,
     }
 
-    impl Spec for Retiring {
+    impl Constrained {
+        fn retiring(reg: Register, retires: Vec<Vec<usize>>) -> Constrained {
+            let after = vec![vec![]; retires.len()];
+            Constrained {
+                reg,
+                retires,
+                after,
+            }
+        }
+        fn ordered(reg: Register, after: Vec<Vec<usize>>) -> Constrained {
+            let retires = vec![vec![]; after.len()];
+            Constrained {
+                reg,
+                retires,
+                after,
+            }
+        }
+    }
+
+    impl Spec for Constrained {
         type State = u8;
         type Why = String;
         fn points(&self, e: usize) -> u8 {
@@ -607,6 +628,9 @@ mod tests {
         }
         fn retires(&self, e: usize) -> &[usize] {
             &self.retires[e]
+        }
+        fn after(&self, e: usize) -> &[usize] {
+            &self.after[e]
         }
     }
 
@@ -633,24 +657,18 @@ mod tests {
             (3, true),
             (3, false),
         ];
-        let free = Retiring {
-            reg: reg(),
-            retires: vec![vec![]; 4],
-        };
+        let free = Constrained::retiring(reg(), vec![vec![]; 4]);
         assert!(run(&free, 0, &marks).is_empty());
-        let retired = Retiring {
-            reg: reg(),
-            retires: vec![vec![], vec![0], vec![], vec![]],
-        };
+        let retired = Constrained::retiring(reg(), vec![vec![], vec![0], vec![], vec![]]);
         assert_eq!(run(&retired, 0, &marks), vec![3]);
         // Shown over before it could have mattered: every read explained, and nothing left
         // pending (one configuration, one state).
-        let quiet = Retiring {
-            reg: Register {
+        let quiet = Constrained::retiring(
+            Register {
                 ops: vec![(RegOp::Write(1), false), (RegOp::Read(Some(0)), false)],
             },
-            retires: vec![vec![], vec![0]],
-        };
+            vec![vec![], vec![0]],
+        );
         let mut s = Search::new(&quiet, 0, Budget::default());
         for (i, m) in [Mark::Invoke(0), Mark::Invoke(1), Mark::Complete(1)]
             .into_iter()
@@ -665,32 +683,6 @@ mod tests {
         assert_eq!(states, vec![0, 1]);
     }
 
-    /// A register whose ops the servers' clock orders (`Spec::after`).
-    struct Ordered {
-        reg: Register,
-        after: Vec<Vec<usize>>,
-    }
-
-    impl Spec for Ordered {
-        type State = u8;
-        type Why = String;
-        fn points(&self, e: usize) -> u8 {
-            self.reg.points(e)
-        }
-        fn step(&self, s: &u8, e: usize, p: u8, n: u64) -> Result<Vec<u8>, String> {
-            self.reg.step(s, e, p, n)
-        }
-        fn force(&self, s: &u8, e: usize, p: u8, n: u64) -> Vec<u8> {
-            self.reg.force(s, e, p, n)
-        }
-        fn internal(&self, _: &u8, _: u64) -> Vec<u8> {
-            vec![]
-        }
-        fn after(&self, e: usize) -> &[usize] {
-            &self.after[e]
-        }
-    }
-
     /// A read overlapping a write that saw the old value is explained by client time alone
     /// (the read first); when the servers' clock puts the write first, it is not.
     #[test]
@@ -698,15 +690,9 @@ mod tests {
         let ops = || vec![(RegOp::Write(1), false), (RegOp::Read(Some(0)), false)];
         // write invoked, read invoked, read completes (saw 0), write completes.
         let marks = [(0, true), (1, true), (1, false), (0, false)];
-        let free = Ordered {
-            reg: Register { ops: ops() },
-            after: vec![vec![], vec![]],
-        };
+        let free = Constrained::ordered(Register { ops: ops() }, vec![vec![], vec![]]);
         assert!(run(&free, 0, &marks).is_empty());
-        let ordered = Ordered {
-            reg: Register { ops: ops() },
-            after: vec![vec![], vec![0]],
-        };
+        let ordered = Constrained::ordered(Register { ops: ops() }, vec![vec![], vec![0]]);
         assert_eq!(run(&ordered, 0, &marks), vec![1]);
         // The read invoked before the write, and placed (at another op's completion) before
         // the write's invoke: that invoke rules the order out (the read ran after it).
@@ -723,15 +709,9 @@ mod tests {
             (1, false),
             (0, false),
         ];
-        let free = Ordered {
-            reg: Register { ops: ops3() },
-            after: vec![vec![], vec![], vec![]],
-        };
+        let free = Constrained::ordered(Register { ops: ops3() }, vec![vec![], vec![], vec![]]);
         assert!(run(&free, 0, &marks).is_empty());
-        let ordered = Ordered {
-            reg: Register { ops: ops3() },
-            after: vec![vec![], vec![0], vec![]],
-        };
+        let ordered = Constrained::ordered(Register { ops: ops3() }, vec![vec![], vec![0], vec![]]);
         assert_eq!(run(&ordered, 0, &marks), vec![1]);
     }
 

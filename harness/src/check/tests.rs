@@ -424,14 +424,7 @@ fn a_notify_times_out_on_the_commit_lock_only_beside_another() {
             r#"{"t":15010,"type":"run_end","cases":1,"stopped_by_time_limit":false,"run_ms":1}"#
                 .into(),
         );
-        let events: Vec<Event> = lines
-            .iter()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-            .collect();
-        let run = check_history(events.clone().into_iter().map(Ok)).unwrap();
-        let case = crate::history::view::cases(&events)[0].to_vec();
-        let verdict = check_case(&CheckContext::of(&run.header), &case).unwrap();
-        verdict
+        judge_lines(lines.iter().map(String::as_str))
             .violations
             .iter()
             .map(|v| v.invariant.clone())
@@ -448,7 +441,7 @@ fn a_notify_times_out_on_the_commit_lock_only_beside_another() {
     );
 }
 
-/// Recorded on PostgreSQL 18.6 (direct, concurrent schedule, 2-core machine under load):
+/// Recorded on PostgreSQL 18.6 (direct, concurrent schedule, this 2-core machine):
 /// C2's backend held 612001 and 4242424242 and exited at C2's disconnect; C3, waiting for
 /// 612001, was granted it, and its next statement, a try_lock of 4242424242, was refused:
 /// the exit had released one key and not yet the other (`LockReleaseAll` goes one lock
@@ -464,13 +457,7 @@ fn an_exit_releases_one_key_at_a_time() {
         .map(|e| serde_json::to_string(e).unwrap() + "\n")
         .collect();
     let pg = |text: &str| {
-        let events: Vec<Event> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-            .collect();
-        let run = check_history(events.clone().into_iter().map(Ok)).unwrap();
-        let case = crate::history::view::cases(&events)[0].to_vec();
-        let verdict = check_case(&CheckContext::of(&run.header), &case).unwrap();
+        let verdict = judge_lines(text.lines());
         assert!(verdict.undecided.is_empty(), "{verdict:?}");
         verdict
             .violations
@@ -562,6 +549,16 @@ fn transaction_mode() -> Topology {
         "/../topologies/transaction-mode.yaml"
     );
     Topology::load(std::path::Path::new(path), &crate::catalog()).unwrap()
+}
+
+/// The first case of a history written as JSON lines, judged as `check` judges it.
+fn judge_lines<'a>(lines: impl Iterator<Item = &'a str>) -> CaseCheck {
+    let events: Vec<Event> = lines
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let run = check_history(events.clone().into_iter().map(Ok)).unwrap();
+    let case = crate::history::view::cases(&events)[0].to_vec();
+    check_case(&CheckContext::of(&run.header), &case).unwrap()
 }
 
 fn events_of(name: &str) -> Vec<Event> {
