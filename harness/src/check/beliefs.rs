@@ -419,10 +419,10 @@ impl Beliefs {
         if op.acquires() && (granted(op, reply) || entry.unknown) {
             let w = Self::view(&mut self.wide, c);
             let session = matches!(op, Op::TryLock | Op::Lock);
-            if session || w.in_tx || entry.unknown {
-                let b = if entry.unknown { None } else { served };
-                w.grant(key.expect("lock op has a key"), b, session, entry.inv);
-            }
+            // A transaction lock outside a block too: it is held until its statement ends
+            // (`complete_views` drops it then).
+            let b = if entry.unknown { None } else { served };
+            w.grant(key.expect("lock op has a key"), b, session, entry.inv);
         }
     }
 
@@ -530,6 +530,10 @@ impl Beliefs {
             }
             _ if reply.is_error() && w.in_tx => w.drop_xact(),
             _ => {}
+        }
+        // A transaction lock taken outside a block ended with its statement.
+        if op.acquires() && !matches!(op, Op::TryLock | Op::Lock) && !w.in_tx {
+            w.drop_xact();
         }
         if op.acquires() && granted(op, reply) {
             let k = key.expect("lock op has a key");

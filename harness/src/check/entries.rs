@@ -302,7 +302,9 @@ pub fn build(events: &[Event]) -> Marks<'_> {
 /// PostgreSQL are ordered where one ended before the other began. Times of different clocks
 /// (another postmaster: a standby after failover, a restart, another host) are never
 /// compared, and what has no server time (a timeout, an `info`, a fault, a look, a pooler
-/// console op) keeps its client interval alone. Pairs real time already orders are left out.
+/// console op) keeps its client interval alone. A transaction-lock call orders only its own
+/// backend's later ops (outside a block its lock lasts to its statement's end, after the
+/// time read beside the call). Pairs real time already orders are left out.
 pub fn server_order(marks: &Marks<'_>) -> Vec<Vec<usize>> {
     let timed: Vec<(
         usize,
@@ -328,7 +330,12 @@ pub fn server_order(marks: &Marks<'_>) -> Vec<Vec<usize>> {
                 continue;
             }
             let on_one = be.is_some() && be == bf;
-            if (on_one && tf.precedes_on(&te)) || tf.precedes(&te) {
+            // A transaction lock taken outside a block is held past the call's last time, to
+            // the end of its statement's implicit transaction: by the clock it precedes only
+            // what its own backend runs next.
+            let outlasts = matches!(&other.act, Act::Stmt(st)
+                if matches!(st.op, Op::TryXactLock | Op::XactLock));
+            if (on_one && tf.precedes_on(&te)) || (!outlasts && tf.precedes(&te)) {
                 after[e].push(f);
             }
         }

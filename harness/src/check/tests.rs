@@ -535,12 +535,142 @@ fn every_fixture_is_in_the_table() {
             .trim_end_matches("-violated")
             .to_string();
         // Judged by a test of its own (its name says where).
-        let own = ["exit-releases-one-key-at-a-time"]; // an_exit_releases_one_key_at_a_time
+        // an_exit_releases_one_key_at_a_time, a_cancelled_statement_on_a_new_connection_ran,
+        // a_transaction_lock_outside_a_block_lasts_to_its_statement_end
+        let own = [
+            "exit-releases-one-key-at-a-time",
+            "cancelled-statement-on-a-new-connection",
+            "xact-lock-held-to-statement-end",
+        ];
         assert!(
             TABLE.iter().any(|(s, _, _)| *s == stem) || own.contains(&stem.as_str()),
             "{name} is not checked"
         );
     }
+}
+
+/// A statement cancelled before its identity row, sent on a connection its client opened
+/// again: recorded on transaction-mode, concurrent schedule, seed 1, case 17 (2026-12-07). C4
+/// disconnects, then its `begin` opens a new connection, is handed pid 20429 and is cancelled
+/// there by C2's `cancel` (57014, no identity: BEGIN's row comes after it); C4 leaves inside
+/// the aborted transaction, and PgBouncer closes 20429 with the locks it held. The model took
+/// any error of a statement with no identity on a new connection for the connect's refusal,
+/// and found "pid 20429 missing from pg_stat_activity, and nothing ended it"
+/// (pg.locks_match_model). No pg.* verdict now; with the reply edited to a refusal (53300),
+/// the statement never ran, and the same end look is violated.
+#[test]
+fn a_cancelled_statement_on_a_new_connection_ran() {
+    let text: String = events_of("cancelled-statement-on-a-new-connection")
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap() + "\n")
+        .collect();
+    let pg = |text: &str| {
+        let verdict = judge_lines(text.lines());
+        verdict
+            .violations
+            .iter()
+            .filter(|v| v.invariant.starts_with("pg."))
+            .map(|v| format!("{}: {}", v.invariant, v.detail))
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(pg(&text), Vec::<String>::new());
+    let cancelled = r#""code":"57014","message":"canceling statement due to user request""#;
+    assert_eq!(text.matches(cancelled).count(), 1, "{text}");
+    let refused = text.replace(
+        cancelled,
+        r#""code":"53300","message":"sorry, too many clients already""#,
+    );
+    let v = pg(&refused);
+    assert!(
+        v.iter().any(|l| l.starts_with("pg.locks_match_model")
+            && l.contains("pid 20429 (backend_start 2026-12-07 03:13:17.417702+00) is missing")),
+        "{v:?}"
+    );
+}
+
+/// A transaction lock taken outside a block lasts to the end of its statement: recorded on
+/// transaction-mode-xact, concurrent schedule, seed 1, a shrink replay of case 55
+/// (2026-12-07). C2's `try_xact_lock 612001` (outside a block) read the server's clock at
+/// +227,751..+227,759 µs and was granted; C1's `try_xact_lock 612001` inside its block read it
+/// at +227,764..+227,776 µs, after C2's call, and was refused: C2's implicit transaction had not
+/// yet committed. The model granted and released such a lock at one point, and the servers'
+/// order put C2's call wholly before C1's, so the refusal was `pg.replies_match_model`. Now the
+/// call is granted at a first point and released at the statement's end, and a
+/// transaction-lock call orders by the clock only its own backend's later ops. With C2's reply
+/// edited to a refusal, nobody held 612001 and C1's refusal is still violated.
+#[test]
+fn a_transaction_lock_outside_a_block_lasts_to_its_statement_end() {
+    let text: String = events_of("xact-lock-held-to-statement-end")
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap() + "\n")
+        .collect();
+    let pg = |text: &str| {
+        let verdict = judge_lines(text.lines());
+        assert!(verdict.undecided.is_empty(), "{verdict:?}");
+        verdict
+            .violations
+            .iter()
+            .filter(|v| v.invariant.starts_with("pg."))
+            .map(|v| format!("{}: {}", v.invariant, v.detail))
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(pg(&text), Vec::<String>::new());
+    let granted = r#""p":"C2","step":0,"f":"try_xact_lock","value":{"kind":"bool","value":true}"#;
+    assert_eq!(text.matches(granted).count(), 1, "{text}");
+    let refused = text.replace(
+        granted,
+        r#""p":"C2","step":0,"f":"try_xact_lock","value":{"kind":"bool","value":false}"#,
+    );
+    let v = pg(&refused);
+    assert!(
+        v.iter().any(|l| l.starts_with("pg.replies_match_model: C")
+            && l.contains("try_xact_lock 612001 replied false")),
+        "{v:?}"
+    );
+}
+
+/// A look taken while a client's `try_xact_lock` outside a block runs sees the lock on its
+/// backend: the client is taking it, and its statement will release it. Not an orphan (found
+/// as `app.no_orphans` on transaction-mode-xact, concurrent schedule, seed 1, case 55,
+/// 2026-12-07: a sample between the call and its reply). A look after the reply that still
+/// shows the lock is violated.
+#[test]
+fn a_transaction_lock_seen_during_its_statement_is_no_orphan() {
+    let lines = |sample_t: u64| {
+        let head = r#"{"t":0,"type":"run","format":"pgchaos-history/3","pgchaos":"fixture","topology":"fixture","topology_file":"fixture.yaml","pooler":"pgbouncer","rules":{"mode":"transaction","pool_size":2,"reset_releases_locks":true,"reset_always":false},"seed":0,"launcher":"fixture","versions":{"postgres":"18.6","postgres_declared":"18.6","postgres_full":"PostgreSQL 18.6","pgbouncer":"1.25.2","pgbouncer_declared":"1.25.2","version_drift":[]},"ready_ms":0,"contender":[999,1796000000000999],"contender_start":"2026-11-30 00:00:00.000999+00","keys":[7],"started":"20261130T000000Z"}
+{"t":1,"type":"case","case":0,"seed":1,"phase":"run","clients":1,"steps":1,"schedule":"concurrent"}
+{"t":1001,"type":"invoke","p":"C1","f":"open"}
+{"t":2001,"type":"ok","p":"C1","f":"open","value":{"kind":"ok"}}
+{"t":5001,"type":"invoke","p":"C1","step":0,"f":"try_xact_lock","key":7}"#;
+        let held = r#"{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"active","query":"/*pgchaos s0*/ SELECT","locks":[{"key":7,"mode":"ExclusiveLock","granted":true}]}"#;
+        let sample =
+            format!(r#"{{"t":{sample_t},"type":"obs","at":"sample","backends":[{held}]}}"#);
+        let reply = r#"{"t":6001,"type":"ok","p":"C1","step":0,"f":"try_xact_lock","value":{"kind":"bool","value":true},"backend":[101,1796000000000001]}"#;
+        let tail = r#"{"t":9001,"type":"obs","at":"end","backends":[{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"idle","query":"/*pgchaos s0*/ SELECT"}]}
+{"t":11001,"type":"case_end","case":0,"steps_us":1,"reset_us":1}
+{"t":12001,"type":"run_end","cases":1,"stopped_by_time_limit":false,"run_ms":1}"#;
+        let mut v = vec![head.to_string()];
+        if sample_t < 6001 {
+            v.extend([sample, reply.to_string()]);
+        } else {
+            v.extend([reply.to_string(), sample]);
+        }
+        v.push(tail.to_string());
+        v.join("\n")
+    };
+    let verdicts = |text: String| {
+        let v = judge_lines(text.lines());
+        v.violations
+            .iter()
+            .map(|v| v.invariant.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(verdicts(lines(5501)), Vec::<String>::new());
+    assert!(
+        verdicts(lines(7001)).contains(&"app.no_orphans".to_string()),
+        "{:?}",
+        verdicts(lines(7001))
+    );
 }
 
 fn transaction_mode() -> Topology {

@@ -51,6 +51,14 @@ fn backend(b: BackendId) -> String {
     b.to_string()
 }
 
+/// The graph as it is built: the lines said, and what each waiting client waits for and on
+/// whom.
+#[derive(Default)]
+struct Graph {
+    lines: Vec<String>,
+    edges: BTreeMap<usize, (Waits, Vec<usize>)>,
+}
+
 /// Describe the wait-for graph in words. `owner`: the client whose connection each backend is
 /// (from the history: its pinned client, or the client whose op it is running).
 pub fn describe(
@@ -59,8 +67,6 @@ pub fn describe(
     owner: &BTreeMap<BackendId, usize>,
 ) -> String {
     let tag_of = |step: usize| crate::vocab::step::tag(step);
-    let mut edges: BTreeMap<usize, (Waits, Vec<usize>)> = BTreeMap::new();
-    let mut lines: Vec<String> = vec![];
     // Whose connection each backend is: the history's owners, and each running op's backend.
     let mut owner = owner.clone();
     for r in running {
@@ -69,60 +75,92 @@ pub fn describe(
         }
     }
     let owner = &owner;
+    let mut g = Graph::default();
     // Who is using a connection right now (the pool's connections are theirs).
     let mut holding: BTreeSet<usize> = owner.values().copied().collect();
-    for r in running {
-        if let Some(b) = obs.ran(&tag_of(r.step)) {
-            holding.insert(r.client);
-            let row = obs.backend(b).expect("ran() found it");
-            if row.wait_event_type.as_deref() == Some("Lock") {
-                let blockers: Vec<BackendId> = row
-                    .blocked_by
-                    .iter()
-                    .filter_map(|pid| obs.backends.iter().find(|x| x.id.pid == *pid).map(|x| x.id))
-                    .collect();
-                let by: Vec<usize> = blockers
-                    .iter()
-                    .filter_map(|x| owner.get(x).copied())
-                    .collect();
-                lines.push(format!(
-                    "{} {}{} waits on {} ({} {}), blocked by {}",
-                    who(r.client),
-                    r.op,
-                    r.key.map(|k| format!(" {k}")).unwrap_or_default(),
-                    backend(b),
-                    row.wait_event_type.as_deref().unwrap_or(""),
-                    row.wait_event.as_deref().unwrap_or(""),
-                    if blockers.is_empty() {
-                        "nobody visible".to_string()
-                    } else {
-                        blockers
-                            .iter()
-                            .map(|x| match owner.get(x) {
-                                Some(c) => {
-                                    format!("{} (the connection of {})", backend(*x), who(*c))
-                                }
-                                None => backend(*x),
-                            })
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    },
-                ));
-                edges.insert(
-                    r.client,
-                    (
-                        Waits::Lock {
-                            backend: b,
-                            blockers,
-                        },
-                        by,
-                    ),
-                );
-            }
-        }
+    lock_waits(obs, running, owner, &mut holding, &mut g);
+    let during = fault_lines(running, &mut g.lines);
+    pool_waits(obs, running, owner, &holding, &during, &mut g);
+    holder_lines(obs, owner, &mut g);
+    if let Some(o) = &obs.outside {
+        g.lines
+            .push(format!("a new connection to PostgreSQL as a client: {o}"));
     }
-    // Faults of the servers in progress (the nemesis's, for a client's step): they wait for
-    // nothing; what they make unavailable is what others wait for.
+    if let Some(line) = cycle_line(&g.edges) {
+        g.lines.insert(0, line);
+    }
+    if g.lines.is_empty() {
+        "nothing visible waits (the op was slow, not blocked)".to_string()
+    } else {
+        g.lines.join("; ")
+    }
+}
+
+/// Running ops whose backend waits on a lock: a line each, and an edge to the clients whose
+/// backends block it. Every client running on a backend is `holding` a connection.
+fn lock_waits(
+    obs: &Observation,
+    running: &[Running],
+    owner: &BTreeMap<BackendId, usize>,
+    holding: &mut BTreeSet<usize>,
+    g: &mut Graph,
+) {
+    for r in running {
+        let Some(b) = obs.ran(&crate::vocab::step::tag(r.step)) else {
+            continue;
+        };
+        holding.insert(r.client);
+        let row = obs.backend(b).expect("ran() found it");
+        if row.wait_event_type.as_deref() != Some("Lock") {
+            continue;
+        }
+        let blockers: Vec<BackendId> = row
+            .blocked_by
+            .iter()
+            .filter_map(|pid| obs.backends.iter().find(|x| x.id.pid == *pid).map(|x| x.id))
+            .collect();
+        let by: Vec<usize> = blockers
+            .iter()
+            .filter_map(|x| owner.get(x).copied())
+            .collect();
+        g.lines.push(format!(
+            "{} {}{} waits on {} ({} {}), blocked by {}",
+            who(r.client),
+            r.op,
+            r.key.map(|k| format!(" {k}")).unwrap_or_default(),
+            backend(b),
+            row.wait_event_type.as_deref().unwrap_or(""),
+            row.wait_event.as_deref().unwrap_or(""),
+            if blockers.is_empty() {
+                "nobody visible".to_string()
+            } else {
+                blockers
+                    .iter()
+                    .map(|x| match owner.get(x) {
+                        Some(c) => format!("{} (the connection of {})", backend(*x), who(*c)),
+                        None => backend(*x),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ));
+        g.edges.insert(
+            r.client,
+            (
+                Waits::Lock {
+                    backend: b,
+                    blockers,
+                },
+                by,
+            ),
+        );
+    }
+}
+
+/// Faults of the servers in progress (the nemesis's, for a client's step): they wait for
+/// nothing; what they make unavailable is what others wait for. Returns the words that say
+/// so beside a wait (`, while PAUSE holds`), or nothing.
+fn fault_lines(running: &[Running], lines: &mut Vec<String>) -> String {
     let faults: Vec<&Running> = running.iter().filter(|r| r.op.is_server_fault()).collect();
     for f in &faults {
         lines.push(format!(
@@ -136,7 +174,7 @@ pub fn describe(
                 .unwrap_or_default()
         ));
     }
-    let during = if faults.is_empty() {
+    if faults.is_empty() {
         String::new()
     } else {
         format!(
@@ -147,147 +185,158 @@ pub fn describe(
                 .collect::<Vec<_>>()
                 .join(" and ")
         )
-    };
-    // Ops that reached no backend wait for a connection or a pooled server.
+    }
+}
+
+/// Ops that reached no backend wait for a connection or a pooled server (or, a connect, for
+/// a pooler's client slot): a line each, and an edge to the clients holding them.
+fn pool_waits(
+    obs: &Observation,
+    running: &[Running],
+    owner: &BTreeMap<BackendId, usize>,
+    holding: &BTreeSet<usize>,
+    during: &str,
+    g: &mut Graph,
+) {
     let pool_waiters: Vec<&Running> = running
         .iter()
         .filter(|r| {
-            obs.ran(&tag_of(r.step)).is_none() && !r.op.client_side() && !r.op.is_server_fault()
+            obs.ran(&crate::vocab::step::tag(r.step)).is_none()
+                && !r.op.client_side()
+                && !r.op.is_server_fault()
         })
         .collect();
-    if !pool_waiters.is_empty() {
-        let what = match (&obs.app_pool, obs.pools.first()) {
-            (Some(p), _) => format!(
-                "a connection from the application pool ({}/{} open, {} idle, {} waiting)",
-                p.size, p.max_open, p.idle, p.waiting
-            ),
-            (None, Some(pool)) => format!(
-                "a server from the pooler's pool ({} clients waiting, {} servers linked, {} idle, longest wait {:.3} s)",
-                pool.clients_waiting,
-                pool.servers_linked,
-                pool.servers_idle,
-                pool.longest_wait_us as f64 / 1e6,
-            ),
-            (None, None) => "a connection".to_string(),
-        };
-        // Who holds the pooler's client slots (pgpool-II's children), for a connect.
-        let slots = slot_holders(obs, owner);
-        for r in &pool_waiters {
-            if r.op == Op::Open && !obs.clients.is_empty() {
-                let others: Vec<usize> = slots.iter().filter_map(|(_, c)| *c).collect();
-                lines.push(format!(
-                    "{} open ({:.3} s so far) waits for the pooler to accept it{during}: its {} client connections are served ({})",
-                    who(r.client),
-                    r.for_ns as f64 / 1e9,
-                    obs.clients.len(),
-                    slots
+    if pool_waiters.is_empty() {
+        return;
+    }
+    let what = match (&obs.app_pool, obs.pools.first()) {
+        (Some(p), _) => format!(
+            "a connection from the application pool ({}/{} open, {} idle, {} waiting)",
+            p.size, p.max_open, p.idle, p.waiting
+        ),
+        (None, Some(pool)) => format!(
+            "a server from the pooler's pool ({} clients waiting, {} servers linked, {} idle, longest wait {:.3} s)",
+            pool.clients_waiting,
+            pool.servers_linked,
+            pool.servers_idle,
+            pool.longest_wait_us as f64 / 1e6,
+        ),
+        (None, None) => "a connection".to_string(),
+    };
+    // Who holds the pooler's client slots (pgpool-II's children), for a connect.
+    let slots = slot_holders(obs, owner);
+    for r in &pool_waiters {
+        if r.op == Op::Open && !obs.clients.is_empty() {
+            let others: Vec<usize> = slots.iter().filter_map(|(_, c)| *c).collect();
+            g.lines.push(format!(
+                "{} open ({:.3} s so far) waits for the pooler to accept it{during}: its {} client connections are served ({})",
+                who(r.client),
+                r.for_ns as f64 / 1e9,
+                obs.clients.len(),
+                slots
+                    .iter()
+                    .map(|(words, _)| words.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            g.edges.insert(
+                r.client,
+                (
+                    Waits::Pool {
+                        what: "a pooler client slot".into(),
+                    },
+                    others,
+                ),
+            );
+            continue;
+        }
+        let others: Vec<usize> = holding.iter().copied().filter(|c| *c != r.client).collect();
+        g.lines.push(format!(
+            "{} {} ({:.3} s so far) waits for {what}{during}{}",
+            who(r.client),
+            r.op,
+            r.for_ns as f64 / 1e9,
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", its {} held by {}",
+                    if obs.app_pool.is_none() && !obs.pools.is_empty() {
+                        "servers"
+                    } else {
+                        "connections"
+                    },
+                    others
                         .iter()
-                        .map(|(words, _)| words.as_str())
+                        .map(|c| who(*c))
                         .collect::<Vec<_>>()
                         .join(", ")
-                ));
-                edges.insert(
-                    r.client,
-                    (
-                        Waits::Pool {
-                            what: "a pooler client slot".into(),
-                        },
-                        others,
-                    ),
-                );
-                continue;
+                )
             }
-            let others: Vec<usize> = holding.iter().copied().filter(|c| *c != r.client).collect();
-            lines.push(format!(
-                "{} {} ({:.3} s so far) waits for {what}{during}{}",
-                who(r.client),
-                r.op,
-                r.for_ns as f64 / 1e9,
-                if others.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ", its {} held by {}",
-                        if obs.app_pool.is_none() && !obs.pools.is_empty() {
-                            "servers"
-                        } else {
-                            "connections"
-                        },
-                        others
-                            .iter()
-                            .map(|c| who(*c))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                }
-            ));
-            edges.insert(r.client, (Waits::Pool { what: what.clone() }, others));
-        }
+        ));
+        g.edges
+            .insert(r.client, (Waits::Pool { what: what.clone() }, others));
     }
-    // Holders: locks granted to the backends others wait for.
+}
+
+/// Holders: the locks granted to the backends others wait for.
+fn holder_lines(obs: &Observation, owner: &BTreeMap<BackendId, usize>, g: &mut Graph) {
     let mut blockers: BTreeSet<BackendId> = BTreeSet::new();
-    for (w, _) in edges.values() {
+    for (w, _) in g.edges.values() {
         if let Waits::Lock { blockers: bs, .. } = w {
             blockers.extend(bs.iter().copied());
         }
     }
     for b in blockers {
-        if let Some(row) = obs.backend(b) {
-            let keys: Vec<String> = row
-                .locks
-                .iter()
-                .filter(|l| l.granted)
-                .map(|l| l.key.to_string())
-                .collect();
-            // pg_blocking_pids also names waiters queued ahead for the same lock.
-            let what = if keys.is_empty() {
-                "holds no advisory lock: it is queued ahead".to_string()
-            } else {
-                format!("holds {}", keys.join(", "))
-            };
-            lines.push(format!(
-                "{} {what} ({}{})",
-                backend(b),
-                row.state,
-                owner
-                    .get(&b)
-                    .map(|c| format!(", the connection of {}", who(*c)))
-                    .unwrap_or_default()
-            ));
-        }
-    }
-    if let Some(o) = &obs.outside {
-        lines.push(format!("a new connection to PostgreSQL as a client: {o}"));
-    }
-    if let Some(cycle) = find_cycle(&edges) {
-        let through_pool = cycle
+        let Some(row) = obs.backend(b) else {
+            continue;
+        };
+        let keys: Vec<String> = row
+            .locks
             .iter()
-            .any(|c| matches!(edges.get(c), Some((Waits::Pool { .. }, _))));
-        let path: Vec<String> = cycle.iter().map(|c| who(*c)).collect();
-        lines.insert(
-            0,
-            format!(
-                "{}: {} -> {} (each waits for the next{})",
-                if through_pool {
-                    "POOL DEADLOCK, a cycle through the pool that PostgreSQL's deadlock detector cannot see"
-                } else {
-                    "a wait cycle"
-                },
-                path.join(" -> "),
-                path[0],
-                if through_pool {
-                    ": for a lock the next one's backend holds, or for a pool connection the next one holds"
-                } else {
-                    ""
-                }
-            ),
-        );
+            .filter(|l| l.granted)
+            .map(|l| l.key.to_string())
+            .collect();
+        // pg_blocking_pids also names waiters queued ahead for the same lock.
+        let what = if keys.is_empty() {
+            "holds no advisory lock: it is queued ahead".to_string()
+        } else {
+            format!("holds {}", keys.join(", "))
+        };
+        g.lines.push(format!(
+            "{} {what} ({}{})",
+            backend(b),
+            row.state,
+            owner
+                .get(&b)
+                .map(|c| format!(", the connection of {}", who(*c)))
+                .unwrap_or_default()
+        ));
     }
-    if lines.is_empty() {
-        "nothing visible waits (the op was slow, not blocked)".to_string()
-    } else {
-        lines.join("; ")
-    }
+}
+
+/// The first line when the waits form a cycle: a pool deadlock when it runs through a pool.
+fn cycle_line(edges: &BTreeMap<usize, (Waits, Vec<usize>)>) -> Option<String> {
+    let cycle = find_cycle(edges)?;
+    let through_pool = cycle
+        .iter()
+        .any(|c| matches!(edges.get(c), Some((Waits::Pool { .. }, _))));
+    let path: Vec<String> = cycle.iter().map(|c| who(*c)).collect();
+    Some(format!(
+        "{}: {} -> {} (each waits for the next{})",
+        if through_pool {
+            "POOL DEADLOCK, a cycle through the pool that PostgreSQL's deadlock detector cannot see"
+        } else {
+            "a wait cycle"
+        },
+        path.join(" -> "),
+        path[0],
+        if through_pool {
+            ": for a lock the next one's backend holds, or for a pool connection the next one holds"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// The pooler's client connections (pgpool-II: a child serving a client, `pcp_proc_info`'s

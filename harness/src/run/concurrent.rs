@@ -2,8 +2,10 @@
 //! order against the pooler with real waits (a blocking lock waits up to `lock_timeout`, a
 //! client waits for a pooled server or an application-pool connection, or, where connecting
 //! links a server (pgpool-II), for the pooler to accept its connection), with optional think
-//! time between ops; a sampler reads the servers beside them every `run.sample_every`; the
-//! case ends when every client is done, or at `run.case_time_limit` (ops still running are
+//! time between ops; a generated client closes its connection when its steps are done, as the
+//! application it models would (a scripted one stays); a sampler reads the servers beside them
+//! every `run.sample_every`; the case ends when every client is done, or at
+//! `run.case_time_limit` (ops still running are
 //! recorded as `info` and cancelled). Then, once the servers are quiet, one last
 //! observation and a contender probe of every key: the state the checker compares with the
 //! model. All tasks share one thread and record into the same history, on the same clock.
@@ -236,6 +238,7 @@ async fn client_task(
     let config = runner.cluster.client_config_for(c);
     // What the replica knows of itself, for its steps' guards (a client profile's flow).
     let mut me = Replica::default();
+    let mut leaving = Leaving::default();
     for &i in mine {
         let step = &steps[i];
         let p = Process::Client(c);
@@ -275,27 +278,8 @@ async fn client_task(
             let opened = open_op(sh, c, i, client, &config, &bounds).await;
             if opened != Reply::Ok {
                 let reply = crate::client::not_connected(&opened);
-                sh.emit(Body::Invoke(Invoke {
-                    p,
-                    step: Some(i),
-                    f: step.op,
-                    key: step.key,
-                    ms: step.ms,
-                    guc: step.guc,
-                    target,
-                    client: None,
-                    when: step.when,
-                    message: step.message.clone(),
-                }));
                 me.after(step.op, &reply);
-                sh.emit(Body::completion(Completion {
-                    p,
-                    step: Some(i),
-                    f: step.op,
-                    value: reply,
-                    backend: None,
-                    server: None,
-                }));
+                unsent(sh, c, i, step, target, reply);
                 continue;
             }
         }
@@ -321,61 +305,7 @@ async fn client_task(
             when: step.when,
             message: step.message.clone(),
         }));
-        let (reply, served) = match step.op {
-            Op::Sleep => {
-                tokio::time::sleep(Duration::from_millis(step.ms.unwrap_or(0))).await;
-                (Reply::Ok, None)
-            }
-            Op::Raise => (
-                Reply::Error {
-                    code: code::RAISED.into(),
-                    message: step.message.clone().unwrap_or_default(),
-                },
-                None,
-            ),
-            Op::Disconnect => {
-                client.disconnect();
-                for r in client.take_received() {
-                    sh.emit(super::received(c, r));
-                }
-                (Reply::Ok, None)
-            }
-            Op::Reconnect => {
-                client.disconnect();
-                for r in client.take_received() {
-                    sh.emit(super::received(c, r));
-                }
-                // A connect that does not complete in time is the reconnect's `timeout`.
-                (
-                    client.open_within(&config, crate::launch::IO_TIMEOUT).await,
-                    None,
-                )
-            }
-            Op::Terminate | Op::Cancel => {
-                let fault = Fault::for_op(step.op, target.expect("checked")).expect("a fault");
-                (runner.nemesis.run(fault).await?, None)
-            }
-            op if op.is_server_fault() => {
-                let hold = topo.faults.hold;
-                let reply = runner
-                    .nemesis
-                    .server_fault(runner.cluster, op, target, hold, topo.faults.delay)
-                    .await?;
-                runner.observer.reconnect(runner.cluster).await?;
-                (reply, None)
-            }
-            _ => {
-                if client.needs_connect()
-                    && let Err(e) = client.connect(&config).await
-                {
-                    (crate::client::refused_reply(&e), None)
-                } else {
-                    client
-                        .run(step.op, step.key, step.ms, step.guc, i, give_up)
-                        .await
-                }
-            }
-        };
+        let (reply, served) = perform(sh, c, i, step, client, &config, target, give_up).await?;
         if let Some(b) = served {
             sh.last.borrow_mut()[c] = Some(b);
         }
@@ -383,6 +313,7 @@ async fn client_task(
             client.disconnect();
         }
         me.after(step.op, &reply);
+        leaving.after(step.op, &reply);
         sh.inflight.borrow_mut().remove(&i);
         sh.emit(Body::completion(Completion {
             p: Process::of(step.op, c),
@@ -395,6 +326,19 @@ async fn client_task(
         for r in client.take_received() {
             sh.emit(super::received(c, r));
         }
+    }
+    // The steps are done: a generated client leaves as the application it models would, its
+    // connection closed (a `disconnect` of no step), so a client whose steps ended inside a
+    // transaction does not keep its pooled server while the others wait out their deadlines.
+    // A listener outside a transaction block stays to receive (`Leaving`). A script says
+    // itself what its replicas do, and a replica that stays holding its server is what the
+    // starvation topologies show: scripted clients stay until the end.
+    if topo.workload.script.is_empty()
+        && client.app_pool().is_none()
+        && !client.needs_connect()
+        && !leaving.stays()
+    {
+        leave(sh, c, client);
     }
     // The script is done: a pinned pooled connection goes back to the pool, as a replica's
     // `defer conn.Close()` would (session locks stay on it). Recorded: the checker ends the
@@ -413,6 +357,163 @@ async fn client_task(
         }));
     }
     Ok(())
+}
+
+/// Step `i` of client `c` sent nothing (its connection did not open): recorded as invoked
+/// and answered with `reply` at once.
+fn unsent(
+    sh: &Shared<'_, '_>,
+    c: usize,
+    i: usize,
+    step: &Step,
+    target: Option<BackendId>,
+    reply: Reply,
+) {
+    let p = Process::Client(c);
+    sh.emit(Body::Invoke(Invoke {
+        p,
+        step: Some(i),
+        f: step.op,
+        key: step.key,
+        ms: step.ms,
+        guc: step.guc,
+        target,
+        client: None,
+        when: step.when,
+        message: step.message.clone(),
+    }));
+    sh.emit(Body::completion(Completion {
+        p,
+        step: Some(i),
+        f: step.op,
+        value: reply,
+        backend: None,
+        server: None,
+    }));
+}
+
+/// Step `i` of client `c`: its own time, its error path, its connection ops, a fault, or a
+/// statement on its connection (opened first when it has none). Returns the reply and the
+/// backend that served it.
+#[allow(clippy::too_many_arguments)]
+async fn perform(
+    sh: &Shared<'_, '_>,
+    c: usize,
+    i: usize,
+    step: &Step,
+    client: &mut LogicalClient,
+    config: &tokio_postgres::Config,
+    target: Option<BackendId>,
+    give_up: Duration,
+) -> Result<(Reply, Option<BackendId>)> {
+    let runner = sh.runner;
+    let topo = &runner.cluster.topology;
+    Ok(match step.op {
+        Op::Sleep => {
+            tokio::time::sleep(Duration::from_millis(step.ms.unwrap_or(0))).await;
+            (Reply::Ok, None)
+        }
+        Op::Raise => (
+            Reply::Error {
+                code: code::RAISED.into(),
+                message: step.message.clone().unwrap_or_default(),
+            },
+            None,
+        ),
+        Op::Disconnect => {
+            client.disconnect();
+            for r in client.take_received() {
+                sh.emit(super::received(c, r));
+            }
+            (Reply::Ok, None)
+        }
+        Op::Reconnect => {
+            client.disconnect();
+            for r in client.take_received() {
+                sh.emit(super::received(c, r));
+            }
+            // A connect that does not complete in time is the reconnect's `timeout`.
+            (
+                client.open_within(config, crate::launch::IO_TIMEOUT).await,
+                None,
+            )
+        }
+        Op::Terminate | Op::Cancel => {
+            let fault = Fault::for_op(step.op, target.expect("checked")).expect("a fault");
+            (runner.nemesis.run(fault).await?, None)
+        }
+        op if op.is_server_fault() => {
+            let hold = topo.faults.hold;
+            let reply = runner
+                .nemesis
+                .server_fault(runner.cluster, op, target, hold, topo.faults.delay)
+                .await?;
+            runner.observer.reconnect(runner.cluster).await?;
+            (reply, None)
+        }
+        _ => {
+            if client.needs_connect()
+                && let Err(e) = client.connect(config).await
+            {
+                (crate::client::refused_reply(&e), None)
+            } else {
+                client
+                    .run(step.op, step.key, step.ms, step.guc, i, give_up)
+                    .await
+            }
+        }
+    })
+}
+
+/// Whether a generated client whose steps are done stays connected: it asked to LISTEN on
+/// its connection and is outside a transaction block. It stays to receive what is committed
+/// on the channel (`app.notifications_arrive` judges a listener that stays, and can judge no
+/// client that left); inside a block PostgreSQL holds notifications back, so it leaves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Leaving {
+    listens: bool,
+    block: bool,
+}
+
+impl Leaving {
+    /// After an op of the client and its reply.
+    fn after(&mut self, op: Op, reply: &Reply) {
+        if reply.ended_by_server() || matches!(op, Op::Disconnect | Op::Reconnect) {
+            *self = Leaving::default();
+            return;
+        }
+        match op {
+            Op::Listen => self.listens = true,
+            Op::Unlisten | Op::DiscardAll if *reply == Reply::Ok => self.listens = false,
+            // A BEGIN that failed may still have opened its block (a cancel after it).
+            Op::Begin => self.block = true,
+            Op::Commit | Op::Rollback => self.block = false,
+            _ => {}
+        }
+    }
+
+    fn stays(&self) -> bool {
+        self.listens && !self.block
+    }
+}
+
+/// Client `c` closes its connection after its last step, recorded as a `disconnect` of no
+/// step (what arrived before the close is recorded first, as for a `disconnect` step).
+fn leave(sh: &Shared<'_, '_>, c: usize, client: &mut LogicalClient) {
+    let p = Process::Client(c);
+    sh.emit(Body::Invoke(Invoke::bare(p, None, Op::Disconnect)));
+    client.disconnect();
+    for r in client.take_received() {
+        sh.emit(super::received(c, r));
+    }
+    sh.emit(Body::Ok(Completion {
+        p,
+        step: None,
+        f: Op::Disconnect,
+        value: Reply::Ok,
+        backend: None,
+        server: None,
+    }));
 }
 
 /// Whether the op runs on the client's connection (not its own time, its error path, its
@@ -528,6 +629,36 @@ async fn sampler(sh: &Shared<'_, '_>, pool: Option<&crate::client::AppPool>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listener_outside_a_block_stays_and_every_other_client_leaves() {
+        let ok = Reply::Ok;
+        let run = |ops: &[(Op, &Reply)]| {
+            let mut l = Leaving::default();
+            for (op, r) in ops {
+                l.after(*op, r);
+            }
+            l.stays()
+        };
+        assert!(!run(&[]));
+        assert!(!run(&[(Op::TryLock, &Reply::Bool { value: true })]));
+        assert!(run(&[(Op::Listen, &ok)]));
+        assert!(!run(&[(Op::Listen, &ok), (Op::Begin, &ok)]));
+        assert!(run(&[
+            (Op::Listen, &ok),
+            (Op::Begin, &ok),
+            (Op::Rollback, &ok)
+        ]));
+        assert!(!run(&[(Op::Listen, &ok), (Op::Unlisten, &ok)]));
+        assert!(!run(&[(Op::Listen, &ok), (Op::DiscardAll, &ok)]));
+        // DISCARD ALL refused inside a block unlistens nothing.
+        let refused = Reply::error(code::ACTIVE_TRANSACTION);
+        assert!(run(&[(Op::Listen, &ok), (Op::DiscardAll, &refused)]));
+        // A new connection listens to nothing.
+        assert!(!run(&[(Op::Listen, &ok), (Op::Reconnect, &ok)]));
+        let killed = Reply::error(code::ADMIN_SHUTDOWN);
+        assert!(!run(&[(Op::Listen, &ok), (Op::Ping, &killed)]));
+    }
 
     #[test]
     fn steps_are_due_at_the_sum_of_the_pauses_before_them() {

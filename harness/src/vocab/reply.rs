@@ -118,6 +118,24 @@ impl Reply {
         matches!(self.code(), Some(code::CLOSED | code::OUT_OF_STEP))
     }
 
+    /// Only a statement that reached a server gives this reply, never a refused connect: a
+    /// cancel (57014) interrupts a running statement; a lock wait (55P03), a division by zero
+    /// (22012), a failed or active transaction block (25P02, 25001) are a statement's errors.
+    /// A step whose connect failed records the refusal's SQLSTATE instead (53300, 08P01,
+    /// 57P03, ...), or `closed`/`timeout`.
+    pub fn ran_a_statement(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                code::QUERY_CANCELED
+                    | code::LOCK_NOT_AVAILABLE
+                    | code::DIVISION_BY_ZERO
+                    | code::IN_FAILED_TRANSACTION
+                    | code::ACTIVE_TRANSACTION
+            )
+        )
+    }
+
     /// The reply answered another statement (`out_of_step`).
     pub fn is_out_of_step(&self) -> bool {
         self.code() == Some(code::OUT_OF_STEP)

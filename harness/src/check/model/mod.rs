@@ -473,7 +473,12 @@ impl<'e> Case<'e> {
                 let interrupted = s.reply.code() == Some(code::QUERY_CANCELED);
                 let answered = matches!(s.reply, Reply::Ok)
                     || s.reply.code() == Some(code::LOCK_NOT_AVAILABLE);
-                if interrupted || (waits && answered) {
+                // A transaction lock taken outside a block is held from its call to the end
+                // of its statement (the implicit transaction's commit), after the identity row
+                // was sent: a look or another backend's call can meet it in between.
+                let held_for_statement =
+                    s.op == Op::TryXactLock && matches!(s.reply, Reply::Bool { .. });
+                if interrupted || (waits && answered) || held_for_statement {
                     2
                 } else {
                     1

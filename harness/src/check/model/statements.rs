@@ -27,8 +27,12 @@ impl<'e> Case<'e> {
                     Err(Why::Broken { cause })
                 };
             }
-            Conn::Down if st.reply.is_error() && st.served.is_none() => {
-                // The connect before it failed (the reply is the refusal).
+            Conn::Down
+                if st.reply.is_error() && st.served.is_none() && !st.reply.ran_a_statement() =>
+            {
+                // The connect before it failed (the reply is the refusal). An error only a
+                // statement gives (a cancel's 57014 before the identity row of a BEGIN, say)
+                // ran on a server the new connection was handed: it is judged below.
                 return Ok(vec![s]);
             }
             Conn::Down => {
@@ -441,6 +445,9 @@ impl<'e> Case<'e> {
                 life: Life::Gone(Cause::Disconnect),
             });
         }
+        if st.op == Op::TryXactLock && matches!(st.reply, Reply::Bool { .. }) {
+            return self.try_xact_start(s, e, st, b);
+        }
         let lock = if st.op.waits_for_lock() {
             st.key.map(|k| (k, st.op == Op::Lock))
         } else {
@@ -490,6 +497,45 @@ impl<'e> Case<'e> {
         Ok(out)
     }
 
+    /// The first point of an answered `pg_try_advisory_xact_lock`: its call. Granted, the
+    /// lock is held to the end of the transaction, and outside a block that is the end of the
+    /// statement, its second point ([`Case::stmt_end`]).
+    fn try_xact_start(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
+        let available = st.key.is_none_or(|k| s.available_to(b, k));
+        let holders: Vec<BackendId> = st
+            .key
+            .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
+            .unwrap_or_default();
+        let call = self.call(&s, e, st);
+        let x = s.backends.get_mut(&b).expect("assigned");
+        let outside = x.tx != Tx::Open;
+        let (pred, _) = exec(x, st, call, available);
+        if let Some(p) = pred
+            && !p.same_as(st.reply)
+        {
+            return Err(Why::Reply {
+                predicted: p,
+                backend: b,
+                holders,
+            });
+        }
+        if outside
+            && available
+            && let Some(k) = st.key
+        {
+            bump(&mut x.xact, k);
+        }
+        x.busy = Some(Busy {
+            entry: e as u32,
+            lock: None,
+            waited: false,
+            granted: available,
+            cancelled: false,
+        });
+        s.client(st.client).linked = Some(b);
+        Ok(vec![s])
+    }
+
     /// The second point: the statement is answered.
     pub(super) fn stmt_end(&self, s: &State, e: usize, st: &Stmt) -> Out {
         let Some((&b, _)) = s
@@ -513,6 +559,17 @@ impl<'e> Case<'e> {
         let mut released = vec![];
         let mut outs: Vec<State> = Vec::new();
         match (st.op.waits_for_lock(), st.reply) {
+            (false, Reply::Bool { .. }) if st.op == Op::TryXactLock => {
+                // Outside a block, the implicit transaction ends with the statement.
+                if busy.granted
+                    && x.tx != Tx::Open
+                    && let Some(k) = st.key
+                {
+                    unbump(&mut x.xact, k);
+                    released.push(k);
+                }
+                outs.push(s);
+            }
             (true, Reply::Ok) => {
                 if !busy.granted {
                     let k = busy.lock.map(|l| l.0).unwrap_or(Key::Big(0));
