@@ -450,22 +450,8 @@ fn a_notify_times_out_on_the_commit_lock_only_beside_another() {
 /// refusal only while an exiting backend holds the key.
 #[test]
 fn an_exit_releases_one_key_at_a_time() {
-    // Read through the history's reader (observations are stored as deltas), then
-    // written back as whole events, one per line, so that the edit below is textual.
-    let text: String = events_of("exit-releases-one-key-at-a-time")
-        .iter()
-        .map(|e| serde_json::to_string(e).unwrap() + "\n")
-        .collect();
-    let pg = |text: &str| {
-        let verdict = judge_lines(text.lines());
-        assert!(verdict.undecided.is_empty(), "{verdict:?}");
-        verdict
-            .violations
-            .iter()
-            .filter(|v| v.invariant.starts_with("pg."))
-            .map(|v| format!("{}: {}", v.invariant, v.detail))
-            .collect::<Vec<String>>()
-    };
+    let text = fixture_text("exit-releases-one-key-at-a-time");
+    let pg = |text: &str| pg_verdicts(text, true);
     assert_eq!(pg(&text), Vec::<String>::new());
     // C2's second call takes 612001 again (stacked) instead of 4242424242: its backend
     // never holds 4242424242, and C3's refusal has nothing to explain it.
@@ -560,19 +546,8 @@ fn every_fixture_is_in_the_table() {
 /// the statement never ran, and the same end look is violated.
 #[test]
 fn a_cancelled_statement_on_a_new_connection_ran() {
-    let text: String = events_of("cancelled-statement-on-a-new-connection")
-        .iter()
-        .map(|e| serde_json::to_string(e).unwrap() + "\n")
-        .collect();
-    let pg = |text: &str| {
-        let verdict = judge_lines(text.lines());
-        verdict
-            .violations
-            .iter()
-            .filter(|v| v.invariant.starts_with("pg."))
-            .map(|v| format!("{}: {}", v.invariant, v.detail))
-            .collect::<Vec<String>>()
-    };
+    let text = fixture_text("cancelled-statement-on-a-new-connection");
+    let pg = |text: &str| pg_verdicts(text, false);
     assert_eq!(pg(&text), Vec::<String>::new());
     let cancelled = r#""code":"57014","message":"canceling statement due to user request""#;
     assert_eq!(text.matches(cancelled).count(), 1, "{text}");
@@ -600,20 +575,8 @@ fn a_cancelled_statement_on_a_new_connection_ran() {
 /// edited to a refusal, nobody held 612001 and C1's refusal is still violated.
 #[test]
 fn a_transaction_lock_outside_a_block_lasts_to_its_statement_end() {
-    let text: String = events_of("xact-lock-held-to-statement-end")
-        .iter()
-        .map(|e| serde_json::to_string(e).unwrap() + "\n")
-        .collect();
-    let pg = |text: &str| {
-        let verdict = judge_lines(text.lines());
-        assert!(verdict.undecided.is_empty(), "{verdict:?}");
-        verdict
-            .violations
-            .iter()
-            .filter(|v| v.invariant.starts_with("pg."))
-            .map(|v| format!("{}: {}", v.invariant, v.detail))
-            .collect::<Vec<String>>()
-    };
+    let text = fixture_text("xact-lock-held-to-statement-end");
+    let pg = |text: &str| pg_verdicts(text, true);
     assert_eq!(pg(&text), Vec::<String>::new());
     let granted = r#""p":"C2","step":0,"f":"try_xact_lock","value":{"kind":"bool","value":true}"#;
     assert_eq!(text.matches(granted).count(), 1, "{text}");
@@ -689,6 +652,28 @@ fn judge_lines<'a>(lines: impl Iterator<Item = &'a str>) -> CaseCheck {
     let run = check_history(events.clone().into_iter().map(Ok)).unwrap();
     let case = crate::history::view::cases(&events)[0].to_vec();
     check_case(&CheckContext::of(&run.header), &case).unwrap()
+}
+
+/// A fixture read through the history's reader (observations are stored as deltas) and
+/// written back as whole events, one per line, so that a test's edit is textual.
+fn fixture_text(name: &str) -> String {
+    events_of(name)
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap() + "\n")
+        .collect()
+}
+
+/// The pg.* violations of the first case of a JSON-lines history, as `invariant: detail`;
+/// `decided`: every invariant of it was judged (none left unknown).
+fn pg_verdicts(text: &str, decided: bool) -> Vec<String> {
+    let verdict = judge_lines(text.lines());
+    assert!(!decided || verdict.undecided.is_empty(), "{verdict:?}");
+    verdict
+        .violations
+        .iter()
+        .filter(|v| v.invariant.starts_with("pg."))
+        .map(|v| format!("{}: {}", v.invariant, v.detail))
+        .collect()
 }
 
 fn events_of(name: &str) -> Vec<Event> {
