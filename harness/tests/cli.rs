@@ -422,8 +422,9 @@ fn the_concurrent_schedule_meets_expect_concurrent() {
         invariant(&tx, "app.mutual_exclusion")["verdict"],
         "violated"
     );
-    // Before clients left when done, 9 of these 64 cases starved (a client whose steps ended
-    // inside a transaction kept one of the pool's two servers) and the run took 85 s.
+    // Before clients left when done, this run starved (9 of 64 cases when expect_concurrent
+    // was set, 2026-12-02): a client whose steps ended inside a transaction kept one of the
+    // pool's two servers.
     assert_eq!(invariant(&tx, "app.progress")["verdict"], "holds");
     let left = clients_leave_when_done(&dir);
     assert!(left >= 64, "only {left} clients left in 64 cases");

@@ -296,6 +296,27 @@ pub struct Invoke {
 
 impl Invoke {
     /// An op of `p` with no argument (`open`, `release`, ...).
+    /// Step `index` of a case, as `p` invokes it, aimed at `target` (a fault's backend).
+    pub fn of_step(
+        p: Process,
+        index: usize,
+        step: &crate::vocab::step::Step,
+        target: Option<BackendId>,
+    ) -> Invoke {
+        Invoke {
+            p,
+            step: Some(index),
+            f: step.op,
+            key: step.key,
+            ms: step.ms,
+            guc: step.guc,
+            target,
+            client: None,
+            when: step.when,
+            message: step.message.clone(),
+        }
+    }
+
     pub fn bare(p: Process, step: Option<usize>, f: Op) -> Invoke {
         Invoke {
             p,

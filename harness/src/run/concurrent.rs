@@ -294,16 +294,8 @@ async fn client_task(
             },
         );
         sh.emit(Body::Invoke(Invoke {
-            p: Process::of(step.op, c),
-            step: Some(i),
-            f: step.op,
-            key: step.key,
-            ms: step.ms,
-            guc: step.guc,
-            target,
             client: step.op.is_fault().then_some(c),
-            when: step.when,
-            message: step.message.clone(),
+            ..Invoke::of_step(Process::of(step.op, c), i, step, target)
         }));
         let (reply, served) = perform(sh, c, i, step, client, &config, target, give_up).await?;
         if let Some(b) = served {
@@ -370,18 +362,7 @@ fn unsent(
     reply: Reply,
 ) {
     let p = Process::Client(c);
-    sh.emit(Body::Invoke(Invoke {
-        p,
-        step: Some(i),
-        f: step.op,
-        key: step.key,
-        ms: step.ms,
-        guc: step.guc,
-        target,
-        client: None,
-        when: step.when,
-        message: step.message.clone(),
-    }));
+    sh.emit(Body::Invoke(Invoke::of_step(p, i, step, target)));
     sh.emit(Body::completion(Completion {
         p,
         step: Some(i),
@@ -421,17 +402,11 @@ async fn perform(
             None,
         ),
         Op::Disconnect => {
-            client.disconnect();
-            for r in client.take_received() {
-                sh.emit(super::received(c, r));
-            }
+            close(sh, c, client);
             (Reply::Ok, None)
         }
         Op::Reconnect => {
-            client.disconnect();
-            for r in client.take_received() {
-                sh.emit(super::received(c, r));
-            }
+            close(sh, c, client);
             // A connect that does not complete in time is the reconnect's `timeout`.
             (
                 client.open_within(config, crate::launch::IO_TIMEOUT).await,
@@ -497,15 +472,20 @@ impl Leaving {
     }
 }
 
+/// Client `c` closes its connection; what arrived on it before is recorded first.
+fn close(sh: &Shared<'_, '_>, c: usize, client: &mut LogicalClient) {
+    client.disconnect();
+    for r in client.take_received() {
+        sh.emit(super::received(c, r));
+    }
+}
+
 /// Client `c` closes its connection after its last step, recorded as a `disconnect` of no
 /// step (what arrived before the close is recorded first, as for a `disconnect` step).
 fn leave(sh: &Shared<'_, '_>, c: usize, client: &mut LogicalClient) {
     let p = Process::Client(c);
     sh.emit(Body::Invoke(Invoke::bare(p, None, Op::Disconnect)));
-    client.disconnect();
-    for r in client.take_received() {
-        sh.emit(super::received(c, r));
-    }
+    close(sh, c, client);
     sh.emit(Body::Ok(Completion {
         p,
         step: None,

@@ -346,12 +346,31 @@ impl<'e> Case<'e> {
             }
             return Ok(vec![s]);
         }
+        let (_, released) = self.exec_checked(&mut s, e, st, b)?;
+        if st.op == Op::Migrate && st.reply.is_error() {
+            abort(s.backends.get_mut(&b).expect("assigned"));
+        }
+        self.touch(&mut s, e, b);
+        self.after_statement(&mut s, e, st.client, b);
+        Ok(wake_all(s, &released))
+    }
+
+    /// Run statement `e`'s call on backend `b` ([`exec`]) and hold PostgreSQL's answer, as
+    /// the model predicts it, against the recorded reply. Returns whether the key was free
+    /// to `b`, and the keys the call released.
+    fn exec_checked(
+        &self,
+        s: &mut State,
+        e: usize,
+        st: &Stmt,
+        b: BackendId,
+    ) -> Result<(bool, Vec<Key>), Why> {
         let available = st.key.is_none_or(|k| s.available_to(b, k));
         let holders: Vec<BackendId> = st
             .key
             .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
             .unwrap_or_default();
-        let call = self.call(&s, e, st);
+        let call = self.call(s, e, st);
         let x = s.backends.get_mut(&b).expect("assigned");
         let (pred, released) = exec(x, st, call, available);
         if let Some(p) = pred
@@ -363,12 +382,7 @@ impl<'e> Case<'e> {
                 holders,
             });
         }
-        if st.op == Op::Migrate && st.reply.is_error() {
-            abort(x);
-        }
-        self.touch(&mut s, e, b);
-        self.after_statement(&mut s, e, st.client, b);
-        Ok(wake_all(s, &released))
+        Ok((available, released))
     }
 
     /// Timers: when the backend was last used, when its transaction began.
@@ -501,24 +515,9 @@ impl<'e> Case<'e> {
     /// lock is held to the end of the transaction, and outside a block that is the end of the
     /// statement, its second point ([`Case::stmt_end`]).
     fn try_xact_start(&self, mut s: State, e: usize, st: &Stmt, b: BackendId) -> Out {
-        let available = st.key.is_none_or(|k| s.available_to(b, k));
-        let holders: Vec<BackendId> = st
-            .key
-            .map(|k| s.holders(k).into_iter().filter(|x| *x != b).collect())
-            .unwrap_or_default();
-        let call = self.call(&s, e, st);
+        let outside = s.backends[&b].tx != Tx::Open;
+        let (available, _) = self.exec_checked(&mut s, e, st, b)?;
         let x = s.backends.get_mut(&b).expect("assigned");
-        let outside = x.tx != Tx::Open;
-        let (pred, _) = exec(x, st, call, available);
-        if let Some(p) = pred
-            && !p.same_as(st.reply)
-        {
-            return Err(Why::Reply {
-                predicted: p,
-                backend: b,
-                holders,
-            });
-        }
         if outside
             && available
             && let Some(k) = st.key
