@@ -417,7 +417,20 @@ async fn seed002_transaction_mode_handoff_inherits_lock() {
     let lib = pgchaos::observe::Observer::connect(&cluster)
         .await
         .expect("harness observer");
+    // The server's clock, read on another connection before and after the look.
+    let now = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
+               (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8";
+    let int = |r: &Rows, i: usize| -> i64 { r[0][i].as_deref().unwrap().parse().unwrap() };
+    let before = rows(&contender, now).await;
     let snap = lib.snapshot().await.expect("harness snapshot");
+    let after = rows(&contender, now).await;
+    let t = snap.server.expect("a look carries the server's times");
+    let (b, a) = (int(&before, 0), int(&after, 0));
+    assert!(
+        b <= t.lo && t.lo <= t.mid && t.mid <= t.hi && t.hi <= a,
+        "look times {t:?} between {b} and {a}"
+    );
+    assert_eq!(t.clock, int(&before, 1), "the postmaster's clock");
     let held: Vec<_> = snap.held().into_iter().collect();
     assert_eq!(held.len(), 1, "harness snapshot: {held:?}");
     assert_eq!(held[0].0.pid, id1.pid);

@@ -188,9 +188,9 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                 let parts: &[Part] = if !sample {
                     &[Part::All]
                 } else if o.obs.servers.is_empty() {
-                    &[Part::Postgres]
+                    &[Part::Activity, Part::Locks]
                 } else {
-                    &[Part::Postgres, Part::Pooler]
+                    &[Part::Activity, Part::Locks, Part::Pooler]
                 };
                 for &part in parts {
                     let id = entries.len();
@@ -295,32 +295,67 @@ pub fn build(events: &[Event]) -> Marks<'_> {
     }
 }
 
-/// Per entry, the entries the servers' own clock puts before it (`Spec::after`): an op's
-/// statement reports PostgreSQL's `clock_timestamp()` before and after its call
-/// (`Completion::server`). Ops of one backend are totally ordered (a backend runs one
-/// statement at a time, so any time inside each orders them); ops of different backends of one
-/// PostgreSQL are ordered where one ended before the other began. Times of different clocks
-/// (another postmaster: a standby after failover, a restart, another host) are never
-/// compared, and what has no server time (a timeout, an `info`, a fault, a look, a pooler
-/// console op) keeps its client interval alone. A transaction-lock call orders only its own
-/// backend's later ops (outside a block its lock lasts to its statement's end, after the
-/// time read beside the call). Pairs real time already orders are left out.
-pub fn server_order(marks: &Marks<'_>) -> Vec<Vec<usize>> {
+/// Per entry, the entries that certainly came before it on the servers (`Spec::after`).
+///
+/// A look's `pg_locks` read follows its `pg_stat_activity` read (`sql::look`), always. With
+/// `times`, also what the servers' own clock orders: an op's statement reports PostgreSQL's
+/// `clock_timestamp()` before and after its call (`Completion::server`), and a look the times
+/// around its two reads (`Observation::server`). Ops of one backend are totally ordered (a
+/// backend runs one statement at a time, so any time inside each orders them); ops and looks
+/// of one PostgreSQL are ordered where one ended before the other began. Times of different
+/// clocks (another postmaster: a standby after failover, a restart, another host) are never
+/// compared, and what has no server time (a timeout, an `info`, a fault, a look recorded before
+/// looks had times, a pooler console op) keeps its client interval alone. A transaction-lock
+/// call orders only its own backend's later ops (outside a block its lock lasts to its
+/// statement's end, after the time read beside the call). Pairs real time already orders are
+/// left out.
+pub fn server_order(marks: &Marks<'_>, times: bool) -> Vec<Vec<usize>> {
+    let mut after = vec![vec![]; marks.entries.len()];
+    for (e, entry) in marks.entries.iter().enumerate() {
+        if let Act::Read {
+            obs,
+            part: Part::Locks,
+        } = entry.act
+            && let Some(Entry {
+                act:
+                    Act::Read {
+                        obs: o,
+                        part: Part::Activity,
+                    },
+                ..
+            }) = e.checked_sub(1).map(|d| &marks.entries[d])
+            && std::ptr::eq(obs, *o)
+        {
+            after[e].push(e - 1);
+        }
+    }
+    if !times {
+        return after;
+    }
     let timed: Vec<(
         usize,
         crate::vocab::ServerTime,
         Option<crate::vocab::BackendId>,
-    )> = marks
-        .completed
-        .iter()
-        .enumerate()
-        .filter(|(e, _)| !marks.entries[*e].unknown)
-        .filter_map(|(e, c)| {
-            let c = c.as_ref()?.1;
+    )> = (0..marks.entries.len())
+        .filter(|e| !marks.entries[*e].unknown)
+        .filter_map(|e| {
+            if let Act::Read { obs, part } = &marks.entries[e].act {
+                let t = obs.server?;
+                let at = match part {
+                    Part::Activity => t.activity(),
+                    Part::Locks => t.locks(),
+                    Part::All | Part::Postgres => crate::vocab::ServerTime {
+                        lo: Some(t.lo),
+                        ..t.locks()
+                    },
+                    Part::Pooler => return None,
+                };
+                return Some((e, at, None));
+            }
+            let c = marks.completed[e].as_ref()?.1;
             Some((e, c.server?, c.backend))
         })
         .collect();
-    let mut after = vec![vec![]; marks.entries.len()];
     for &(e, te, be) in &timed {
         let entry = &marks.entries[e];
         for &(f, tf, bf) in &timed {
@@ -335,12 +370,37 @@ pub fn server_order(marks: &Marks<'_>) -> Vec<Vec<usize>> {
             // what its own backend runs next.
             let outlasts = matches!(&other.act, Act::Stmt(st)
                 if matches!(st.op, Op::TryXactLock | Op::XactLock));
-            if (on_one && tf.precedes_on(&te)) || (!outlasts && tf.precedes(&te)) {
+            if ((on_one && tf.precedes_on(&te)) || (!outlasts && tf.precedes(&te)))
+                && !after[e].contains(&f)
+            {
                 after[e].push(f);
             }
         }
     }
     after
+}
+
+/// Pairs of statements one backend ran at once by the server's clock: both report a time
+/// before and after their call, on the same backend and clock, and the two spans overlap. A
+/// backend runs one statement at a time, so no history of real servers has such a pair.
+pub fn at_once_on_a_backend(marks: &Marks<'_>) -> Vec<(usize, usize)> {
+    let spans: Vec<(usize, crate::vocab::BackendId, i64, i64, i64)> = (0..marks.entries.len())
+        .filter(|e| !marks.entries[*e].unknown)
+        .filter_map(|e| {
+            let c = marks.completed[e].as_ref()?.1;
+            let t = c.server?;
+            Some((e, c.backend?, t.clock, t.lo?, t.hi?))
+        })
+        .collect();
+    let mut out = vec![];
+    for (i, &(e, be, ce, lo_e, hi_e)) in spans.iter().enumerate() {
+        for &(f, bf, cf, lo_f, hi_f) in &spans[i + 1..] {
+            if be == bf && ce == cf && lo_e < hi_f && lo_f < hi_e {
+                out.push((e, f));
+            }
+        }
+    }
+    out
 }
 
 /// Per entry, the statements of unknown outcome (a timeout, a case cut short) its reply shows
@@ -455,7 +515,8 @@ mod tests {
             ),
         ];
         let m = build(&events);
-        assert_eq!(m.entries.len(), 3);
+        // The sample is two reads: pg_stat_activity (2), then pg_locks (3).
+        assert_eq!(m.entries.len(), 4);
         assert!(m.entries[1].unknown, "a timed-out op's outcome is unknown");
         let marks: Vec<Mark> = m.marks.iter().map(|(m, _)| *m).collect();
         assert_eq!(
@@ -463,12 +524,191 @@ mod tests {
             vec![
                 Mark::Invoke(0),
                 Mark::Invoke(2),
+                Mark::Invoke(3),
                 Mark::Invoke(1),
                 Mark::Complete(0),
                 Mark::Complete(2),
+                Mark::Complete(3),
             ]
         );
         // The sample's completion may be as late as the next event.
-        assert_eq!(m.marks[4].1, 40);
+        assert_eq!(m.marks[5].1, 40);
+        // Its pg_locks read comes after its pg_stat_activity read, with server time or not.
+        for times in [true, false] {
+            let after = server_order(&m, times);
+            assert_eq!(after[3], vec![2]);
+            assert!(after[2].is_empty());
+        }
+    }
+
+    /// Two statements of one backend whose server spans overlap are found, and nothing else:
+    /// not other backends, not spans that only touch, not another clock.
+    #[test]
+    fn statements_one_backend_ran_at_once_are_found() {
+        let done = |p: usize, pid: i32, clock: i64, lo: i64, hi: i64| {
+            Body::completion(Completion {
+                p: Process::Client(p),
+                step: Some(p),
+                f: Op::TryLock,
+                value: Reply::Bool { value: true },
+                backend: Some(crate::vocab::BackendId { pid, start_us: 1 }),
+                server: Some(crate::vocab::ServerTime {
+                    clock,
+                    lo: Some(lo),
+                    hi: Some(hi),
+                }),
+            })
+        };
+        let mut events = vec![ev(
+            0,
+            Body::Case(CaseStart {
+                case: 0,
+                schedule: crate::topology::Schedule::Concurrent,
+                seed: None,
+                phase: Phase::Run,
+                invariant: None,
+                clients: 5,
+                steps: 5,
+            }),
+        )];
+        for p in 0..5 {
+            events.push(ev(10 + p as u64, invoke(p, p, Op::TryLock)));
+        }
+        events.push(ev(20, done(0, 100, 1, 100, 200)));
+        events.push(ev(21, done(1, 100, 1, 150, 160))); // inside 0's span: at once
+        events.push(ev(22, done(2, 101, 1, 150, 160))); // another backend
+        events.push(ev(23, done(3, 100, 1, 200, 210))); // begins as 0 ends
+        events.push(ev(24, done(4, 100, 2, 150, 160))); // another clock
+        events.push(ev(
+            30,
+            Body::CaseEnd(crate::history::CaseEnd {
+                case: 0,
+                steps_us: 0,
+                reset_us: 0,
+            }),
+        ));
+        let m = build(&events);
+        assert_eq!(at_once_on_a_backend(&m), vec![(0, 1)]);
+    }
+
+    /// A look's two reads are ordered against ops by PostgreSQL's clock, each by its own
+    /// times; what has no time, or another clock's, is not.
+    #[test]
+    fn a_looks_reads_are_ordered_by_their_server_times() {
+        let st = |lo: i64, hi: i64| crate::vocab::ServerTime {
+            clock: 1,
+            lo: Some(lo),
+            hi: Some(hi),
+        };
+        let done = |p: usize, step: usize, server: Option<crate::vocab::ServerTime>| {
+            Body::completion(Completion {
+                p: Process::Client(p),
+                step: Some(step),
+                f: Op::TryLock,
+                value: Reply::Bool { value: true },
+                backend: Some(crate::vocab::BackendId {
+                    pid: 100 + p as i32,
+                    start_us: 1,
+                }),
+                server,
+            })
+        };
+        let sample = |clock: i64| {
+            Body::Obs(ObsEvent {
+                step: None,
+                at: At::Sample,
+                same: false,
+                delta: None,
+                obs: Observation {
+                    server: Some(crate::history::LookTime {
+                        clock,
+                        lo: 200,
+                        mid: 300,
+                        hi: 400,
+                    }),
+                    ..Observation::default()
+                },
+            })
+        };
+        let events = |clock: i64| {
+            vec![
+                ev(
+                    0,
+                    Body::Case(CaseStart {
+                        case: 0,
+                        schedule: crate::topology::Schedule::Concurrent,
+                        seed: None,
+                        phase: Phase::Run,
+                        invariant: None,
+                        clients: 3,
+                        steps: 3,
+                    }),
+                ),
+                ev(10, invoke(0, 0, Op::TryLock)),
+                ev(11, invoke(1, 1, Op::TryLock)),
+                ev(12, invoke(2, 2, Op::TryLock)),
+                ev(13, sample(clock)),
+                // Before the activity read; between the two reads; after the locks read.
+                ev(20, done(0, 0, Some(st(100, 150)))),
+                ev(21, done(1, 1, Some(st(310, 320)))),
+                ev(22, done(2, 2, Some(st(450, 460)))),
+                ev(
+                    30,
+                    Body::CaseEnd(crate::history::CaseEnd {
+                        case: 0,
+                        steps_us: 0,
+                        reset_us: 0,
+                    }),
+                ),
+            ]
+        };
+        let ev1 = events(1);
+        let m = build(&ev1);
+        // Entries: the three ops (0, 1, 2), the activity read (3), the locks read (4).
+        assert!(matches!(
+            m.entries[3].act,
+            Act::Read {
+                part: Part::Activity,
+                ..
+            }
+        ));
+        assert!(matches!(
+            m.entries[4].act,
+            Act::Read {
+                part: Part::Locks,
+                ..
+            }
+        ));
+        let after = server_order(&m, true);
+        assert_eq!(
+            after[3],
+            vec![0],
+            "activity after the op that ended before it"
+        );
+        let mut locks = after[4].clone();
+        locks.sort();
+        assert_eq!(
+            locks,
+            vec![0, 3],
+            "the op overlapping the locks read is not ordered"
+        );
+        let mut mid = after[1].clone();
+        mid.sort();
+        assert_eq!(
+            mid,
+            vec![0, 3],
+            "the op between the reads after the activity read"
+        );
+        let mut last = after[2].clone();
+        last.sort();
+        assert_eq!(last, vec![0, 1, 3, 4]);
+        // Without times, only the two reads' own order; on another clock, no op is ordered.
+        assert_eq!(server_order(&m, false)[4], vec![3]);
+        let ev2 = events(2);
+        let m2 = build(&ev2);
+        let after2 = server_order(&m2, true);
+        assert_eq!(after2[4], vec![3]);
+        assert!(after2[3].is_empty());
+        assert_eq!(after2[1], vec![0], "ops of one clock are still ordered");
     }
 }

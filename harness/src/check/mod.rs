@@ -220,11 +220,7 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
             })
             .flat_map(|o| o.backends.iter().map(|r| r.id))
             .collect(),
-        after: if cx.client_time {
-            vec![]
-        } else {
-            entries::server_order(&marks)
-        },
+        after: entries::server_order(&marks, !cx.client_time),
         // An application pool may hand a client's next op another connection.
         retires: if cx.rules.app_pin.is_none() {
             entries::retired_by(&marks.entries)
@@ -236,6 +232,9 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
     let mut search = Search::new(&case, case.initial(clients), cx.budget);
     let mut beliefs = beliefs::Beliefs::new(clients);
     let mut out = CaseCheck::default();
+    if !cx.client_time {
+        at_once(&marks, &mut out);
+    }
     let mut said: HashSet<(&'static str, String)> = HashSet::new();
     let mut migrations: Vec<(usize, usize)> = vec![];
     let mut rollbacks: Vec<(usize, BackendId, Vec<crate::vocab::Key>)> = vec![];
@@ -422,7 +421,8 @@ fn count_judged(entry: &Entry, j: &mut Judged) {
         Act::Disconnect { .. } => *j.by_op.entry(Op::Disconnect).or_default() += 1,
         Act::Reconnect { .. } => *j.by_op.entry(Op::Reconnect).or_default() += 1,
         Act::Read { part, .. } => {
-            if part.postgres() {
+            // A sample's two PostgreSQL reads are one look.
+            if part.activity() {
                 j.reads += 1
             }
         }
@@ -464,6 +464,7 @@ fn label(e: &Entry) -> String {
         },
         Act::Read { part, .. } => match (e.step, part) {
             (_, model::Part::Pooler) => "a look at SHOW SERVERS".to_string(),
+            (_, model::Part::Activity) => "a look at pg_stat_activity".to_string(),
             (Some(s), _) => format!("the look at pg_locks after step {}", s + 1),
             (None, _) => "a look at pg_locks".to_string(),
         },
@@ -699,6 +700,36 @@ fn progress(cx: &CheckContext, view: &CaseView, events: &[Event], out: &mut Case
             invariant: "app.progress".into(),
             step: s.index,
             detail: line,
+        });
+    }
+}
+
+/// Two statements one backend ran at once by the server's clock
+/// ([`entries::at_once_on_a_backend`]): a reply names a backend it cannot have come from.
+fn at_once(marks: &entries::Marks<'_>, out: &mut CaseCheck) {
+    for (e, f) in entries::at_once_on_a_backend(marks) {
+        let span = |i: usize| {
+            let c = marks.completed[i].as_ref().map(|(_, c)| *c);
+            c.and_then(|c| Some((c.server?.lo?, c.server?.hi?, c.backend?)))
+        };
+        let (Some((lo_e, hi_e, b)), Some((lo_f, hi_f, _))) = (span(e), span(f)) else {
+            continue;
+        };
+        let base = lo_e.min(lo_f);
+        let (a, z) = (&marks.entries[e], &marks.entries[f]);
+        out.violations.push(Violation {
+            invariant: "pg.replies_match_model".into(),
+            step: z.step.or(a.step).unwrap_or(0),
+            detail: format!(
+                "{} and {} both ran on {b} at once by the server's clock ({} to {} us and {} to \
+                 {} us after the earlier's call began): a backend runs one statement at a time",
+                label(a),
+                label(z),
+                lo_e - base,
+                hi_e - base,
+                lo_f - base,
+                hi_f - base
+            ),
         });
     }
 }

@@ -522,11 +522,13 @@ fn every_fixture_is_in_the_table() {
             .to_string();
         // Judged by a test of its own (its name says where).
         // an_exit_releases_one_key_at_a_time, a_cancelled_statement_on_a_new_connection_ran,
-        // a_transaction_lock_outside_a_block_lasts_to_its_statement_end
+        // a_transaction_lock_outside_a_block_lasts_to_its_statement_end,
+        // a_look_reads_pg_stat_activity_then_pg_locks
         let own = [
             "exit-releases-one-key-at-a-time",
             "cancelled-statement-on-a-new-connection",
             "xact-lock-held-to-statement-end",
+            "look-reads-activity-then-locks",
         ];
         assert!(
             TABLE.iter().any(|(s, _, _)| *s == stem) || own.contains(&stem.as_str()),
@@ -559,6 +561,55 @@ fn a_cancelled_statement_on_a_new_connection_ran() {
     assert!(
         v.iter().any(|l| l.starts_with("pg.locks_match_model")
             && l.contains("pid 20429 (backend_start 2026-12-07 03:13:17.417702+00) is missing")),
+        "{v:?}"
+    );
+}
+
+/// A look is two reads, `pg_stat_activity` and then `pg_locks`: recorded on session-mode,
+/// concurrent schedule, seed 1, a shrink replay of case 18 (2026-12-07, one run of four of
+/// `tests/cli.rs`'s concurrent test, on the join that read them in that order too). The
+/// sample at +6,377.099 ms lists pid 11279 (which a `terminate` was ending), idle after its
+/// COMMIT, without its locks, and pid 11280 idle after step 23 yet holding 4242424242, which
+/// its step 24 was granted when 11279's exit released it; pid 11281, already serving C2 by
+/// then, is not listed (still logging in when pg_stat_activity was read). One read at one
+/// instant explains none of it (`pg.terminate_releases`: "11279 still in pg_stat_activity
+/// after terminate ended it; or 11281 missing"); pg_stat_activity before the exit and
+/// pg_locks after the grant explain all of it. The locks read is still judged: with a lock on
+/// 11280 that it never held (its later `unlock 612001` replied false) the look is violated.
+#[test]
+fn a_look_reads_pg_stat_activity_then_pg_locks() {
+    let text = fixture_text("look-reads-activity-then-locks");
+    let pg = |text: &str| pg_verdicts(text, true);
+    assert_eq!(pg(&text), Vec::<String>::new());
+    // The sample, edited as JSON.
+    let edit = |f: &dyn Fn(&mut Vec<serde_json::Value>)| -> String {
+        let mut hits = 0;
+        let out: String = text
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                if v["t"] == 6_377_098_698u64 && v["type"] == "obs" {
+                    hits += 1;
+                    f(v["backends"].as_array_mut().unwrap());
+                }
+                v.to_string() + "\n"
+            })
+            .collect();
+        assert_eq!(hits, 1);
+        out
+    };
+    let is = |b: &serde_json::Value, pid: i64| b["id"][0] == pid;
+    let foreign = edit(&|bs| {
+        let b = bs.iter_mut().find(|b| is(b, 11280)).unwrap();
+        b["locks"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"key": 612001, "mode": "ExclusiveLock", "granted": true}));
+    });
+    let v = pg(&foreign);
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("pg.") && l.contains("pid 11280") && l.contains("612001")),
         "{v:?}"
     );
 }

@@ -94,13 +94,20 @@ pub fn mutate(a: Args) -> Result<Exit> {
             w.finish()?;
             Ok(())
         };
+        println!(
+            "  (clear: the cases where no op without a server time, such as DISCARD ALL, a \
+             timeout or a signal, overlaps or follows the edited op)"
+        );
         for (kind, c) in measure(&cx, &cases, a.misses, write)? {
             println!(
-                "  {:45} {:>4} of {:>4} cases  {:>5.1}%",
+                "  {:45} {:>4} of {:>4} cases  {:>5.1}%   clear {:>4} of {:>4}  {:>5.1}%",
                 kind.name(),
                 c.caught,
                 c.cases,
-                c.share()
+                c.share(),
+                c.clear_caught,
+                c.clear,
+                c.clear_share()
             );
             low |= a.min.is_some_and(|m| c.cases > 0 && c.share() < m);
         }

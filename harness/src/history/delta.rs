@@ -36,6 +36,8 @@ pub struct ObsDelta {
     pub migrated: Option<Option<u32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<Option<super::observation::LookTime>>,
 }
 
 fn server_id(r: &ServerRow) -> String {
@@ -98,6 +100,7 @@ impl ObsDelta {
             app_pool: (prev.app_pool != next.app_pool).then_some(next.app_pool),
             migrated: (prev.migrated != next.migrated).then_some(next.migrated),
             outside: (prev.outside != next.outside).then(|| next.outside.clone()),
+            server: (prev.server != next.server).then_some(next.server),
         };
         (d != ObsDelta::default()).then_some(d)
     }
@@ -121,6 +124,7 @@ impl ObsDelta {
             app_pool: self.app_pool.unwrap_or(prev.app_pool),
             migrated: self.migrated.unwrap_or(prev.migrated),
             outside: self.outside.clone().unwrap_or_else(|| prev.outside.clone()),
+            server: self.server.unwrap_or(prev.server),
         })
     }
 }

@@ -27,8 +27,9 @@ pub const FORMAT: &str = "pgchaos-history/3";
 /// The formats this pgchaos reads: format 1 wrote a pooler's connections as PgBouncer's own
 /// rows (PgBouncer was the only pooler then), which are read as PgBouncer's view
 /// (`pooler::view`); format 2 writes them in the pooler's common words; format 3 adds the
-/// server's time to each op's completion and look (`Completion::server`,
-/// `Observation::server`), absent in the older ones (judged by client time alone).
+/// server's time to each op's completion (`Completion::server`) and, since 2026-12-07, to
+/// each look (`Observation::server`, an optional field), absent in the older ones (judged by
+/// client time alone).
 pub const READS: [&str; 3] = ["pgchaos-history/1", "pgchaos-history/2", FORMAT];
 
 /// One thing that happened.

@@ -22,8 +22,8 @@ pub use event::{
     ProbeEvent, ProbeWhy, Process, RunEnd, RunHeader, SearchBudget, Skip,
 };
 pub use observation::{
-    AppPoolRow, BackendRow, ClientRow, LockRow, Observation, PoolRow, PoolerRow, ServerRow,
-    ServerState,
+    AppPoolRow, BackendRow, ClientRow, LockRow, LookTime, Observation, PoolRow, PoolerRow,
+    ServerRow, ServerState,
 };
 pub use recorder::Recorder;
 pub use store::{HistoryReader, HistoryWriter, Written};

@@ -74,6 +74,43 @@ pub struct Observation {
     /// (`connected`, or the refusal, e.g. `53300 too many clients already`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside: Option<String>,
+    /// When PostgreSQL read `backends` (absent in histories recorded before 2026-12-07).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<LookTime>,
+}
+
+/// When a look read PostgreSQL, by PostgreSQL's own clock (`clock_timestamp()`, Unix
+/// microseconds): the look's statement reads `pg_stat_activity` (which backends are listed,
+/// their state and query) between `lo` and `mid`, and `pg_locks` (their locks) between `mid`
+/// and `hi` (`sql::look`: one `UNION ALL`, whose parts PostgreSQL runs in order). Two reads,
+/// each consistent in itself: a backend may exit, or a lock be granted, between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LookTime {
+    /// `pg_postmaster_start_time()` in Unix microseconds: which clock (as in
+    /// [`crate::vocab::ServerTime::clock`]).
+    pub clock: i64,
+    pub lo: i64,
+    pub mid: i64,
+    pub hi: i64,
+}
+
+impl LookTime {
+    /// When `pg_stat_activity` was read.
+    pub fn activity(&self) -> crate::vocab::ServerTime {
+        crate::vocab::ServerTime {
+            clock: self.clock,
+            lo: Some(self.lo),
+            hi: Some(self.mid),
+        }
+    }
+    /// When `pg_locks` was read.
+    pub fn locks(&self) -> crate::vocab::ServerTime {
+        crate::vocab::ServerTime {
+            clock: self.clock,
+            lo: Some(self.mid),
+            hi: Some(self.hi),
+        }
+    }
 }
 
 /// The application-side pool's state (deadpool's status).

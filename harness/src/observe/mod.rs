@@ -8,7 +8,7 @@
 //! query), `pooler` (its views) and `history` (the observation types it fills in).
 
 use crate::client::{Raw, run_raw};
-use crate::history::{BackendRow, LockRow, Observation, ServerState};
+use crate::history::{BackendRow, LockRow, LookTime, Observation, ServerState};
 use crate::launch::{Cluster, connect, timed};
 use crate::pooler::Pooler;
 use crate::pooler::view::Look;
@@ -342,6 +342,7 @@ impl Observer {
             app_pool: None,
             migrated: None,
             outside: None,
+            server: None,
         };
         fill_backends(&mut obs, rows, false)?;
         Ok(obs)
@@ -512,58 +513,89 @@ impl Observer {
 
 /// The backends (and their advisory locks) of a snapshot's or a sample's rows.
 fn fill_backends(obs: &mut Observation, rows: Vec<tokio_postgres::Row>, waits: bool) -> Result<()> {
+    use crate::sql::look_part as part;
+    let mut locks: Vec<(i32, (u32, u32, i16), LockRow)> = vec![];
+    let mut times: Vec<i64> = vec![];
+    let mut clock = None;
     for r in rows {
-        let id = BackendId {
-            pid: r.try_get(0)?,
-            start_us: r.try_get(1)?,
-        };
-        if obs.backends.last().map(|b| b.id) != Some(id) {
-            let (wait_event_type, wait_event, blocked_by) = if waits {
-                let blockers: Option<String> = r.try_get(13)?;
-                (
-                    r.try_get(11)?,
-                    r.try_get(12)?,
-                    blockers
-                        .map(|t| {
-                            t.trim_matches(|c| c == '{' || c == '}')
-                                .split(',')
-                                .filter_map(|p| p.trim().parse().ok())
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                )
-            } else {
-                (None, None, vec![])
-            };
-            obs.backends.push(BackendRow {
-                id,
-                backend_start: r.try_get::<_, Option<String>>(2)?.unwrap_or_default(),
-                state: r.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
-                query: r.try_get::<_, Option<String>>(4)?.unwrap_or_default(),
-                xact_start: r.try_get(10)?,
-                wait_event_type,
-                wait_event,
-                blocked_by,
-                locks: vec![],
-            });
-        }
-        let (c, o, sub): (Option<u32>, Option<u32>, Option<i16>) =
-            (r.try_get(5)?, r.try_get(6)?, r.try_get(7)?);
-        if let (Some(c), Some(o), Some(sub)) = (c, o, sub) {
-            let key = Key::from_lock_row(c, o, sub)
-                .ok_or_else(|| anyhow!("unexpected objsubid {sub}"))?;
-            obs.backends
-                .last_mut()
-                .expect("pushed")
-                .locks
-                .push(LockRow {
+        match r.try_get::<_, i32>(0)? {
+            part::LO | part::MID | part::HI => {
+                if let Some(c) = r.try_get::<_, Option<i64>>(15)? {
+                    clock = Some(c);
+                }
+                times.push(r.try_get(16)?);
+            }
+            part::BACKEND => obs.backends.push(backend_row(&r, waits)?),
+            part::LOCK => {
+                let (c, o, sub): (u32, u32, i16) = (r.try_get(6)?, r.try_get(7)?, r.try_get(8)?);
+                let key = Key::from_lock_row(c, o, sub)
+                    .ok_or_else(|| anyhow!("unexpected objsubid {sub}"))?;
+                let row = LockRow {
                     key,
-                    mode: r.try_get::<_, Option<String>>(8)?.unwrap_or_default(),
-                    granted: r.try_get::<_, Option<bool>>(9)?.unwrap_or(false),
-                });
+                    mode: r.try_get::<_, Option<String>>(9)?.unwrap_or_default(),
+                    granted: r.try_get::<_, Option<bool>>(10)?.unwrap_or(false),
+                };
+                locks.push((r.try_get(1)?, (c, o, sub), row));
+            }
+            p => bail!("observer look: unexpected part {p}"),
         }
     }
+    // As the earlier join ordered them: backends by start and pid, each one's locks by
+    // (classid, objid, objsubid). Locks of a pid not listed (another role's, or a backend
+    // that began after pg_stat_activity was read) are left out, as the join left them.
+    obs.backends.sort_by_key(|b| (b.id.start_us, b.id.pid));
+    locks.sort_by_key(|(pid, at, _)| (*pid, *at));
+    for b in &mut obs.backends {
+        b.locks = locks
+            .iter()
+            .filter(|(pid, _, _)| *pid == b.id.pid)
+            .map(|(_, _, l)| l.clone())
+            .collect();
+    }
+    obs.server = match (clock, times.as_slice()) {
+        (Some(clock), &[lo, mid, hi]) if lo <= mid && mid <= hi => {
+            Some(LookTime { clock, lo, mid, hi })
+        }
+        // The wall clock stepped back under the look: its times order nothing.
+        (Some(_), &[_, _, _]) => None,
+        _ => bail!("observer look: expected three times and the clock, got {times:?}"),
+    };
     Ok(())
+}
+
+/// One `pg_stat_activity` row of a look (`sql::look`).
+fn backend_row(r: &tokio_postgres::Row, waits: bool) -> Result<BackendRow> {
+    let (wait_event_type, wait_event, blocked_by) = if waits {
+        let blockers: Option<String> = r.try_get(14)?;
+        (
+            r.try_get(12)?,
+            r.try_get(13)?,
+            blockers
+                .map(|t| {
+                    t.trim_matches(|c| c == '{' || c == '}')
+                        .split(',')
+                        .filter_map(|p| p.trim().parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        )
+    } else {
+        (None, None, vec![])
+    };
+    Ok(BackendRow {
+        id: BackendId {
+            pid: r.try_get(1)?,
+            start_us: r.try_get(2)?,
+        },
+        backend_start: r.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
+        state: r.try_get::<_, Option<String>>(4)?.unwrap_or_default(),
+        query: r.try_get::<_, Option<String>>(5)?.unwrap_or_default(),
+        xact_start: r.try_get(11)?,
+        wait_event_type,
+        wait_event,
+        blocked_by,
+        locks: vec![],
+    })
 }
 
 /// Whether a local process is still running (a zombie has already released everything and

@@ -8,7 +8,7 @@ impl<'e> Case<'e> {
 
     pub(super) fn read(&self, s: &State, obs: &Observation, part: Part) -> Result<(), Why> {
         if part.postgres() {
-            self.read_postgres(s, obs)?;
+            self.read_postgres(s, obs, part.activity(), part.locks())?;
         }
         if part.pooler() {
             self.read_pooler(s, obs)?;
@@ -16,76 +16,34 @@ impl<'e> Case<'e> {
         Ok(())
     }
 
-    pub(super) fn read_postgres(&self, s: &State, obs: &Observation) -> Result<(), Why> {
+    /// PostgreSQL's rows: which backends are listed (`activity`: none the model has gone, every
+    /// one it has holding its locks), and their locks (`locks`: as the model has them).
+    pub(super) fn read_postgres(
+        &self,
+        s: &State,
+        obs: &Observation,
+        activity: bool,
+        locks: bool,
+    ) -> Result<(), Why> {
         let mut seen: BTreeSet<BackendId> = BTreeSet::new();
         for row in &obs.backends {
             seen.insert(row.id);
-            let granted: Vec<Key> = row
-                .locks
-                .iter()
-                .filter(|l| l.granted)
-                .map(|l| l.key)
-                .collect();
-            let waiting = row.locks.iter().find(|l| !l.granted).map(|l| l.key);
-            match s.backends.get(&row.id) {
-                None => {
-                    if !granted.is_empty() {
-                        return Err(Why::Rows {
-                            backend: row.id,
-                            model: vec![],
-                            seen: granted,
-                        });
-                    }
-                    if waiting.is_some() {
-                        return Err(Why::Waiting {
-                            backend: row.id,
-                            model: None,
-                            seen: waiting,
-                        });
-                    }
-                }
-                Some(x) => match x.life {
-                    Life::Alive | Life::Closing(_) => {
-                        let model: Vec<Key> = x.keys().into_iter().collect();
-                        let mut g = granted.clone();
-                        g.sort();
-                        g.dedup();
-                        if model != g {
-                            return Err(Why::Rows {
-                                backend: row.id,
-                                model,
-                                seen: g,
-                            });
-                        }
-                        if x.waiting() != waiting {
-                            return Err(Why::Waiting {
-                                backend: row.id,
-                                model: x.waiting(),
-                                seen: waiting,
-                            });
-                        }
-                    }
-                    Life::Exiting(_) => {
-                        if !granted.iter().all(|k| x.releasing.contains(k)) {
-                            return Err(Why::Rows {
-                                backend: row.id,
-                                model: vec![],
-                                seen: granted,
-                            });
-                        }
-                    }
-                    Life::Gone(cause) => {
-                        return Err(Why::StillThere {
-                            backend: row.id,
-                            cause,
-                        });
-                    }
-                },
+            let x = s.backends.get(&row.id);
+            if activity && let Some(Life::Gone(cause)) = x.map(|x| x.life) {
+                return Err(Why::StillThere {
+                    backend: row.id,
+                    cause,
+                });
+            }
+            if locks {
+                row_locks(x, row)?;
             }
         }
-        for (id, x) in &s.backends {
-            if x.life.holds() && !seen.contains(id) {
-                return Err(Why::Missing { backend: *id });
+        if activity {
+            for (id, x) in &s.backends {
+                if x.life.holds() && !seen.contains(id) {
+                    return Err(Why::Missing { backend: *id });
+                }
             }
         }
         Ok(())
@@ -111,6 +69,56 @@ impl<'e> Case<'e> {
         }
         Ok(())
     }
+}
+
+/// One listed backend's locks against the model's backend `x` (none: one it has not heard of).
+fn row_locks(x: Option<&Backend>, row: &crate::history::BackendRow) -> Result<(), Why> {
+    let granted: Vec<Key> = row
+        .locks
+        .iter()
+        .filter(|l| l.granted)
+        .map(|l| l.key)
+        .collect();
+    let waiting = row.locks.iter().find(|l| !l.granted).map(|l| l.key);
+    let rows = |model: Vec<Key>, seen: Vec<Key>| Why::Rows {
+        backend: row.id,
+        model,
+        seen,
+    };
+    let waits = |model: Option<Key>| Why::Waiting {
+        backend: row.id,
+        model,
+        seen: waiting,
+    };
+    match x.map(|x| (x, x.life)) {
+        // Not heard of yet, or gone by the time pg_locks was read (listed before): no locks.
+        None | Some((_, Life::Gone(_))) => {
+            if !granted.is_empty() {
+                return Err(rows(vec![], granted));
+            }
+            if waiting.is_some() {
+                return Err(waits(None));
+            }
+        }
+        Some((x, Life::Alive | Life::Closing(_))) => {
+            let model: Vec<Key> = x.keys().into_iter().collect();
+            let mut g = granted.clone();
+            g.sort();
+            g.dedup();
+            if model != g {
+                return Err(rows(model, g));
+            }
+            if x.waiting() != waiting {
+                return Err(waits(x.waiting()));
+            }
+        }
+        Some((x, Life::Exiting(_))) => {
+            if !granted.iter().all(|k| x.releasing.contains(k)) {
+                return Err(rows(vec![], granted));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A look that shows one key held by two backends is wrong in every state.

@@ -377,12 +377,23 @@ pub enum Act<'e> {
 /// Which servers' views a read judges. A sequential look is read while nothing runs, so its
 /// views agree; a concurrent sample asks PostgreSQL and PgBouncer at once on two connections,
 /// and each answers at its own instant inside the sample's interval (seen here: PgBouncer's
-/// `SHOW SERVERS` from before a KILL beside `pg_locks` from after it). Each is one atomic
-/// read of its own server, so a sample is two reads with the same interval.
+/// `SHOW SERVERS` from before a KILL beside `pg_locks` from after it). PostgreSQL's answer is
+/// itself two reads, `pg_stat_activity` and then `pg_locks` (`sql::look`; the earlier join read
+/// them in the same order, docs/checker.md, "A look is two reads"), each consistent in itself:
+/// seen here, a backend listed by the first whose locks the second shows released by its exit,
+/// beside a lock granted after the first read. So a sample is three reads with one interval,
+/// PostgreSQL's two in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
+    /// Every view at one instant (a sequential look).
     All,
+    /// PostgreSQL's two reads at one instant.
     Postgres,
+    /// `pg_stat_activity`: which backends are listed.
+    Activity,
+    /// `pg_locks`: the listed backends' locks, read after [`Part::Activity`].
+    Locks,
+    /// The pooler's views.
     Pooler,
 }
 
@@ -391,9 +402,17 @@ impl Part {
     pub fn postgres(self) -> bool {
         self != Part::Pooler
     }
+    /// It judges which backends `pg_stat_activity` lists.
+    pub fn activity(self) -> bool {
+        matches!(self, Part::All | Part::Postgres | Part::Activity)
+    }
+    /// It judges the listed backends' locks (`pg_locks`).
+    pub fn locks(self) -> bool {
+        matches!(self, Part::All | Part::Postgres | Part::Locks)
+    }
     /// It judges the pooler's rows (`SHOW SERVERS`).
     pub fn pooler(self) -> bool {
-        self != Part::Postgres
+        matches!(self, Part::All | Part::Pooler)
     }
 }
 

@@ -588,6 +588,12 @@ pub fn apply(kind: Kind, events: &[Event], site: &Site) -> Vec<Event> {
 pub struct Count {
     pub cases: u32,
     pub caught: u32,
+    /// Of those, cases where no op without a server time (`DISCARD ALL`, a timeout, a
+    /// signal, a fault) overlaps or follows the edited op ([`order::unseen_after`]): nothing of
+    /// unknown place may have hidden the edit. Edits of the other kind may be equivalent
+    /// mutants; these are not, for that reason.
+    pub clear: u32,
+    pub clear_caught: u32,
 }
 
 impl Count {
@@ -596,6 +602,15 @@ impl Count {
             0.0
         } else {
             100.0 * self.caught as f64 / self.cases as f64
+        }
+    }
+
+    /// [`Count::share`] of the clear cases.
+    pub fn clear_share(&self) -> f64 {
+        if self.clear == 0 {
+            0.0
+        } else {
+            100.0 * self.clear_caught as f64 / self.clear as f64
         }
     }
 }
@@ -653,13 +668,19 @@ pub fn measure(
             let c = super::check_case(cx, &edited)?;
             count.cases += 1;
             count.caught += u32::from(has_pg(&c));
+            let clear = !order::unseen_after(case, site.event);
+            if clear {
+                count.clear += 1;
+                count.clear_caught += u32::from(has_pg(&c));
+            }
             if misses && !has_pg(&c) {
                 let index = case[0].case_start().map(|s| s.case).unwrap_or(0);
                 println!(
-                    "  missed: case {index}, {}, at event {} ({:?}){}",
+                    "  missed: case {index}, {}, at event {} ({:?}){}{}",
                     kind.name(),
                     site.event,
                     site,
+                    if clear { ", clear" } else { "" },
                     c.unknown
                         .as_deref()
                         .map(|u| format!(", unknown: {u}"))

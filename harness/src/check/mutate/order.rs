@@ -81,6 +81,27 @@ fn blind(ops: &[Done], from: usize, to: usize, mine: &[usize]) -> bool {
         .any(|o| !mine.contains(&o.at) && o.c.server.is_none() && o.inv < to && from < o.at)
 }
 
+/// Whether an op without a server time other than the one completing at event `at` ended
+/// after that op was invoked, or a statement never ended: it may have run after the edited op
+/// on any backend, so the edit may be an equivalent mutant (seen: a `DISCARD ALL` of unknown
+/// backend that may have released a grant reported from another backend). A client's own
+/// connection ops (open, disconnect, reconnect, release) run no statement and do not count.
+pub fn unseen_after(events: &[Event], at: usize) -> bool {
+    let connection = |f: Op| matches!(f, Op::Open | Op::Disconnect | Op::Reconnect | Op::Release);
+    let ops = done_ops(events);
+    let Some(me) = ops.iter().find(|d| d.at == at) else {
+        return false;
+    };
+    let answered: Vec<usize> = ops.iter().map(|d| d.inv).collect();
+    let pending = events.iter().enumerate().any(|(j, e)| {
+        matches!(&e.body, Body::Invoke(i) if !connection(i.f)) && !answered.contains(&j)
+    });
+    pending
+        || ops
+            .iter()
+            .any(|o| o.at != me.at && o.c.server.is_none() && !connection(o.c.f) && o.at > me.inv)
+}
+
 fn site(event: usize, backend: Option<BackendId>, other: Option<usize>) -> Site {
     Site {
         event,
