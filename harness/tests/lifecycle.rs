@@ -650,16 +650,24 @@ fn a_normal_user_can_run_after_root() {
     let bouncer = bouncer.unwrap();
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;
+    // A user this test creates is removed when it ends, however it ends (with its home, its
+    // cache and its runtime directory); one that was there before is left as it was.
+    let mut _created = None;
     let (uid, gid, home) = if as_root {
         let name = "pgchaos-ci-user";
-        let _ = Command::new("useradd")
+        let made = Command::new("useradd")
             .args(["--create-home", "--shell", "/bin/sh", name])
-            .status();
+            .status()
+            .is_ok_and(|s| s.success());
         let id = |flag: &str| -> u32 {
             let o = Command::new("id").args([flag, name]).output().unwrap();
             String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
         };
-        (id("-u"), id("-g"), PathBuf::from(format!("/home/{name}")))
+        let uid = id("-u");
+        if made {
+            _created = Some(CreatedUser { name, uid });
+        }
+        (uid, id("-g"), PathBuf::from(format!("/home/{name}")))
     } else {
         // SAFETY: getuid/getgid have no preconditions.
         let (u, g) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -722,6 +730,19 @@ fn a_normal_user_can_run_after_root() {
     let report = out.join("transaction-mode/latest/results.json");
     assert_eq!(std::fs::metadata(&report).unwrap().uid(), uid);
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A user account a test created: removed on drop (`userdel -r`), with its runtime directory.
+struct CreatedUser {
+    name: &'static str,
+    uid: u32,
+}
+
+impl Drop for CreatedUser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(format!("/dev/shm/pgchaos-{}", self.uid));
+        let _ = Command::new("userdel").args(["-r", self.name]).output();
+    }
 }
 
 /// An I/O error names the path and what was attempted: a run directory base that is a file,
