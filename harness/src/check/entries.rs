@@ -380,23 +380,38 @@ pub fn server_order(marks: &Marks<'_>, times: bool) -> Vec<Vec<usize>> {
     after
 }
 
-/// Pairs of statements one backend ran at once by the server's clock: both report a time
-/// before and after their call, on the same backend and clock, and the two spans overlap. A
-/// backend runs one statement at a time, so no history of real servers has such a pair.
-pub fn at_once_on_a_backend(marks: &Marks<'_>) -> Vec<(usize, usize)> {
-    let spans: Vec<(usize, crate::vocab::BackendId, i64, i64, i64)> = (0..marks.entries.len())
+/// A statement's span on a backend by the server's clock: its entry, and the times before and
+/// after its call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub entry: usize,
+    pub lo: i64,
+    pub hi: i64,
+}
+
+/// Pairs of statements one backend ran at once by the server's clock, with that backend: both
+/// report a time before and after their call, on the same backend and clock, and the two spans
+/// overlap. A backend runs one statement at a time, so no history of real servers has such a
+/// pair.
+pub fn at_once_on_a_backend(marks: &Marks<'_>) -> Vec<(Span, Span, crate::vocab::BackendId)> {
+    let spans: Vec<(Span, crate::vocab::BackendId, i64)> = (0..marks.entries.len())
         .filter(|e| !marks.entries[*e].unknown)
         .filter_map(|e| {
             let c = marks.completed[e].as_ref()?.1;
             let t = c.server?;
-            Some((e, c.backend?, t.clock, t.lo?, t.hi?))
+            let span = Span {
+                entry: e,
+                lo: t.lo?,
+                hi: t.hi?,
+            };
+            Some((span, c.backend?, t.clock))
         })
         .collect();
     let mut out = vec![];
-    for (i, &(e, be, ce, lo_e, hi_e)) in spans.iter().enumerate() {
-        for &(f, bf, cf, lo_f, hi_f) in &spans[i + 1..] {
-            if be == bf && ce == cf && lo_e < hi_f && lo_f < hi_e {
-                out.push((e, f));
+    for (i, &(a, ba, ca)) in spans.iter().enumerate() {
+        for &(b, bb, cb) in &spans[i + 1..] {
+            if ba == bb && ca == cb && a.lo < b.hi && b.lo < a.hi {
+                out.push((a, b, ba));
             }
         }
     }
@@ -449,6 +464,45 @@ mod tests {
         Event { t, body }
     }
 
+    /// A concurrent case of `clients` clients, one step each, at time 0.
+    fn case_start(clients: usize) -> Event {
+        ev(
+            0,
+            Body::Case(CaseStart {
+                case: 0,
+                schedule: crate::topology::Schedule::Concurrent,
+                seed: None,
+                phase: Phase::Run,
+                invariant: None,
+                clients,
+                steps: clients,
+            }),
+        )
+    }
+
+    fn case_end(t: u64) -> Event {
+        ev(
+            t,
+            Body::CaseEnd(crate::history::CaseEnd {
+                case: 0,
+                steps_us: 0,
+                reset_us: 0,
+            }),
+        )
+    }
+
+    /// Client `p`'s granted try_lock of step `p`, on pid `pid`, at server time `server`.
+    fn granted_on(p: usize, pid: i32, server: crate::vocab::ServerTime) -> Body {
+        Body::completion(Completion {
+            p: Process::Client(p),
+            step: Some(p),
+            f: Op::TryLock,
+            value: Reply::Bool { value: true },
+            backend: Some(crate::vocab::BackendId { pid, start_us: 1 }),
+            server: Some(server),
+        })
+    }
+
     fn invoke(p: usize, step: usize, f: Op) -> Body {
         Body::Invoke(Invoke {
             p: Process::Client(p),
@@ -478,18 +532,7 @@ mod tests {
     #[test]
     fn a_sample_spans_from_its_start_to_the_next_event_and_timeouts_never_complete() {
         let events = vec![
-            ev(
-                0,
-                Body::Case(CaseStart {
-                    case: 0,
-                    schedule: crate::topology::Schedule::Concurrent,
-                    seed: None,
-                    phase: Phase::Run,
-                    invariant: None,
-                    clients: 2,
-                    steps: 2,
-                }),
-            ),
+            case_start(2),
             ev(10, invoke(0, 0, Op::TryLock)),
             ev(20, invoke(1, 1, Op::Lock)),
             ev(30, ok(0, 0, Op::TryLock, Reply::Bool { value: true })),
@@ -505,14 +548,7 @@ mod tests {
                 }),
             ),
             ev(40, ok(1, 1, Op::Lock, Reply::error(code::TIMEOUT))),
-            ev(
-                50,
-                Body::CaseEnd(crate::history::CaseEnd {
-                    case: 0,
-                    steps_us: 0,
-                    reset_us: 0,
-                }),
-            ),
+            case_end(50),
         ];
         let m = build(&events);
         // The sample is two reads: pg_stat_activity (2), then pg_locks (3).
@@ -546,31 +582,14 @@ mod tests {
     #[test]
     fn statements_one_backend_ran_at_once_are_found() {
         let done = |p: usize, pid: i32, clock: i64, lo: i64, hi: i64| {
-            Body::completion(Completion {
-                p: Process::Client(p),
-                step: Some(p),
-                f: Op::TryLock,
-                value: Reply::Bool { value: true },
-                backend: Some(crate::vocab::BackendId { pid, start_us: 1 }),
-                server: Some(crate::vocab::ServerTime {
-                    clock,
-                    lo: Some(lo),
-                    hi: Some(hi),
-                }),
-            })
+            let at = crate::vocab::ServerTime {
+                clock,
+                lo: Some(lo),
+                hi: Some(hi),
+            };
+            granted_on(p, pid, at)
         };
-        let mut events = vec![ev(
-            0,
-            Body::Case(CaseStart {
-                case: 0,
-                schedule: crate::topology::Schedule::Concurrent,
-                seed: None,
-                phase: Phase::Run,
-                invariant: None,
-                clients: 5,
-                steps: 5,
-            }),
-        )];
+        let mut events = vec![case_start(5)];
         for p in 0..5 {
             events.push(ev(10 + p as u64, invoke(p, p, Op::TryLock)));
         }
@@ -579,16 +598,13 @@ mod tests {
         events.push(ev(22, done(2, 101, 1, 150, 160))); // another backend
         events.push(ev(23, done(3, 100, 1, 200, 210))); // begins as 0 ends
         events.push(ev(24, done(4, 100, 2, 150, 160))); // another clock
-        events.push(ev(
-            30,
-            Body::CaseEnd(crate::history::CaseEnd {
-                case: 0,
-                steps_us: 0,
-                reset_us: 0,
-            }),
-        ));
+        events.push(case_end(30));
         let m = build(&events);
-        assert_eq!(at_once_on_a_backend(&m), vec![(0, 1)]);
+        let pairs: Vec<(usize, usize)> = at_once_on_a_backend(&m)
+            .iter()
+            .map(|(a, b, _)| (a.entry, b.entry))
+            .collect();
+        assert_eq!(pairs, vec![(0, 1)]);
     }
 
     /// A look's two reads are ordered against ops by PostgreSQL's clock, each by its own
@@ -600,19 +616,8 @@ mod tests {
             lo: Some(lo),
             hi: Some(hi),
         };
-        let done = |p: usize, step: usize, server: Option<crate::vocab::ServerTime>| {
-            Body::completion(Completion {
-                p: Process::Client(p),
-                step: Some(step),
-                f: Op::TryLock,
-                value: Reply::Bool { value: true },
-                backend: Some(crate::vocab::BackendId {
-                    pid: 100 + p as i32,
-                    start_us: 1,
-                }),
-                server,
-            })
-        };
+        let done =
+            |p: usize, server: crate::vocab::ServerTime| granted_on(p, 100 + p as i32, server);
         let sample = |clock: i64| {
             Body::Obs(ObsEvent {
                 step: None,
@@ -632,34 +637,16 @@ mod tests {
         };
         let events = |clock: i64| {
             vec![
-                ev(
-                    0,
-                    Body::Case(CaseStart {
-                        case: 0,
-                        schedule: crate::topology::Schedule::Concurrent,
-                        seed: None,
-                        phase: Phase::Run,
-                        invariant: None,
-                        clients: 3,
-                        steps: 3,
-                    }),
-                ),
+                case_start(3),
                 ev(10, invoke(0, 0, Op::TryLock)),
                 ev(11, invoke(1, 1, Op::TryLock)),
                 ev(12, invoke(2, 2, Op::TryLock)),
                 ev(13, sample(clock)),
                 // Before the activity read; between the two reads; after the locks read.
-                ev(20, done(0, 0, Some(st(100, 150)))),
-                ev(21, done(1, 1, Some(st(310, 320)))),
-                ev(22, done(2, 2, Some(st(450, 460)))),
-                ev(
-                    30,
-                    Body::CaseEnd(crate::history::CaseEnd {
-                        case: 0,
-                        steps_us: 0,
-                        reset_us: 0,
-                    }),
-                ),
+                ev(20, done(0, st(100, 150))),
+                ev(21, done(1, st(310, 320))),
+                ev(22, done(2, st(450, 460))),
+                case_end(30),
             ]
         };
         let ev1 = events(1);

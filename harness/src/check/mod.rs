@@ -707,28 +707,21 @@ fn progress(cx: &CheckContext, view: &CaseView, events: &[Event], out: &mut Case
 /// Two statements one backend ran at once by the server's clock
 /// ([`entries::at_once_on_a_backend`]): a reply names a backend it cannot have come from.
 fn at_once(marks: &entries::Marks<'_>, out: &mut CaseCheck) {
-    for (e, f) in entries::at_once_on_a_backend(marks) {
-        let span = |i: usize| {
-            let c = marks.completed[i].as_ref().map(|(_, c)| *c);
-            c.and_then(|c| Some((c.server?.lo?, c.server?.hi?, c.backend?)))
-        };
-        let (Some((lo_e, hi_e, b)), Some((lo_f, hi_f, _))) = (span(e), span(f)) else {
-            continue;
-        };
-        let base = lo_e.min(lo_f);
-        let (a, z) = (&marks.entries[e], &marks.entries[f]);
+    for (a, z, b) in entries::at_once_on_a_backend(marks) {
+        let base = a.lo.min(z.lo);
+        let (ea, ez) = (&marks.entries[a.entry], &marks.entries[z.entry]);
         out.violations.push(Violation {
             invariant: "pg.replies_match_model".into(),
-            step: z.step.or(a.step).unwrap_or(0),
+            step: ez.step.or(ea.step).unwrap_or(0),
             detail: format!(
                 "{} and {} both ran on {b} at once by the server's clock ({} to {} us and {} to \
                  {} us after the earlier's call began): a backend runs one statement at a time",
-                label(a),
-                label(z),
-                lo_e - base,
-                hi_e - base,
-                lo_f - base,
-                hi_f - base
+                label(ea),
+                label(ez),
+                a.lo - base,
+                a.hi - base,
+                z.lo - base,
+                z.hi - base
             ),
         });
     }

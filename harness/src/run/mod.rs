@@ -470,17 +470,11 @@ impl<'a> Runner<'a> {
         step: &Step,
         target: Option<BackendId>,
     ) {
+        // The sequential schedule records no `when` and no message, as it always has.
         rec.emit(Body::Invoke(Invoke {
-            p,
-            step: Some(i),
-            f: step.op,
-            key: step.key,
-            ms: step.ms,
-            guc: step.guc,
-            target,
-            client: None,
             when: Default::default(),
             message: None,
+            ..Invoke::of_step(p, i, step, target)
         }));
     }
 

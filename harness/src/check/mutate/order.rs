@@ -88,18 +88,16 @@ fn blind(ops: &[Done], from: usize, to: usize, mine: &[usize]) -> bool {
 /// connection ops (open, disconnect, reconnect, release) run no statement and do not count.
 pub fn unseen_after(events: &[Event], at: usize) -> bool {
     let connection = |f: Op| matches!(f, Op::Open | Op::Disconnect | Op::Reconnect | Op::Release);
-    let ops = done_ops(events);
-    let Some(me) = ops.iter().find(|d| d.at == at) else {
-        return false;
-    };
-    let answered: Vec<usize> = ops.iter().map(|d| d.inv).collect();
+    let all = done_ops(events);
+    let answered: Vec<usize> = all.iter().map(|d| d.inv).collect();
     let pending = events.iter().enumerate().any(|(j, e)| {
         matches!(&e.body, Body::Invoke(i) if !connection(i.f)) && !answered.contains(&j)
     });
-    pending
-        || ops
-            .iter()
-            .any(|o| o.at != me.at && o.c.server.is_none() && !connection(o.c.f) && o.at > me.inv)
+    let Some(inv) = all.iter().find(|d| d.at == at).map(|d| d.inv) else {
+        return false;
+    };
+    let ops: Vec<Done> = all.into_iter().filter(|d| !connection(d.c.f)).collect();
+    pending || blind(&ops, inv, events.len(), &[at])
 }
 
 fn site(event: usize, backend: Option<BackendId>, other: Option<usize>) -> Site {
