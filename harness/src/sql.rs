@@ -319,21 +319,41 @@ pub fn sample(role: &str) -> String {
 
 /// Terminate a backend only if it is still the same `(pid, backend_start)`. No row: that
 /// backend is already gone. (Without the timeout argument: PostgreSQL's own wait polls in
-/// 100 ms steps; the observer confirms the exit itself, polling every millisecond.)
+/// 100 ms steps; the observer confirms the exit itself, polling every millisecond.) Columns:
+/// [`signal_col`].
 pub fn terminate(pid: i32, start_us: i64) -> String {
+    signal_backend("pg_terminate_backend", pid, start_us)
+}
+
+/// Cancel the current query of a backend, if it is still the same `(pid, backend_start)`.
+/// Columns as [`terminate`]'s.
+pub fn cancel(pid: i32, start_us: i64) -> String {
+    signal_backend("pg_cancel_backend", pid, start_us)
+}
+
+/// The columns of a signalling statement's row ([`terminate`], [`cancel`]): the server's
+/// clock (`pg_postmaster_start_time()`), its time read before the call (`clock_timestamp()`),
+/// and the call's result. The target list is evaluated left to right ([`echo`]), so the time
+/// is read before the signal is sent, and the signal's effect (the backend's exit, the
+/// cancel) comes after it.
+pub mod signal_col {
+    pub const CLOCK: usize = 0;
+    pub const BEFORE: usize = 1;
+    pub const SIGNALLED: usize = 2;
+}
+
+fn signal_backend(function: &str, pid: i32, start_us: i64) -> String {
     format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+        "SELECT pg_postmaster_start_time(), clock_timestamp(), {function}(pid) \
+         FROM pg_stat_activity \
          WHERE pid = {pid} AND (extract(epoch FROM backend_start) * 1000000)::int8 = {start_us}"
     )
 }
 
-/// Cancel the current query of a backend, if it is still the same `(pid, backend_start)`.
-pub fn cancel(pid: i32, start_us: i64) -> String {
-    format!(
-        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
-         WHERE pid = {pid} AND (extract(epoch FROM backend_start) * 1000000)::int8 = {start_us}"
-    )
-}
+/// The server's clock and its time now: read after a terminated backend was confirmed gone, an
+/// upper bound of its exit by the server's clock (its advisory locks are released before it
+/// leaves `pg_stat_activity`: docs/checker.md, "A fault's server time").
+pub const CLOCK_NOW: &str = "SELECT pg_postmaster_start_time(), clock_timestamp()";
 
 /// Whether a backend identity is still present (1 row) or gone (0 rows).
 pub fn backend_present(pid: i32, start_us: i64) -> String {

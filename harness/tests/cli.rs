@@ -428,7 +428,70 @@ fn the_concurrent_schedule_meets_expect_concurrent() {
     assert_eq!(invariant(&tx, "app.progress")["verdict"], "holds");
     let left = clients_leave_when_done(&dir);
     assert!(left >= 64, "only {left} clients left in 64 cases");
+    let timed = signals_are_timed(&dir);
+    assert!(
+        timed >= 5,
+        "only {timed} terminates with a server time in 64 cases"
+    );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Every terminate that signalled its backend carries the server's time from before its
+/// signal to after its backend was confirmed gone, of the clock its backend's statements
+/// report, and every statement that backend ran lies before that end; a cancel carries the time
+/// before its signal and none after. Returns how many terminates were timed.
+fn signals_are_timed(dir: &Path) -> usize {
+    use pgchaos::history::{Body, HistoryReader, Process};
+    use pgchaos::vocab::{BackendId, Op, Reply, ServerTime};
+    let events: Vec<_> = HistoryReader::open(dir)
+        .unwrap()
+        .map(|e| e.unwrap().body)
+        .collect();
+    let mut targets: std::collections::BTreeMap<usize, BackendId> = Default::default();
+    let mut ends: Vec<(BackendId, ServerTime)> = vec![];
+    for body in &events {
+        match body {
+            Body::Invoke(i) if i.p == Process::Nemesis => {
+                if let (Some(step), Some(t)) = (i.step, i.target) {
+                    targets.insert(step, t);
+                }
+            }
+            Body::Ok(c) if c.p == Process::Nemesis && c.value == (Reply::Bool { value: true }) => {
+                let s = c
+                    .server
+                    .unwrap_or_else(|| panic!("{:?} of step {:?} has no server time", c.f, c.step));
+                let lo = s.lo.expect("a time before the signal");
+                match c.f {
+                    Op::Terminate => {
+                        let hi = s.hi.expect("a time after the exit");
+                        assert!(lo < hi, "terminate of step {:?}: {s:?}", c.step);
+                        ends.push((targets[&c.step.unwrap()], s));
+                    }
+                    Op::Cancel => assert_eq!(s.hi, None, "a cancel's effect has no known end"),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    for body in &events {
+        if let Body::Ok(c) | Body::Fail(c) = body
+            && let (Some(b), Some(s)) = (c.backend, c.server)
+        {
+            for (target, end) in &ends {
+                if *target == b {
+                    assert_eq!(s.clock, end.clock, "{b}: one PostgreSQL, one clock");
+                    assert!(
+                        s.any().unwrap() < end.hi.unwrap(),
+                        "{:?} of step {:?} on {b} ran after its terminate's end {end:?}",
+                        c.f,
+                        c.step
+                    );
+                }
+            }
+        }
+    }
+    ends.len()
 }
 
 /// In a concurrent run of a generated workload, every client's last op of a case is a

@@ -418,6 +418,21 @@ pub fn at_once_on_a_backend(marks: &Marks<'_>) -> Vec<(Span, Span, crate::vocab:
     out
 }
 
+/// Statements whose reply names a backend that started after the statement ran, by the
+/// server's clock: each with its time and that backend. `backend_start` and
+/// `clock_timestamp()` are one clock (the server's), and a backend runs statements only once
+/// it has started, so no history of real servers has one.
+pub fn before_its_backend(marks: &Marks<'_>) -> Vec<(usize, i64, crate::vocab::BackendId)> {
+    (0..marks.entries.len())
+        .filter(|e| !marks.entries[*e].unknown)
+        .filter_map(|e| {
+            let c = marks.completed[e].as_ref()?.1;
+            let (b, t) = (c.backend?, c.server?.any()?);
+            (t < b.start_us).then_some((e, t, b))
+        })
+        .collect()
+}
+
 /// Per entry, the statements of unknown outcome (a timeout, a case cut short) its reply shows
 /// over (`Spec::retires`): the same client's, sent before it on the same connection (no
 /// connect, disconnect, reconnect or release of the client between them). A connection
@@ -605,6 +620,98 @@ mod tests {
             .map(|(a, b, _)| (a.entry, b.entry))
             .collect();
         assert_eq!(pairs, vec![(0, 1)]);
+    }
+
+    /// A statement timed before its backend's `backend_start` is found (granted_on's backends
+    /// start at 1 us), at that time or after it is not, and neither is one without a time.
+    #[test]
+    fn statements_before_their_backend_started_are_found() {
+        let at = |t: i64| crate::vocab::ServerTime {
+            clock: 1,
+            lo: Some(t),
+            hi: Some(t + 5),
+        };
+        let mut events = vec![case_start(3)];
+        for p in 0..3 {
+            events.push(ev(10 + p as u64, invoke(p, p, Op::TryLock)));
+        }
+        events.push(ev(20, granted_on(0, 100, at(0)))); // before its start
+        events.push(ev(21, granted_on(1, 101, at(1)))); // at it
+        let mut untimed = granted_on(2, 102, at(0));
+        if let Body::Ok(c) = &mut untimed {
+            c.server = None;
+        }
+        events.push(ev(22, untimed));
+        events.push(case_end(30));
+        let m = build(&events);
+        let found: Vec<(usize, i64)> = before_its_backend(&m)
+            .iter()
+            .map(|(e, t, _)| (*e, *t))
+            .collect();
+        assert_eq!(found, vec![(0, 0)]);
+    }
+
+    /// A terminate's server time (from before its signal to after its backend was confirmed
+    /// gone) orders it against statements of the same clock, both ways; a cancel's, with no
+    /// time after, orders only what ended before its signal.
+    #[test]
+    fn a_signal_is_ordered_by_its_server_time() {
+        let st = |lo: i64, hi: Option<i64>| crate::vocab::ServerTime {
+            clock: 1,
+            lo: Some(lo),
+            hi,
+        };
+        let signal = |p: usize, f: Op, server| {
+            Body::completion(Completion {
+                p: Process::Nemesis,
+                step: Some(p),
+                f,
+                value: Reply::Bool { value: true },
+                backend: None,
+                server: Some(server),
+            })
+        };
+        let target = crate::vocab::BackendId {
+            pid: 100,
+            start_us: 1,
+        };
+        let mut events = vec![case_start(4)];
+        for (p, f) in [(0, Op::TryLock), (1, Op::TryLock)] {
+            events.push(ev(10 + p as u64, invoke(p, p, f)));
+        }
+        for (p, f) in [(2, Op::Terminate), (3, Op::Cancel)] {
+            events.push(ev(
+                12 + p as u64,
+                Body::Invoke(Invoke {
+                    p: Process::Nemesis,
+                    target: Some(target),
+                    client: Some(p),
+                    ..match invoke(p, p, f) {
+                        Body::Invoke(i) => i,
+                        _ => unreachable!(),
+                    }
+                }),
+            ));
+        }
+        // All four overlap in client time; by the server's: 0 ends before both signals, 1
+        // begins after the terminate's backend was gone (and after 0).
+        events.push(ev(20, granted_on(0, 101, st(10, Some(20)))));
+        events.push(ev(21, granted_on(1, 102, st(60, Some(70)))));
+        events.push(ev(22, signal(2, Op::Terminate, st(30, Some(50)))));
+        events.push(ev(23, signal(3, Op::Cancel, st(40, None))));
+        events.push(case_end(30));
+        let m = build(&events);
+        let after = server_order(&m, true);
+        assert_eq!(after[2], vec![0], "the terminate follows 0");
+        let mut one = after[1].clone();
+        one.sort();
+        assert_eq!(
+            one,
+            vec![0, 2],
+            "1 follows 0 and the terminate, not the cancel"
+        );
+        assert_eq!(after[3], vec![0], "the cancel follows 0");
+        assert!(server_order(&m, false).iter().all(|a| a.is_empty()));
     }
 
     /// A look's two reads are ordered against ops by PostgreSQL's clock, each by its own

@@ -234,6 +234,7 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
     let mut out = CaseCheck::default();
     if !cx.client_time {
         at_once(&marks, &mut out);
+        before_its_backend(&marks, &mut out);
     }
     let mut said: HashSet<(&'static str, String)> = HashSet::new();
     let mut migrations: Vec<(usize, usize)> = vec![];
@@ -722,6 +723,24 @@ fn at_once(marks: &entries::Marks<'_>, out: &mut CaseCheck) {
                 a.hi - base,
                 z.lo - base,
                 z.hi - base
+            ),
+        });
+    }
+}
+
+/// pg.replies_match_model for a statement the server ran before the backend its reply names
+/// had started ([`entries::before_its_backend`]).
+fn before_its_backend(marks: &entries::Marks<'_>, out: &mut CaseCheck) {
+    for (e, t, b) in entries::before_its_backend(marks) {
+        let entry = &marks.entries[e];
+        out.violations.push(Violation {
+            invariant: "pg.replies_match_model".into(),
+            step: entry.step.unwrap_or(0),
+            detail: format!(
+                "{} ran {} us before {b} started, by the server's clock, yet names it: a \
+                 backend runs statements only once it has started",
+                label(entry),
+                b.start_us - t
             ),
         });
     }

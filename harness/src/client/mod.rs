@@ -509,6 +509,12 @@ impl LogicalClient {
         self.time.take()
     }
 
+    /// The server's time of a step the nemesis ran for this client (a `terminate` or `cancel`
+    /// the workload names as its step), taken by [`LogicalClient::take_time`] as an op's.
+    pub fn note_time(&mut self, time: Option<ServerTime>) {
+        self.time = time;
+    }
+
     /// Run a SQL op within `bound` (getting a connection included). Returns the reply and
     /// the backend that reported itself.
     pub async fn run(

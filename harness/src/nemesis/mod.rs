@@ -19,8 +19,9 @@ use crate::launch::proxy::LinkMode;
 use crate::launch::{Cluster, Control, Which, connect};
 use crate::observe::{backoff, process_running, until_accepted};
 use crate::sql;
+use crate::vocab::backend::parse_timestamptz;
 use crate::vocab::fault::{self, Down, Host, HostAction};
-use crate::vocab::{BackendId, Op, Reply};
+use crate::vocab::{BackendId, Op, Reply, ServerTime};
 use anyhow::{Context, Result, bail};
 use std::time::{Duration, Instant};
 use tokio_postgres::Client;
@@ -120,6 +121,9 @@ impl Nemesis {
     /// Start a fault of the servers, hold it for `hold` where it holds, heal it, and return
     /// once the servers accept connections again. `target`: the backend of `backend_kill` /
     /// `backend_freeze`. Replies `ok`; a fault that cannot be done is an error of the run.
+    /// Its server time: PostgreSQL's time read just before the fault starts (every effect of
+    /// the fault comes after it; none is bounded after, a pooler's servers close as they
+    /// notice), of the clock then running.
     pub async fn server_fault(
         &self,
         cluster: &Cluster,
@@ -127,8 +131,27 @@ impl Nemesis {
         target: Option<BackendId>,
         hold: Duration,
         delay: Duration,
-    ) -> Result<Reply> {
+    ) -> Result<(Reply, Option<ServerTime>)> {
         let _one = self.one_at_a_time.lock().await;
+        let time = self.clock_now().await?.map(|(clock, lo)| ServerTime {
+            clock,
+            lo: Some(lo),
+            hi: None,
+        });
+        let reply = self
+            .start_and_heal(cluster, op, target, hold, delay)
+            .await?;
+        Ok((reply, time))
+    }
+
+    async fn start_and_heal(
+        &self,
+        cluster: &Cluster,
+        op: Op,
+        target: Option<BackendId>,
+        hold: Duration,
+        delay: Duration,
+    ) -> Result<Reply> {
         let admin = async |cmds: &[String]| -> Result<()> {
             let console = cluster.console().await.context("nemesis")?;
             for cmd in cmds {
@@ -308,6 +331,14 @@ impl Nemesis {
         Ok(Reply::Ok)
     }
 
+    /// PostgreSQL's clock (its postmaster's start) and its time now, read on the nemesis's
+    /// direct connection.
+    async fn clock_now(&self) -> Result<Option<(i64, i64)>> {
+        let now = self.rows(sql::CLOCK_NOW).await?;
+        let at = |i: usize| now.first()?.get(i)?.as_deref().and_then(parse_timestamptz);
+        Ok(at(0).zip(at(1)))
+    }
+
     async fn rows(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
         // A fault of the servers (concurrent schedule: beside this call) may have restarted
         // PostgreSQL under the connection.
@@ -321,30 +352,32 @@ impl Nemesis {
     }
 
     /// Start a fault and confirm its effect. The reply is what the admin function returned
-    /// (`true`: the backend was there and was signalled).
-    pub async fn run(&self, fault: Fault) -> Result<Reply> {
+    /// (`true`: the backend was there and was signalled), with the server's time of the
+    /// fault's effect ([`Signalled::time`]).
+    pub async fn run(&self, fault: Fault) -> Result<(Reply, Option<ServerTime>)> {
         // Not while a fault of the servers restarts one (its connection would go under it).
         let _one = self.one_at_a_time.lock().await;
         match fault {
             Fault::Terminate(id) => self.terminate(id).await,
             Fault::Cancel(id) => {
-                let rows = self.rows(&sql::cancel(id.pid, id.start_us)).await?;
-                Ok(Reply::Bool {
-                    value: rows.first().and_then(|r| r[0].as_deref()) == Some("t"),
-                })
+                let sent = Signalled::read(&self.rows(&sql::cancel(id.pid, id.start_us)).await?);
+                // A cancel takes effect when the backend next checks for interrupts: after
+                // the time read before it was sent, at no bound known after it.
+                Ok((Reply::Bool { value: sent.value }, sent.time(None)))
             }
         }
     }
 
     /// `pg_terminate_backend` of exactly this identity, confirmed by its leaving
     /// `pg_stat_activity` within a bounded wait (with local servers, after its process has
-    /// exited).
-    async fn terminate(&self, id: BackendId) -> Result<Reply> {
+    /// exited). Its server time: the time read before the signal, and the server's time read
+    /// once it was confirmed gone (its exit lies between them).
+    async fn terminate(&self, id: BackendId) -> Result<(Reply, Option<ServerTime>)> {
         let rows = self.rows(&sql::terminate(id.pid, id.start_us)).await?;
-        let Some(row) = rows.first() else {
-            return Ok(Reply::Bool { value: false });
-        };
-        let signalled = row[0].as_deref() == Some("t");
+        if rows.is_empty() {
+            return Ok((Reply::Bool { value: false }, None));
+        }
+        let sent = Signalled::read(&rows);
         let deadline = Instant::now() + Duration::from_secs(5);
         if self.local_processes {
             // Watch the process itself first: a /proc read costs no query, so the poll does
@@ -378,7 +411,46 @@ impl Nemesis {
             }
             backoff(attempt).await;
         }
-        Ok(Reply::Bool { value: signalled })
+        // A statement after the one that found it gone: its time is later.
+        let after = self
+            .clock_now()
+            .await?
+            .filter(|(clock, _)| Some(*clock) == sent.clock)
+            .map(|(_, t)| t);
+        Ok((Reply::Bool { value: sent.value }, sent.time(after)))
+    }
+}
+
+/// A signalling statement's row (`sql::signal_col`): whether the backend was there and was
+/// signalled, and the server's clock and time read before the signal.
+struct Signalled {
+    value: bool,
+    clock: Option<i64>,
+    before: Option<i64>,
+}
+
+impl Signalled {
+    fn read(rows: &[Vec<Option<String>>]) -> Signalled {
+        use sql::signal_col::{BEFORE, CLOCK, SIGNALLED};
+        let col = |i: usize| rows.first().and_then(|r| r.get(i)?.as_deref());
+        Signalled {
+            value: col(SIGNALLED) == Some("t"),
+            clock: col(CLOCK).and_then(parse_timestamptz),
+            before: col(BEFORE).and_then(parse_timestamptz),
+        }
+    }
+
+    /// The fault's server time: from the time read before the signal to `after` (the server's
+    /// time once its effect was confirmed, of the same clock), where the backend was signalled.
+    fn time(&self, after: Option<i64>) -> Option<ServerTime> {
+        if !self.value {
+            return None;
+        }
+        Some(ServerTime {
+            clock: self.clock?,
+            lo: Some(self.before?),
+            hi: after,
+        })
     }
 }
 

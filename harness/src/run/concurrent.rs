@@ -415,14 +415,17 @@ async fn perform(
         }
         Op::Terminate | Op::Cancel => {
             let fault = Fault::for_op(step.op, target.expect("checked")).expect("a fault");
-            (runner.nemesis.run(fault).await?, None)
+            let (reply, time) = runner.nemesis.run(fault).await?;
+            client.note_time(time);
+            (reply, None)
         }
         op if op.is_server_fault() => {
             let hold = topo.faults.hold;
-            let reply = runner
+            let (reply, time) = runner
                 .nemesis
                 .server_fault(runner.cluster, op, target, hold, topo.faults.delay)
                 .await?;
+            client.note_time(time);
             runner.observer.reconnect(runner.cluster).await?;
             (reply, None)
         }

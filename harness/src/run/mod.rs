@@ -207,7 +207,8 @@ impl<'a> Runner<'a> {
                         when: Default::default(),
                         message: None,
                     }));
-                    let reply = self.nemesis.run(fault).await?;
+                    let (reply, time) = self.nemesis.run(fault).await?;
+                    clients[c].note_time(time);
                     if matches!(fault, Fault::Terminate(_))
                         && reply == (Reply::Bool { value: true })
                     {
@@ -235,7 +236,7 @@ impl<'a> Runner<'a> {
                         message: None,
                     }));
                     let hold = self.cluster.topology.faults.hold;
-                    let reply = self
+                    let (reply, time) = self
                         .nemesis
                         .server_fault(
                             self.cluster,
@@ -245,6 +246,7 @@ impl<'a> Runner<'a> {
                             self.cluster.topology.faults.delay,
                         )
                         .await?;
+                    clients[c].note_time(time);
                     self.observer.reconnect(self.cluster).await?;
                     if reply == Reply::Ok {
                         waits =

@@ -668,7 +668,7 @@ pub fn measure(
             let c = super::check_case(cx, &edited)?;
             count.cases += 1;
             count.caught += u32::from(has_pg(&c));
-            let clear = !order::unseen_after(case, site.event);
+            let clear = !order::unseen_after(case, site.event, site.backend);
             if clear {
                 count.clear += 1;
                 count.clear_caught += u32::from(has_pg(&c));

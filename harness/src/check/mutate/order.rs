@@ -71,33 +71,52 @@ fn at_once(a: &ServerTime, b: &ServerTime) -> bool {
     }
 }
 
-/// Whether an op without a server time (no identity row: `DISCARD ALL`, a timeout, a fault)
-/// other than `mine` overlaps, in client time, the span from event `from` to event `to`: it
+/// Whether an op that cannot be placed ([`unplaced`]: no identity row, as `DISCARD ALL`, a
+/// timeout; a fault of the servers) other than `mine` overlaps, in client time, the span from event `from` to event `to`: it
 /// may have run on any backend anywhere in that span, so the server's clock cannot rule the
 /// edit out (an equivalent mutant: seen, a `DISCARD ALL` of unknown backend that may have
 /// released the grant before the unlock).
 fn blind(ops: &[Done], from: usize, to: usize, mine: &[usize]) -> bool {
     ops.iter()
-        .any(|o| !mine.contains(&o.at) && o.c.server.is_none() && o.inv < to && from < o.at)
+        .any(|o| !mine.contains(&o.at) && unplaced(o.c) && o.inv < to && from < o.at)
+}
+
+/// An op whose effect cannot be placed on a backend and in the server's order: one without a
+/// server time, or a fault of the servers (its time is only a lower bound, and it acts on
+/// every backend, closing them as they notice).
+fn unplaced(c: &Completion) -> bool {
+    c.server.is_none() || c.f.is_server_fault()
 }
 
 /// Whether an op without a server time other than the one completing at event `at` ended
-/// after that op was invoked, or a statement never ended: it may have run after the edited op
-/// on any backend, so the edit may be an equivalent mutant (seen: a `DISCARD ALL` of unknown
-/// backend that may have released a grant reported from another backend). A client's own
-/// connection ops (open, disconnect, reconnect, release) run no statement and do not count.
-pub fn unseen_after(events: &[Event], at: usize) -> bool {
+/// after the op whose state the edit contradicts was invoked, or a statement never ended: it
+/// may have run after that op on any backend, so the edit may be an equivalent mutant (seen:
+/// a `DISCARD ALL` of unknown backend that may have released a grant reported from another
+/// backend, or, overlapping the grant an edited unlock follows, released that grant before
+/// the unlock). The op whose state the edit contradicts: the edited op itself, or the latest
+/// op of the same key on its backend (or on `moved_to`, the backend an edit moves it to)
+/// invoked before it. A client's own connection ops (open, disconnect, reconnect, release) run
+/// no statement and do not count.
+pub fn unseen_after(events: &[Event], at: usize, moved_to: Option<BackendId>) -> bool {
     let connection = |f: Op| matches!(f, Op::Open | Op::Disconnect | Op::Reconnect | Op::Release);
     let all = done_ops(events);
     let answered: Vec<usize> = all.iter().map(|d| d.inv).collect();
     let pending = events.iter().enumerate().any(|(j, e)| {
         matches!(&e.body, Body::Invoke(i) if !connection(i.f)) && !answered.contains(&j)
     });
-    let Some(inv) = all.iter().find(|d| d.at == at).map(|d| d.inv) else {
+    let Some(mine) = all.iter().find(|d| d.at == at) else {
         return false;
     };
+    let on = |o: &Done, b: Option<BackendId>| b.is_some() && o.c.backend == b;
+    let since = all
+        .iter()
+        .filter(|o| o.key.is_some() && o.key == mine.key && o.inv < mine.inv)
+        .filter(|o| on(o, mine.c.backend) || on(o, moved_to))
+        .map(|o| o.inv)
+        .max()
+        .unwrap_or(mine.inv);
     let ops: Vec<Done> = all.into_iter().filter(|d| !connection(d.c.f)).collect();
-    pending || blind(&ops, inv, events.len(), &[at])
+    pending || blind(&ops, since, events.len(), &[at])
 }
 
 fn site(event: usize, backend: Option<BackendId>, other: Option<usize>) -> Site {

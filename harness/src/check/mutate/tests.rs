@@ -297,3 +297,37 @@ fn edits_on_a_fixture_are_caught() {
     }
     assert!(tried >= 3, "{tried}");
 }
+
+/// An edited unlock is clear only when no op of unknown place (here a `DISCARD ALL`, which has
+/// no identity row) ended after the grant it follows on its backend was invoked: such an op may
+/// have released the grant before the unlock, whether it overlaps the unlock or only the grant.
+#[test]
+fn an_op_of_unknown_place_beside_the_grant_an_unlock_follows_is_unseen() {
+    let case = |discard_done: u64| -> Vec<Event> {
+        let server = |lo: u64| format!(r#"{{"clock":1,"lo":{lo},"hi":{}}}"#, lo + 1);
+        [
+            r#"{"t":10,"type":"invoke","p":"C1","step":0,"f":"discard_all"}"#.to_string(),
+            r#"{"t":15,"type":"invoke","p":"C2","step":1,"f":"try_lock","key":7}"#.to_string(),
+            format!(r#"{{"t":{discard_done},"type":"ok","p":"C1","step":0,"f":"discard_all","value":{{"kind":"ok"}}}}"#),
+            format!(
+                r#"{{"t":25,"type":"ok","p":"C2","step":1,"f":"try_lock","value":{{"kind":"bool","value":true}},"backend":[100,1],"server":{}}}"#,
+                server(100)
+            ),
+            r#"{"t":30,"type":"invoke","p":"C3","step":2,"f":"unlock","key":7}"#.to_string(),
+            format!(
+                r#"{{"t":40,"type":"ok","p":"C3","step":2,"f":"unlock","value":{{"kind":"bool","value":true}},"backend":[100,1],"server":{}}}"#,
+                server(200)
+            ),
+        ]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+    };
+    // The DISCARD ALL overlaps the grant, not the unlock (event 5).
+    assert!(order::unseen_after(&case(20), 5, None));
+    // Ended before the grant was invoked (its reply moved before the grant's invoke, times
+    // kept in order): nothing of unknown place after it.
+    let mut before = case(12);
+    before.swap(1, 2);
+    assert!(!order::unseen_after(&before, 5, None));
+}
