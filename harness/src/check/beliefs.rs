@@ -415,8 +415,19 @@ impl Beliefs {
         reply: &Reply,
         served: Option<BackendId>,
     ) {
-        // The wide view counts a grant from its invoke (an unknown outcome may be one).
-        if op.acquires() && (granted(op, reply) || entry.unknown) {
+        // The wide view counts a grant from its invoke (an unknown outcome may be one). A
+        // waiting transaction-lock call that failed (lock_timeout, a cancel) may have been
+        // granted in the instant its error was raised, and held the lock until its
+        // transaction aborted with the error: a look during the call may see it (found as
+        // app.no_orphans on transaction-mode-xact, concurrent, seed 2, case 31, 2026-12-07).
+        // Its completion drops it (the error ends the statement and its transaction). A
+        // session lock that survives its failed call is app.failed_lock_not_held's.
+        let failed_wait = op == Op::XactLock
+            && matches!(
+                reply.code(),
+                Some(code::LOCK_NOT_AVAILABLE) | Some(code::QUERY_CANCELED)
+            );
+        if op.acquires() && (granted(op, reply) || entry.unknown || failed_wait) {
             let w = Self::view(&mut self.wide, c);
             let session = matches!(op, Op::TryLock | Op::Lock);
             // A transaction lock outside a block too: it is held until its statement ends
