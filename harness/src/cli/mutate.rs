@@ -95,8 +95,9 @@ pub fn mutate(a: Args) -> Result<Exit> {
             Ok(())
         };
         println!(
-            "  (clear: the cases where no op without a server time, such as DISCARD ALL, a \
-             timeout or a signal, overlaps or follows the edited op)"
+            "  (clear: the cases where no op of unknown place, such as DISCARD ALL, a timeout \
+             or a fault of the servers, overlaps or follows the edited op or the op of its key \
+             on its backend before it)"
         );
         for (kind, c) in measure(&cx, &cases, a.misses, write)? {
             println!(

@@ -588,8 +588,9 @@ pub fn apply(kind: Kind, events: &[Event], site: &Site) -> Vec<Event> {
 pub struct Count {
     pub cases: u32,
     pub caught: u32,
-    /// Of those, cases where no op without a server time (`DISCARD ALL`, a timeout, a
-    /// signal, a fault) overlaps or follows the edited op ([`order::unseen_after`]): nothing of
+    /// Of those, cases where no op of unknown place (`DISCARD ALL`, a timeout, a fault of the
+    /// servers, a signal recorded without a time) overlaps or follows the edited op or the
+    /// latest op of its key on its backend before it ([`order::unseen_after`]): nothing of
     /// unknown place may have hidden the edit. Edits of the other kind may be equivalent
     /// mutants; these are not, for that reason.
     pub clear: u32,

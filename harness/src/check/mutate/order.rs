@@ -72,10 +72,10 @@ fn at_once(a: &ServerTime, b: &ServerTime) -> bool {
 }
 
 /// Whether an op that cannot be placed ([`unplaced`]: no identity row, as `DISCARD ALL`, a
-/// timeout; a fault of the servers) other than `mine` overlaps, in client time, the span from event `from` to event `to`: it
-/// may have run on any backend anywhere in that span, so the server's clock cannot rule the
-/// edit out (an equivalent mutant: seen, a `DISCARD ALL` of unknown backend that may have
-/// released the grant before the unlock).
+/// timeout; a fault of the servers) other than `mine` overlaps, in client time, the span from
+/// event `from` to event `to`: it may have run on any backend anywhere in that span, so the
+/// server's clock cannot rule the edit out (an equivalent mutant: seen, a `DISCARD ALL` of
+/// unknown backend that may have released the grant before the unlock).
 fn blind(ops: &[Done], from: usize, to: usize, mine: &[usize]) -> bool {
     ops.iter()
         .any(|o| !mine.contains(&o.at) && unplaced(o.c) && o.inv < to && from < o.at)
@@ -88,7 +88,7 @@ fn unplaced(c: &Completion) -> bool {
     c.server.is_none() || c.f.is_server_fault()
 }
 
-/// Whether an op without a server time other than the one completing at event `at` ended
+/// Whether an op that cannot be placed, other than the one completing at event `at`, ended
 /// after the op whose state the edit contradicts was invoked, or a statement never ended: it
 /// may have run after that op on any backend, so the edit may be an equivalent mutant (seen:
 /// a `DISCARD ALL` of unknown backend that may have released a grant reported from another
