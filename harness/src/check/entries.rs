@@ -352,6 +352,15 @@ pub fn server_order(marks: &Marks<'_>, times: bool) -> Vec<Vec<usize>> {
                 };
                 return Some((e, at, None));
             }
+            // A signal's or a fault's time is recorded but not used: with it, a replay of
+            // session-mode-no-reset (concurrent, seed 1, 2026-12-07) was judged pg.exclusion,
+            // and not without it; not yet explained (tests/fixtures/open/README.md).
+            if matches!(
+                marks.entries[e].act,
+                Act::Terminate { .. } | Act::Cancel { .. } | Act::Fault { .. }
+            ) {
+                return None;
+            }
             let c = marks.completed[e].as_ref()?.1;
             Some((e, c.server?, c.backend))
         })
@@ -651,9 +660,8 @@ mod tests {
         assert_eq!(found, vec![(0, 0)]);
     }
 
-    /// A terminate's server time (from before its signal to after its backend was confirmed
-    /// gone) orders it against statements of the same clock, both ways; a cancel's, with no
-    /// time after, orders only what ended before its signal.
+    /// A terminate's and a cancel's server times are recorded but do not order them (not yet:
+    /// see `server_order`); the statements around them are ordered by their own times.
     #[test]
     fn a_signal_is_ordered_by_its_server_time() {
         let st = |lo: i64, hi: Option<i64>| crate::vocab::ServerTime {
@@ -702,15 +710,10 @@ mod tests {
         events.push(case_end(30));
         let m = build(&events);
         let after = server_order(&m, true);
-        assert_eq!(after[2], vec![0], "the terminate follows 0");
-        let mut one = after[1].clone();
-        one.sort();
-        assert_eq!(
-            one,
-            vec![0, 2],
-            "1 follows 0 and the terminate, not the cancel"
-        );
-        assert_eq!(after[3], vec![0], "the cancel follows 0");
+        // Not used yet (see server_order): the signals keep their client intervals, and the
+        // two statements are ordered by their own times alone.
+        assert!(after[2].is_empty() && after[3].is_empty(), "{after:?}");
+        assert_eq!(after[1], vec![0]);
         assert!(server_order(&m, false).iter().all(|a| a.is_empty()));
     }
 

@@ -85,7 +85,8 @@ fn blind(ops: &[Done], from: usize, to: usize, mine: &[usize]) -> bool {
 /// server time, or a fault of the servers (its time is only a lower bound, and it acts on
 /// every backend, closing them as they notice).
 fn unplaced(c: &Completion) -> bool {
-    c.server.is_none() || c.f.is_server_fault()
+    // A signal's time is not used by the search yet (`entries::server_order`).
+    c.server.is_none() || c.f.is_fault()
 }
 
 /// Whether an op that cannot be placed, other than the one completing at event `at`, ended
