@@ -643,6 +643,38 @@ fn a_transaction_lock_outside_a_block_lasts_to_its_statement_end() {
     );
 }
 
+/// The verdicts of a one-client case: `op` on key 7 invoked at 5001, replied (`reply`, a
+/// completion's body after `"f":op,`) at 6001 on backend 101, and a sample at `sample_t`
+/// showing 101 holding key 7.
+fn one_lock_call_with_a_look(op: &str, reply: &str, sample_t: u64) -> Vec<String> {
+    let head = r#"{"t":0,"type":"run","format":"pgchaos-history/3","pgchaos":"fixture","topology":"fixture","topology_file":"fixture.yaml","pooler":"pgbouncer","rules":{"mode":"transaction","pool_size":2,"reset_releases_locks":true,"reset_always":false},"seed":0,"launcher":"fixture","versions":{"postgres":"18.6","postgres_declared":"18.6","postgres_full":"PostgreSQL 18.6","pgbouncer":"1.25.2","pgbouncer_declared":"1.25.2","version_drift":[]},"ready_ms":0,"contender":[999,1796000000000999],"contender_start":"2026-11-30 00:00:00.000999+00","keys":[7],"started":"20261130T000000Z"}
+{"t":1,"type":"case","case":0,"seed":1,"phase":"run","clients":1,"steps":1,"schedule":"concurrent"}
+{"t":1001,"type":"invoke","p":"C1","f":"open"}
+{"t":2001,"type":"ok","p":"C1","f":"open","value":{"kind":"ok"}}"#;
+    let invoke = format!(r#"{{"t":5001,"type":"invoke","p":"C1","step":0,"f":"{op}","key":7}}"#);
+    let held = r#"{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"active","query":"/*pgchaos s0*/ SELECT","locks":[{"key":7,"mode":"ExclusiveLock","granted":true}]}"#;
+    let sample = format!(r#"{{"t":{sample_t},"type":"obs","at":"sample","backends":[{held}]}}"#);
+    let reply = format!(
+        r#"{{"t":6001,"p":"C1","step":0,"f":"{op}",{reply},"backend":[101,1796000000000001]}}"#
+    );
+    let tail = r#"{"t":9001,"type":"obs","at":"end","backends":[{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"idle","query":"/*pgchaos s0*/ SELECT"}]}
+{"t":11001,"type":"case_end","case":0,"steps_us":1,"reset_us":1}
+{"t":12001,"type":"run_end","cases":1,"stopped_by_time_limit":false,"run_ms":1}"#;
+    let mut v = vec![head.to_string(), invoke];
+    if sample_t < 6001 {
+        v.extend([sample, reply]);
+    } else {
+        v.extend([reply, sample]);
+    }
+    v.push(tail.to_string());
+    let text = v.join("\n");
+    judge_lines(text.lines())
+        .violations
+        .iter()
+        .map(|v| v.invariant.clone())
+        .collect()
+}
+
 /// A look taken while a client's `try_xact_lock` outside a block runs sees the lock on its
 /// backend: the client is taking it, and its statement will release it. Not an orphan (found
 /// as `app.no_orphans` on transaction-mode-xact, concurrent schedule, seed 1, case 55,
@@ -650,40 +682,18 @@ fn a_transaction_lock_outside_a_block_lasts_to_its_statement_end() {
 /// shows the lock is violated.
 #[test]
 fn a_transaction_lock_seen_during_its_statement_is_no_orphan() {
-    let lines = |sample_t: u64| {
-        let head = r#"{"t":0,"type":"run","format":"pgchaos-history/3","pgchaos":"fixture","topology":"fixture","topology_file":"fixture.yaml","pooler":"pgbouncer","rules":{"mode":"transaction","pool_size":2,"reset_releases_locks":true,"reset_always":false},"seed":0,"launcher":"fixture","versions":{"postgres":"18.6","postgres_declared":"18.6","postgres_full":"PostgreSQL 18.6","pgbouncer":"1.25.2","pgbouncer_declared":"1.25.2","version_drift":[]},"ready_ms":0,"contender":[999,1796000000000999],"contender_start":"2026-11-30 00:00:00.000999+00","keys":[7],"started":"20261130T000000Z"}
-{"t":1,"type":"case","case":0,"seed":1,"phase":"run","clients":1,"steps":1,"schedule":"concurrent"}
-{"t":1001,"type":"invoke","p":"C1","f":"open"}
-{"t":2001,"type":"ok","p":"C1","f":"open","value":{"kind":"ok"}}
-{"t":5001,"type":"invoke","p":"C1","step":0,"f":"try_xact_lock","key":7}"#;
-        let held = r#"{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"active","query":"/*pgchaos s0*/ SELECT","locks":[{"key":7,"mode":"ExclusiveLock","granted":true}]}"#;
-        let sample =
-            format!(r#"{{"t":{sample_t},"type":"obs","at":"sample","backends":[{held}]}}"#);
-        let reply = r#"{"t":6001,"type":"ok","p":"C1","step":0,"f":"try_xact_lock","value":{"kind":"bool","value":true},"backend":[101,1796000000000001]}"#;
-        let tail = r#"{"t":9001,"type":"obs","at":"end","backends":[{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"idle","query":"/*pgchaos s0*/ SELECT"}]}
-{"t":11001,"type":"case_end","case":0,"steps_us":1,"reset_us":1}
-{"t":12001,"type":"run_end","cases":1,"stopped_by_time_limit":false,"run_ms":1}"#;
-        let mut v = vec![head.to_string()];
-        if sample_t < 6001 {
-            v.extend([sample, reply.to_string()]);
-        } else {
-            v.extend([reply.to_string(), sample]);
-        }
-        v.push(tail.to_string());
-        v.join("\n")
+    let verdicts = |t| {
+        one_lock_call_with_a_look(
+            "try_xact_lock",
+            r#""type":"ok","value":{"kind":"bool","value":true}"#,
+            t,
+        )
     };
-    let verdicts = |text: String| {
-        let v = judge_lines(text.lines());
-        v.violations
-            .iter()
-            .map(|v| v.invariant.clone())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(verdicts(lines(5501)), Vec::<String>::new());
+    assert_eq!(verdicts(5501), Vec::<String>::new());
     assert!(
-        verdicts(lines(7001)).contains(&"app.no_orphans".to_string()),
+        verdicts(7001).contains(&"app.no_orphans".to_string()),
         "{:?}",
-        verdicts(lines(7001))
+        verdicts(7001)
     );
 }
 
@@ -694,44 +704,22 @@ fn a_transaction_lock_seen_during_its_statement_is_no_orphan() {
 /// the grant and the 55P03). A look after the failed reply that still shows it is violated.
 #[test]
 fn a_failed_transaction_lock_call_seen_holding_is_no_orphan() {
-    let lines = |sample_t: u64| {
-        let head = r#"{"t":0,"type":"run","format":"pgchaos-history/3","pgchaos":"fixture","topology":"fixture","topology_file":"fixture.yaml","pooler":"pgbouncer","rules":{"mode":"transaction","pool_size":2,"reset_releases_locks":true,"reset_always":false},"seed":0,"launcher":"fixture","versions":{"postgres":"18.6","postgres_declared":"18.6","postgres_full":"PostgreSQL 18.6","pgbouncer":"1.25.2","pgbouncer_declared":"1.25.2","version_drift":[]},"ready_ms":0,"contender":[999,1796000000000999],"contender_start":"2026-11-30 00:00:00.000999+00","keys":[7],"started":"20261130T000000Z"}
-{"t":1,"type":"case","case":0,"seed":1,"phase":"run","clients":1,"steps":1,"schedule":"concurrent"}
-{"t":1001,"type":"invoke","p":"C1","f":"open"}
-{"t":2001,"type":"ok","p":"C1","f":"open","value":{"kind":"ok"}}
-{"t":5001,"type":"invoke","p":"C1","step":0,"f":"xact_lock","key":7}"#;
-        let held = r#"{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"active","query":"/*pgchaos s0*/ SELECT","locks":[{"key":7,"mode":"ExclusiveLock","granted":true}]}"#;
-        let sample =
-            format!(r#"{{"t":{sample_t},"type":"obs","at":"sample","backends":[{held}]}}"#);
-        let reply = r#"{"t":6001,"type":"fail","p":"C1","step":0,"f":"xact_lock","value":{"kind":"error","code":"55P03","message":"canceling statement due to lock timeout"},"backend":[101,1796000000000001]}"#;
-        let tail = r#"{"t":9001,"type":"obs","at":"end","backends":[{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"idle","query":"/*pgchaos s0*/ SELECT"}]}
-{"t":11001,"type":"case_end","case":0,"steps_us":1,"reset_us":1}
-{"t":12001,"type":"run_end","cases":1,"stopped_by_time_limit":false,"run_ms":1}"#;
-        let mut v = vec![head.to_string()];
-        if sample_t < 6001 {
-            v.extend([sample, reply.to_string()]);
-        } else {
-            v.extend([reply.to_string(), sample]);
-        }
-        v.push(tail.to_string());
-        v.join("\n")
+    let verdicts = |t| {
+        one_lock_call_with_a_look(
+            "xact_lock",
+            r#""type":"fail","value":{"kind":"error","code":"55P03","message":"canceling statement due to lock timeout"}"#,
+            t,
+        )
     };
-    let verdicts = |text: String| {
-        let v = judge_lines(text.lines());
-        v.violations
-            .iter()
-            .map(|v| v.invariant.clone())
-            .collect::<Vec<_>>()
-    };
-    let during = verdicts(lines(5501));
+    let during = verdicts(5501);
     assert!(
         !during.contains(&"app.no_orphans".to_string()),
         "{during:?}"
     );
     assert!(
-        verdicts(lines(7001)).contains(&"app.no_orphans".to_string()),
+        verdicts(7001).contains(&"app.no_orphans".to_string()),
         "{:?}",
-        verdicts(lines(7001))
+        verdicts(7001)
     );
 }
 
