@@ -12,7 +12,9 @@ mod site;
 pub use site::{Kind, Site};
 
 use super::CheckContext;
-use crate::history::{At, Body, Event, HistoryReader, LockRow, Phase, Process};
+use crate::history::{
+    At, Body, Completion, Event, HistoryReader, LockRow, ObsEvent, Phase, Process,
+};
 use crate::vocab::{BackendId, Key, Op, Reply};
 use anyhow::{Result, anyhow};
 use std::collections::BTreeSet;
@@ -176,247 +178,241 @@ fn granted(op: Op, r: &Reply) -> bool {
     matches!(r, Reply::Bool { value: true }) || (op.waits_for_lock() && *r == Reply::Ok)
 }
 
+/// What the search for sites reads of a case: its events, their spans and the backends seen.
+struct Case<'a> {
+    events: &'a [Event],
+    sp: Vec<Span>,
+    all: Vec<BackendId>,
+}
+
+impl Case<'_> {
+    /// The span that event `i` completes, and the invocation it began with.
+    fn completed(&self, i: usize) -> Option<(usize, &crate::history::Invoke)> {
+        let m = self.sp.iter().position(|s| s.done == Some(i))?;
+        let Some(Body::Invoke(inv)) = self.events.get(self.sp[m].inv).map(|e| &e.body) else {
+            return None;
+        };
+        Some((m, inv))
+    }
+}
+
+/// The site of an edit at event `event`, with the backend, key and value it puts there.
+fn site_at(
+    event: usize,
+    backend: Option<BackendId>,
+    key: Option<Key>,
+    value: Option<String>,
+) -> Site {
+    Site {
+        event,
+        backend,
+        key,
+        value,
+    }
+}
+
 /// Every place a case (its events, `case` to `case_end`) can take an edit of `kind`.
 pub fn sites(kind: Kind, events: &[Event]) -> Vec<Site> {
     if Kind::ORDERED.contains(&kind) {
         return order::sites(kind, events);
     }
-    let sp = spans(events);
-    let all = backends_seen(events);
+    let case = Case {
+        events,
+        sp: spans(events),
+        all: backends_seen(events),
+    };
     let mut out = vec![];
     for (i, e) in events.iter().enumerate() {
-        match (kind, &e.body) {
-            (Kind::FlipReply, Body::Ok(c)) => {
-                let flippable = matches!(c.f, Op::TryLock | Op::Unlock | Op::TryXactLock)
-                    && matches!(c.value, Reply::Bool { .. });
-                let me = sp.iter().position(|s| s.done == Some(i));
-                if flippable
-                    && let Some(m) = me
-                    && let (Some(k), Some(b)) = (sp[m].key, c.backend)
-                    && quiet(&sp, sp[m].inv, i, Some(m), &[k], &[b])
-                    && decided(&sp, events, sp[m].inv, &[k], &[b])
-                {
-                    out.push(Site {
-                        event: i,
-                        backend: None,
-                        key: None,
-                        value: None,
-                    });
-                }
-            }
+        let site = match (kind, &e.body) {
+            (Kind::FlipReply, Body::Ok(c)) => flip_reply(&case, i, c),
             (Kind::MoveGrant, Body::Ok(c)) if c.f.acquires() && granted(c.f, &c.value) => {
-                let (Some(b), Some(m)) = (c.backend, sp.iter().position(|s| s.done == Some(i)))
-                else {
-                    continue;
-                };
-                let Some(Body::Invoke(inv)) = events.get(sp[m].inv).map(|e| &e.body) else {
-                    continue;
-                };
-                let Some(k) = inv.key else { continue };
-                let Some(r) = next_read(events, i) else {
-                    continue;
-                };
-                let look = held(events, r);
-                // The next look shows the grant.
-                if !look.contains(&(b, k)) || !decided(&sp, events, sp[m].inv, &[k], &[b]) {
-                    continue;
-                }
-                let present: Vec<BackendId> = match &events[r].body {
-                    Body::Obs(o) => o.obs.backends.iter().map(|x| x.id).collect(),
-                    _ => vec![],
-                };
-                // Another backend of that look holding nothing, and nothing else on the key
-                // or either backend meanwhile.
-                if let Some(other) = all.iter().find(|x| {
-                    **x != b
-                        && present.contains(x)
-                        && !look.iter().any(|(y, _)| y == *x)
-                        && quiet(&sp, sp[m].inv, r, Some(m), &[], &[b, **x])
-                }) {
-                    out.push(Site {
-                        event: i,
-                        backend: Some(*other),
-                        key: Some(k),
-                        value: None,
-                    });
-                }
+                move_grant(&case, i, c)
             }
-            (Kind::DropHeldRow | Kind::CopyRow, Body::Obs(o)) => {
-                let start = read_start(events, i);
-                let rows = o.obs.held();
-                // A row nothing was changing while the look was taken.
-                let Some((b, k)) = rows.iter().copied().find(|(b, k)| {
-                    kind == Kind::CopyRow
-                        || (quiet(&sp, start, i, None, &[*k], &[*b])
-                            && decided(&sp, events, start, &[*k], &[*b]))
-                }) else {
-                    continue;
-                };
-                let other = o.obs.backends.iter().map(|x| x.id).find(|x| *x != b);
-                match kind {
-                    Kind::DropHeldRow => out.push(Site {
-                        event: i,
-                        backend: Some(b),
-                        key: Some(k),
-                        value: None,
-                    }),
-                    _ => {
-                        if let Some(o2) = other {
-                            out.push(Site {
-                                event: i,
-                                backend: Some(o2),
-                                key: Some(k),
-                                value: None,
-                            });
-                        }
-                    }
-                }
-            }
+            (Kind::DropHeldRow | Kind::CopyRow, Body::Obs(o)) => held_row(&case, kind, i, o),
             (Kind::DropRelease, Body::Ok(c))
                 if c.f == Op::Unlock && c.value == (Reply::Bool { value: true }) =>
             {
-                let (Some(b), Some(m)) = (c.backend, sp.iter().position(|s| s.done == Some(i)))
-                else {
-                    continue;
-                };
-                let Some(Body::Invoke(inv)) = events.get(sp[m].inv).map(|e| &e.body) else {
-                    continue;
-                };
-                let Some(r) = next_read(events, i) else {
-                    continue;
-                };
-                // The release shows in the next look (the count reached zero), alone.
-                // Until that look nothing could release the key on that backend, or take it
-                // again: then a model that never saw the unlock must hold it there.
-                let undisturbed = |k: Key| {
-                    sp.iter().enumerate().all(|(j, s)| {
-                        let on_b = s.backend.is_none_or(|x| x == b);
-                        let releases = matches!(
-                            s.op,
-                            Op::UnlockAll
-                                | Op::DiscardAll
-                                | Op::Disconnect
-                                | Op::Reconnect
-                                | Op::Release
-                                | Op::Terminate
-                        ) || (s.op == Op::Unlock && s.key == Some(k))
-                            || (s.op.acquires() && s.key == Some(k));
-                        j == m || !s.during(sp[m].inv, r) || s.global() || !(on_b && releases)
-                    }) && sp.iter().all(|s| !s.during(sp[m].inv, r) || !s.global())
-                };
-                if inv.key.is_some_and(|k| {
-                    decided(&sp, events, sp[m].inv, &[k], &[b])
-                        && !held(events, r).contains(&(b, k))
-                        && undisturbed(k)
-                }) {
-                    out.push(Site {
-                        event: sp[m].inv,
-                        backend: None,
-                        key: inv.key,
-                        value: None,
-                    });
-                }
+                drop_release(&case, i, c)
             }
-            (Kind::SplitTransaction, Body::Ok(c) | Body::Fail(c)) => {
-                if !matches!(c.p, Process::Client(_)) {
-                    continue;
-                }
-                let Some(b) = c.backend else { continue };
-                if matches!(c.f, Op::Begin | Op::Commit | Op::Rollback) {
-                    continue;
-                }
-                // Inside this client's open transaction on `b`: a BEGIN on b before it with no
-                // end of the transaction (or of the connection) between.
-                let began = (0..i).rev().find_map(|j| match &events[j].body {
-                    Body::Ok(x) if x.p == c.p && x.f == Op::Begin && x.backend == Some(b) => {
-                        Some(true)
-                    }
-                    Body::Ok(x) | Body::Fail(x) | Body::Info(x)
-                        if x.p == c.p
-                            && (matches!(
-                                x.f,
-                                Op::Commit | Op::Rollback | Op::Disconnect | Op::Reconnect
-                            ) || x.value.is_error()) =>
-                    {
-                        Some(false)
-                    }
-                    _ => None,
-                });
-                if began == Some(true)
-                    && let Some(other) = all.iter().find(|x| **x != b)
-                {
-                    out.push(Site {
-                        event: i,
-                        backend: Some(*other),
-                        key: None,
-                        value: None,
-                    });
-                }
-            }
-            (Kind::DropAfterReconnect, Body::Obs(o)) => {
-                // The RECONNECT completed before the look began, and nothing was using the
-                // backend while the look was taken.
-                let start = read_start(events, i);
-                let after = (0..start)
-                    .any(|j| matches!(&events[j].body, Body::Ok(x) if x.f == Op::PoolerReconnect));
-                if !after {
-                    continue;
-                }
-                if let Some(row) = o.obs.backends.iter().find(|r| {
-                    r.in_open_transaction()
-                        && quiet(&sp, start, i, None, &[], &[r.id])
-                        && decided(&sp, events, start, &[], &[r.id])
-                }) {
-                    out.push(Site {
-                        event: i,
-                        backend: Some(row.id),
-                        key: None,
-                        value: None,
-                    });
-                }
-            }
-            (Kind::ForgeRead | Kind::ReadFromLater, Body::Ok(c)) => {
-                if !matches!(c.p, Process::Client(_)) || !matches!(c.value, Reply::Text { .. }) {
-                    continue;
-                }
-                let Some(m) = sp.iter().position(|s| s.done == Some(i)) else {
-                    continue;
-                };
-                let Some(Body::Invoke(inv)) = events.get(sp[m].inv).map(|e| &e.body) else {
-                    continue;
-                };
-                let before = (kind == Kind::ReadFromLater).then_some(i);
-                if let Some(v) = forged_read(events, inv, before) {
-                    out.push(Site {
-                        event: i,
-                        backend: None,
-                        key: None,
-                        value: Some(v),
-                    });
-                }
-            }
+            (Kind::SplitTransaction, Body::Ok(c) | Body::Fail(c)) => split_transaction(&case, i, c),
+            (Kind::DropAfterReconnect, Body::Obs(o)) => drop_after_reconnect(&case, i, o),
+            (Kind::ForgeRead | Kind::ReadFromLater, Body::Ok(c)) => forge_read(&case, kind, i, c),
             (Kind::ForgeNotification, Body::Notification(_)) => {
                 let sent: BTreeSet<usize> = clients_that(events, |f| f == Op::Notify);
                 let nobody = (0..=clients_seen(events)).find(|c| !sent.contains(c));
-                if let Some(c) = nobody {
-                    out.push(Site {
-                        event: i,
-                        backend: None,
-                        key: None,
-                        value: Some(crate::vocab::notify::payload(c, 0)),
-                    });
-                }
+                nobody.map(|c| site_at(i, None, None, Some(crate::vocab::notify::payload(c, 0))))
             }
-            (Kind::RepeatNotification, Body::Notification(_)) => out.push(Site {
-                event: i,
-                backend: None,
-                key: None,
-                value: None,
-            }),
-            _ => {}
-        }
+            (Kind::RepeatNotification, Body::Notification(_)) => Some(site_at(i, None, None, None)),
+            _ => None,
+        };
+        out.extend(site);
     }
     out
+}
+
+/// A boolean reply (`try_lock`, `unlock`, `try_xact_lock`) to flip: nothing else touched its
+/// key or backend while it ran, and the servers' state was decided when it began.
+fn flip_reply(case: &Case, i: usize, c: &Completion) -> Option<Site> {
+    let sp = &case.sp;
+    let flippable = matches!(c.f, Op::TryLock | Op::Unlock | Op::TryXactLock)
+        && matches!(c.value, Reply::Bool { .. });
+    let me = sp.iter().position(|s| s.done == Some(i));
+    if flippable
+        && let Some(m) = me
+        && let (Some(k), Some(b)) = (sp[m].key, c.backend)
+        && quiet(sp, sp[m].inv, i, Some(m), &[k], &[b])
+        && decided(sp, case.events, sp[m].inv, &[k], &[b])
+    {
+        return Some(site_at(i, None, None, None));
+    }
+    None
+}
+
+/// A grant (event `i`) to move to another backend: the next look shows it, and another
+/// backend of that look holds nothing.
+fn move_grant(case: &Case, i: usize, c: &Completion) -> Option<Site> {
+    let (sp, events) = (&case.sp, case.events);
+    let b = c.backend?;
+    let (m, inv) = case.completed(i)?;
+    let k = inv.key?;
+    let r = next_read(events, i)?;
+    let look = held(events, r);
+    // The next look shows the grant.
+    if !look.contains(&(b, k)) || !decided(sp, events, sp[m].inv, &[k], &[b]) {
+        return None;
+    }
+    let present: Vec<BackendId> = match &events[r].body {
+        Body::Obs(o) => o.obs.backends.iter().map(|x| x.id).collect(),
+        _ => vec![],
+    };
+    // Another backend of that look holding nothing, and nothing else on the key
+    // or either backend meanwhile.
+    let other = case.all.iter().find(|x| {
+        **x != b
+            && present.contains(x)
+            && !look.iter().any(|(y, _)| y == *x)
+            && quiet(sp, sp[m].inv, r, Some(m), &[], &[b, **x])
+    })?;
+    Some(site_at(i, Some(*other), Some(k), None))
+}
+
+/// A granted row of a look (event `i`) to drop (`DropHeldRow`: a row nothing was changing
+/// while the look was taken) or to copy onto another backend of the look (`CopyRow`).
+fn held_row(case: &Case, kind: Kind, i: usize, o: &ObsEvent) -> Option<Site> {
+    let (sp, events) = (&case.sp, case.events);
+    let start = read_start(events, i);
+    let rows = o.obs.held();
+    // A row nothing was changing while the look was taken.
+    let (b, k) = rows.iter().copied().find(|(b, k)| {
+        kind == Kind::CopyRow
+            || (quiet(sp, start, i, None, &[*k], &[*b]) && decided(sp, events, start, &[*k], &[*b]))
+    })?;
+    let other = o.obs.backends.iter().map(|x| x.id).find(|x| *x != b);
+    match kind {
+        Kind::DropHeldRow => Some(site_at(i, Some(b), Some(k), None)),
+        _ => other.map(|o2| site_at(i, Some(o2), Some(k), None)),
+    }
+}
+
+/// An unlock that returned true (event `i`) to drop: the next look shows the release alone,
+/// and until then nothing could release the key on that backend or take it again.
+fn drop_release(case: &Case, i: usize, c: &Completion) -> Option<Site> {
+    let (sp, events) = (&case.sp, case.events);
+    let b = c.backend?;
+    let (m, inv) = case.completed(i)?;
+    let r = next_read(events, i)?;
+    // The release shows in the next look (the count reached zero), alone.
+    // Until that look nothing could release the key on that backend, or take it
+    // again: then a model that never saw the unlock must hold it there.
+    let undisturbed = |k: Key| {
+        sp.iter().enumerate().all(|(j, s)| {
+            let on_b = s.backend.is_none_or(|x| x == b);
+            let releases = matches!(
+                s.op,
+                Op::UnlockAll
+                    | Op::DiscardAll
+                    | Op::Disconnect
+                    | Op::Reconnect
+                    | Op::Release
+                    | Op::Terminate
+            ) || (s.op == Op::Unlock && s.key == Some(k))
+                || (s.op.acquires() && s.key == Some(k));
+            j == m || !s.during(sp[m].inv, r) || s.global() || !(on_b && releases)
+        }) && sp.iter().all(|s| !s.during(sp[m].inv, r) || !s.global())
+    };
+    inv.key
+        .is_some_and(|k| {
+            decided(sp, events, sp[m].inv, &[k], &[b])
+                && !held(events, r).contains(&(b, k))
+                && undisturbed(k)
+        })
+        .then(|| site_at(sp[m].inv, None, inv.key, None))
+}
+
+/// A client's statement (event `i`) inside its open transaction on a backend, to answer from
+/// another backend of the case.
+fn split_transaction(case: &Case, i: usize, c: &Completion) -> Option<Site> {
+    let events = case.events;
+    if !matches!(c.p, Process::Client(_)) {
+        return None;
+    }
+    let b = c.backend?;
+    if matches!(c.f, Op::Begin | Op::Commit | Op::Rollback) {
+        return None;
+    }
+    // Inside this client's open transaction on `b`: a BEGIN on b before it with no
+    // end of the transaction (or of the connection) between.
+    let began = (0..i).rev().find_map(|j| match &events[j].body {
+        Body::Ok(x) if x.p == c.p && x.f == Op::Begin && x.backend == Some(b) => Some(true),
+        Body::Ok(x) | Body::Fail(x) | Body::Info(x)
+            if x.p == c.p
+                && (matches!(
+                    x.f,
+                    Op::Commit | Op::Rollback | Op::Disconnect | Op::Reconnect
+                ) || x.value.is_error()) =>
+        {
+            Some(false)
+        }
+        _ => None,
+    });
+    if began == Some(true)
+        && let Some(other) = case.all.iter().find(|x| **x != b)
+    {
+        return Some(site_at(i, Some(*other), None, None));
+    }
+    None
+}
+
+/// A server linked to an open transaction in a look (event `i`) taken after a RECONNECT, to
+/// drop from it.
+fn drop_after_reconnect(case: &Case, i: usize, o: &ObsEvent) -> Option<Site> {
+    let (sp, events) = (&case.sp, case.events);
+    // The RECONNECT completed before the look began, and nothing was using the
+    // backend while the look was taken.
+    let start = read_start(events, i);
+    let after =
+        (0..start).any(|j| matches!(&events[j].body, Body::Ok(x) if x.f == Op::PoolerReconnect));
+    if !after {
+        return None;
+    }
+    let row = o.obs.backends.iter().find(|r| {
+        r.in_open_transaction()
+            && quiet(sp, start, i, None, &[], &[r.id])
+            && decided(sp, events, start, &[], &[r.id])
+    })?;
+    Some(site_at(i, Some(row.id), None, None))
+}
+
+/// A client's read of session state (event `i`) to answer with a value no client could have
+/// written before it (`ForgeRead`: never; `ReadFromLater`: only after the read completed).
+fn forge_read(case: &Case, kind: Kind, i: usize, c: &Completion) -> Option<Site> {
+    if !matches!(c.p, Process::Client(_)) || !matches!(c.value, Reply::Text { .. }) {
+        return None;
+    }
+    let (_, inv) = case.completed(i)?;
+    let before = (kind == Kind::ReadFromLater).then_some(i);
+    let v = forged_read(case.events, inv, before)?;
+    Some(site_at(i, None, None, Some(v)))
 }
 
 /// Clients (0-based) that invoked an op `f` matches somewhere in the case.
