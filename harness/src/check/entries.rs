@@ -12,7 +12,7 @@
 
 use super::model::{Act, Entry, Part, Stmt};
 use super::search::Mark;
-use crate::history::{At, Body, Completion, Event, Invoke, ProbeWhy, Process};
+use crate::history::{At, Body, Completion, Event, Invoke, ObsEvent, ProbeWhy, Process};
 use crate::vocab::reply::code;
 use crate::vocab::{Op, Reply};
 use std::collections::{BTreeMap, VecDeque};
@@ -37,37 +37,190 @@ fn is_unknown(c: Option<&Completion>, op: Op) -> bool {
     }
 }
 
-/// An entry that happens at one instant (a probe, a received notification): invoked and
-/// completed at the event that records it, with no invocation or completion event of its own.
-fn instant<'e>(
-    entries: &mut Vec<Entry<'e>>,
-    completed: &mut Vec<Option<(u64, &'e Completion)>>,
-    invokes: &mut Vec<Option<&'e Invoke>>,
-    marks: &mut Vec<(Mark, u64)>,
-    act: Act<'e>,
-    step: Option<usize>,
-    now: u64,
-) {
-    let id = entries.len();
-    entries.push(Entry {
-        act,
-        step,
-        inv: now,
-        done: Some(now),
-        unknown: false,
-        orphaned: false,
-    });
-    completed.push(None);
-    invokes.push(None);
-    marks.push((Mark::Invoke(id), now));
-    marks.push((Mark::Complete(id), now));
+/// Who completed an op and what it was: its process, its step and its op.
+type Who = (Process, Option<usize>, Op);
+
+/// A case's entries as `build` gathers them, event by event, with the marks placed around
+/// each event.
+struct Gathered<'e> {
+    entries: Vec<Entry<'e>>,
+    completed: Vec<Option<(u64, &'e Completion)>>,
+    invokes: Vec<Option<&'e Invoke>>,
+    /// Marks placed before event i (a sample's invoke), and at it.
+    before: Vec<Vec<(Mark, u64)>>,
+    at: Vec<Vec<(Mark, u64)>>,
+    /// Which entry each completion event closes.
+    closes: BTreeMap<usize, usize>,
 }
 
-/// Build a case's entries and marks from its events (a `case` event to its `case_end`).
-pub fn build(events: &[Event]) -> Marks<'_> {
-    let start = events.first().map(|e| e.t).unwrap_or(0);
-    // Completions, by who and what, in order.
-    type Who = (Process, Option<usize>, Op);
+impl<'e> Gathered<'e> {
+    /// An entry that happens at one instant (a probe, a received notification) at event `i`:
+    /// invoked and completed at the event that records it, with no invocation or completion
+    /// event of its own.
+    fn instant(&mut self, i: usize, act: Act<'e>, step: Option<usize>, now: u64) {
+        let id = self.entries.len();
+        self.entries.push(Entry {
+            act,
+            step,
+            inv: now,
+            done: Some(now),
+            unknown: false,
+            orphaned: false,
+        });
+        self.completed.push(None);
+        self.invokes.push(None);
+        self.at[i].push((Mark::Invoke(id), now));
+        self.at[i].push((Mark::Complete(id), now));
+    }
+
+    /// The entry of an op invoked at event `i`, matched with its completion (taken from
+    /// `done`), unless nothing was sent or there is nothing to judge it by.
+    fn op(
+        &mut self,
+        events: &'e [Event],
+        i: usize,
+        inv: &'e Invoke,
+        done: &mut BTreeMap<Who, VecDeque<(usize, &'e Completion)>>,
+    ) {
+        let ev = &events[i];
+        let now = ev.t;
+        if inv.f.client_side() {
+            return;
+        }
+        let key = (inv.p, inv.step, inv.f);
+        let c = done.get_mut(&key).and_then(|q| q.pop_front());
+        let comp = c.map(|(_, c)| c);
+        let reply = comp.map(|c| &c.value);
+        let unknown = is_unknown(comp, inv.f);
+        static NONE: Reply = Reply::Error {
+            code: String::new(),
+            message: String::new(),
+        };
+        let r = reply.unwrap_or(&NONE);
+        // No protocol-level statement to execute, or no connection to send it on (the
+        // client's `open` before it failed or timed out): nothing was sent (the
+        // client's own bookkeeping, not the servers').
+        if matches!(
+            r.code(),
+            Some(crate::vocab::reply::code::NO_STATEMENT)
+                | Some(crate::vocab::reply::code::NOT_CONNECTED)
+        ) {
+            return;
+        }
+        let Some(act) = act_of(events, i, inv, c, r) else {
+            return;
+        };
+        let id = self.entries.len();
+        // Without a reply, a connect or a fault is not judged (nothing to judge it by).
+        if comp.is_none() && !matches!(act, Act::Stmt(_)) {
+            return;
+        }
+        self.entries.push(Entry {
+            act,
+            step: inv.step,
+            inv: ev.t,
+            done: c.map(|(j, _)| events[j].t),
+            unknown,
+            orphaned: false,
+        });
+        self.completed.push(c.map(|(j, c)| (events[j].t, c)));
+        self.invokes.push(Some(inv));
+        self.at[i].push((Mark::Invoke(id), now));
+        if let Some((j, _)) = c
+            && !unknown
+        {
+            self.closes.insert(j, id);
+        }
+    }
+
+    /// The entries of a look at event `i`: one read of every view in the sequential
+    /// schedule, or one per server of a sample, which began at its own time and ended by
+    /// `next_t`.
+    fn look(&mut self, events: &[Event], i: usize, o: &'e ObsEvent, next_t: u64) {
+        let ev = &events[i];
+        let now = ev.t;
+        let sample = o.at == At::Sample;
+        // A sample's two servers answer at their own instants (see `Part`).
+        let parts: &[Part] = if !sample {
+            &[Part::All]
+        } else if o.obs.servers.is_empty() {
+            &[Part::Activity, Part::Locks]
+        } else {
+            &[Part::Activity, Part::Locks, Part::Pooler]
+        };
+        for &part in parts {
+            let id = self.entries.len();
+            self.entries.push(Entry {
+                act: Act::Read { obs: &o.obs, part },
+                step: o.step,
+                inv: now,
+                done: Some(if sample { next_t } else { now }),
+                unknown: false,
+                orphaned: false,
+            });
+            self.completed.push(None);
+            self.invokes.push(None);
+            if !sample {
+                self.at[i].push((Mark::Invoke(id), now));
+                self.at[i].push((Mark::Complete(id), now));
+                continue;
+            }
+            // It began at its own t: after every event written before then.
+            let t0 = ev.t;
+            let j = (0..i).find(|&j| events[j].t >= t0).unwrap_or(i);
+            self.before[j].push((Mark::Invoke(id), t0));
+            self.at[i].push((Mark::Complete(id), next_t));
+        }
+    }
+}
+
+/// What an op invoked at event `i` did, as the search reads it (`r`: its reply, or an empty
+/// error if none came). `None`: a signal with no target.
+fn act_of<'e>(
+    events: &[Event],
+    i: usize,
+    inv: &'e Invoke,
+    c: Option<(usize, &'e Completion)>,
+    r: &'e Reply,
+) -> Option<Act<'e>> {
+    let client = match inv.p {
+        Process::Client(c) => c,
+        Process::Nemesis => inv.client.unwrap_or(0),
+    };
+    let comp = c.map(|(_, c)| c);
+    Some(match inv.f {
+        Op::Open => Act::Connect { client, reply: r },
+        Op::Release => Act::Release { client },
+        Op::Disconnect => Act::Disconnect { client },
+        Op::Reconnect => Act::Reconnect { client, reply: r },
+        Op::Terminate | Op::Cancel => {
+            let target = inv.target?;
+            if inv.f == Op::Terminate {
+                Act::Terminate { target, reply: r }
+            } else {
+                Act::Cancel { target, reply: r }
+            }
+        }
+        op if op.is_server_fault() => Act::Fault {
+            op,
+            target: inv.target,
+            reply: r,
+        },
+        op => Act::Stmt(Stmt {
+            client,
+            op,
+            key: inv.key,
+            setting: inv.guc.map(|g| (g, inv.ms.unwrap_or(0))),
+            note: (op == Op::Notify).then(|| (client, inv.step.unwrap_or(0))),
+            reply: r,
+            served: comp.and_then(|c| c.backend),
+            took: c.map(|(j, _)| events[j].t.saturating_sub(events[i].t)),
+        }),
+    })
+}
+
+/// The completions of a case, by who and what, in order, each with its event's index.
+fn completions(events: &[Event]) -> BTreeMap<Who, VecDeque<(usize, &Completion)>> {
     let mut done: BTreeMap<Who, VecDeque<(usize, &Completion)>> = BTreeMap::new();
     for (i, ev) in events.iter().enumerate() {
         if let Some(c) = ev.completion() {
@@ -76,7 +229,12 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                 .push_back((i, c));
         }
     }
-    // The step each step-indexed completion belongs to, for probes' boundaries.
+    done
+}
+
+/// The op and reply of each step-indexed completion (connects aside), by step: what a
+/// probe at the step's boundary comes after.
+fn step_replies(events: &[Event]) -> BTreeMap<usize, (Op, &Reply)> {
     let mut step_done: BTreeMap<usize, (Op, &Reply)> = BTreeMap::new();
     for ev in events {
         if let Some(c) = ev.completion()
@@ -86,136 +244,53 @@ pub fn build(events: &[Event]) -> Marks<'_> {
             step_done.insert(s, (c.f, &c.value));
         }
     }
-    let mut entries: Vec<Entry> = vec![];
-    let mut completed: Vec<Option<(u64, &Completion)>> = vec![];
-    let mut invokes: Vec<Option<&Invoke>> = vec![];
-    // Marks placed before event i (a sample's invoke), and at it.
-    let mut before: Vec<Vec<(Mark, u64)>> = vec![vec![]; events.len() + 1];
-    let mut at: Vec<Vec<(Mark, u64)>> = vec![vec![]; events.len()];
-    // Which entry each completion event closes.
-    let mut closes: BTreeMap<usize, usize> = BTreeMap::new();
+    step_done
+}
+
+/// Marks unknown statements whose client closed its connection after them: they may yet
+/// run on the connection left behind.
+fn mark_orphans(entries: &mut [Entry<'_>]) {
+    for i in 0..entries.len() {
+        let Act::Stmt(st) = &entries[i].act else {
+            continue;
+        };
+        if !entries[i].unknown {
+            continue;
+        }
+        let (c, t) = (st.client, entries[i].inv);
+        entries[i].orphaned = entries.iter().any(|x| {
+            x.inv > t
+                && matches!(x.act, Act::Disconnect { client } | Act::Reconnect { client, .. } if client == c)
+        });
+    }
+}
+
+/// Build a case's entries and marks from its events (a `case` event to its `case_end`).
+pub fn build(events: &[Event]) -> Marks<'_> {
+    let start = events.first().map(|e| e.t).unwrap_or(0);
+    // Completions, by who and what, in order.
+    let mut done = completions(events);
+    // The step each step-indexed completion belongs to, for probes' boundaries.
+    let step_done = step_replies(events);
+    let mut g = Gathered {
+        entries: vec![],
+        completed: vec![],
+        invokes: vec![],
+        before: vec![vec![]; events.len() + 1],
+        at: vec![vec![]; events.len()],
+        closes: BTreeMap::new(),
+    };
     for (i, ev) in events.iter().enumerate() {
         let now = ev.t;
         let next_t = events.get(i + 1).map(|e| e.t).unwrap_or(now).max(now);
         match &ev.body {
-            Body::Invoke(inv) => {
-                if inv.f.client_side() {
-                    continue;
-                }
-                let key = (inv.p, inv.step, inv.f);
-                let c = done.get_mut(&key).and_then(|q| q.pop_front());
-                let client = match inv.p {
-                    Process::Client(c) => c,
-                    Process::Nemesis => inv.client.unwrap_or(0),
-                };
-                let comp = c.map(|(_, c)| c);
-                let reply = comp.map(|c| &c.value);
-                let unknown = is_unknown(comp, inv.f);
-                static NONE: Reply = Reply::Error {
-                    code: String::new(),
-                    message: String::new(),
-                };
-                let r = reply.unwrap_or(&NONE);
-                // No protocol-level statement to execute, or no connection to send it on (the
-                // client's `open` before it failed or timed out): nothing was sent (the
-                // client's own bookkeeping, not the servers').
-                if matches!(
-                    r.code(),
-                    Some(crate::vocab::reply::code::NO_STATEMENT)
-                        | Some(crate::vocab::reply::code::NOT_CONNECTED)
-                ) {
-                    continue;
-                }
-                let act = match inv.f {
-                    Op::Open => Act::Connect { client, reply: r },
-                    Op::Release => Act::Release { client },
-                    Op::Disconnect => Act::Disconnect { client },
-                    Op::Reconnect => Act::Reconnect { client, reply: r },
-                    Op::Terminate | Op::Cancel => {
-                        let Some(target) = inv.target else { continue };
-                        if inv.f == Op::Terminate {
-                            Act::Terminate { target, reply: r }
-                        } else {
-                            Act::Cancel { target, reply: r }
-                        }
-                    }
-                    op if op.is_server_fault() => Act::Fault {
-                        op,
-                        target: inv.target,
-                        reply: r,
-                    },
-                    op => Act::Stmt(Stmt {
-                        client,
-                        op,
-                        key: inv.key,
-                        setting: inv.guc.map(|g| (g, inv.ms.unwrap_or(0))),
-                        note: (op == Op::Notify).then(|| (client, inv.step.unwrap_or(0))),
-                        reply: r,
-                        served: comp.and_then(|c| c.backend),
-                        took: c.map(|(j, _)| events[j].t.saturating_sub(ev.t)),
-                    }),
-                };
-                let id = entries.len();
-                // Without a reply, a connect or a fault is not judged (nothing to judge it by).
-                if comp.is_none() && !matches!(act, Act::Stmt(_)) {
-                    continue;
-                }
-                entries.push(Entry {
-                    act,
-                    step: inv.step,
-                    inv: ev.t,
-                    done: c.map(|(j, _)| events[j].t),
-                    unknown,
-                    orphaned: false,
-                });
-                completed.push(c.map(|(j, c)| (events[j].t, c)));
-                invokes.push(Some(inv));
-                at[i].push((Mark::Invoke(id), now));
-                if let Some((j, _)) = c
-                    && !unknown
-                {
-                    closes.insert(j, id);
-                }
-            }
+            Body::Invoke(inv) => g.op(events, i, inv, &mut done),
             Body::Ok(_) | Body::Fail(_) | Body::Info(_) => {
-                if let Some(id) = closes.get(&i) {
-                    at[i].push((Mark::Complete(*id), now));
+                if let Some(id) = g.closes.get(&i) {
+                    g.at[i].push((Mark::Complete(*id), now));
                 }
             }
-            Body::Obs(o) => {
-                let sample = o.at == At::Sample;
-                // A sample's two servers answer at their own instants (see `Part`).
-                let parts: &[Part] = if !sample {
-                    &[Part::All]
-                } else if o.obs.servers.is_empty() {
-                    &[Part::Activity, Part::Locks]
-                } else {
-                    &[Part::Activity, Part::Locks, Part::Pooler]
-                };
-                for &part in parts {
-                    let id = entries.len();
-                    entries.push(Entry {
-                        act: Act::Read { obs: &o.obs, part },
-                        step: o.step,
-                        inv: now,
-                        done: Some(if sample { next_t } else { now }),
-                        unknown: false,
-                        orphaned: false,
-                    });
-                    completed.push(None);
-                    invokes.push(None);
-                    if !sample {
-                        at[i].push((Mark::Invoke(id), now));
-                        at[i].push((Mark::Complete(id), now));
-                        continue;
-                    }
-                    // It began at its own t: after every event written before then.
-                    let t0 = ev.t;
-                    let j = (0..i).find(|&j| events[j].t >= t0).unwrap_or(i);
-                    before[j].push((Mark::Invoke(id), t0));
-                    at[i].push((Mark::Complete(id), next_t));
-                }
-            }
+            Body::Obs(o) => g.look(events, i, o, next_t),
             Body::Probe(p) => {
                 let after = match p.why {
                     ProbeWhy::Boundary | ProbeWhy::After => {
@@ -228,16 +303,7 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                     available: p.available,
                     after,
                 };
-                let marks = &mut at[i];
-                instant(
-                    &mut entries,
-                    &mut completed,
-                    &mut invokes,
-                    marks,
-                    act,
-                    p.step,
-                    now,
-                );
+                g.instant(i, act, p.step, now);
             }
             Body::Notification(n) => {
                 // Received by the time it was written: after everything written before it.
@@ -252,46 +318,25 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                         .flatten(),
                     payload: &n.payload,
                 };
-                let marks = &mut at[i];
-                instant(
-                    &mut entries,
-                    &mut completed,
-                    &mut invokes,
-                    marks,
-                    act,
-                    None,
-                    now,
-                );
+                g.instant(i, act, None, now);
             }
             _ => {}
         }
     }
     // An unknown statement whose client closed its connection after it may yet run on the
     // connection left behind.
-    for i in 0..entries.len() {
-        let Act::Stmt(st) = &entries[i].act else {
-            continue;
-        };
-        if !entries[i].unknown {
-            continue;
-        }
-        let (c, t) = (st.client, entries[i].inv);
-        entries[i].orphaned = entries.iter().any(|x| {
-            x.inv > t
-                && matches!(x.act, Act::Disconnect { client } | Act::Reconnect { client, .. } if client == c)
-        });
-    }
+    mark_orphans(&mut g.entries);
     let mut marks = vec![];
     for i in 0..events.len() {
-        marks.append(&mut before[i]);
-        marks.append(&mut at[i]);
+        marks.append(&mut g.before[i]);
+        marks.append(&mut g.at[i]);
     }
     Marks {
-        entries,
+        entries: g.entries,
         marks,
         start,
-        completed,
-        invokes,
+        completed: g.completed,
+        invokes: g.invokes,
     }
 }
 
