@@ -189,10 +189,9 @@ fn applied(op: Op, reply: &Reply) -> bool {
         && (matches!(reply, Reply::Bool { value: true }) || reply.code() == Some("42P07"))
 }
 
-/// Check an already folded case (`events` are the ones it was folded from).
-pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck {
-    let marks = entries::build(events);
-    let clients = view.start.clients.max(
+/// How many clients a case has: as many as it started with, or more if its entries name more.
+fn clients_of(view: &CaseView, marks: &entries::Marks<'_>) -> usize {
+    view.start.clients.max(
         marks
             .entries
             .iter()
@@ -206,8 +205,13 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
             })
             .max()
             .unwrap_or(0),
-    );
-    let case = model::Case {
+    )
+}
+
+/// The model the search runs over for a case's entries: the run's rules and timeouts, the
+/// backends its looks list, and the orders the servers' clock and the connections give.
+fn model_case<'e>(cx: &CheckContext, marks: &entries::Marks<'e>) -> model::Case<'e> {
+    model::Case {
         rules: cx.rules.clone(),
         timeouts: cx.timeouts.clone(),
         case_start: marks.start,
@@ -220,7 +224,7 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
             })
             .flat_map(|o| o.backends.iter().map(|r| r.id))
             .collect(),
-        after: entries::server_order(&marks, !cx.client_time),
+        after: entries::server_order(marks, !cx.client_time),
         // An application pool may hand a client's next op another connection.
         retires: if cx.rules.app_pin.is_none() {
             entries::retired_by(&marks.entries)
@@ -228,7 +232,145 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
             vec![]
         },
         entries: marks.entries.clone(),
-    };
+    }
+}
+
+/// Records what no order of the case explains at `entry`: its violation, for a statement
+/// the model's prediction as its step's expected reply, and the explanation `x`.
+fn record_failure(
+    entry: &Entry,
+    f: &search::Failure<State, Why>,
+    x: Explanation,
+    out: &mut CaseCheck,
+) {
+    out.violations.push(Violation {
+        invariant: x.invariant.clone(),
+        step: entry.step.unwrap_or(0),
+        detail: x.detail(),
+    });
+    if let (Act::Stmt(_), Some(step), Some(Why::Reply { predicted, .. })) =
+        (&entry.act, entry.step, f.why.first())
+    {
+        out.expected.push((step, predicted.clone()));
+    }
+    out.explanations.push(x);
+}
+
+/// Notes the backend a completed entry touched last (a statement it served, a signal aimed
+/// at it), and with which op.
+fn note_last_on(entry: &Entry, last_on: &mut BTreeMap<BackendId, Op>) {
+    match &entry.act {
+        Act::Stmt(st) => {
+            if let Some(b) = st.served {
+                last_on.insert(b, st.op);
+            }
+        }
+        Act::Terminate { target, .. } => {
+            last_on.insert(*target, Op::Terminate);
+        }
+        Act::Cancel { target, .. } => {
+            last_on.insert(*target, Op::Cancel);
+        }
+        _ => {}
+    }
+}
+
+/// Prints one mark of the search (`PGCHAOS_TRACE_CASE`): the entry, and the states reached
+/// (in words when there are three or fewer).
+fn trace_mark(now: u64, mark: &Mark, entry: &Entry, states: &[&State]) {
+    eprintln!(
+        "{:>12.3} {:?} {} -> {} states{}",
+        now as f64 / 1e6,
+        mark,
+        label(entry),
+        states.len(),
+        if states.len() <= 3 {
+            format!(
+                ": {}",
+                states
+                    .iter()
+                    .map(|s| describe_state(s))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            )
+        } else {
+            String::new()
+        }
+    );
+}
+
+/// Adds the ROLLBACKs the application saw that first took keys in their transaction, on a
+/// known backend: `(client, backend, keys)`.
+fn note_rollbacks(
+    seen: &[beliefs::Seen],
+    rollbacks: &mut Vec<(usize, BackendId, Vec<crate::vocab::Key>)>,
+) {
+    for s in seen {
+        if let beliefs::Seen::RolledBack {
+            client,
+            backend: Some(b),
+            taken,
+        } = s
+            && !taken.is_empty()
+        {
+            rollbacks.push((*client, *b, taken.clone()));
+        }
+    }
+}
+
+/// Judges the application's invariants at moment `m` (with the search `over`, only those
+/// judged from the history alone), adding each violation not `said` before.
+fn judge_app(
+    m: &Moment,
+    over: bool,
+    said: &mut HashSet<(&'static str, String)>,
+    out: &mut CaseCheck,
+) {
+    let mut lines = vec![];
+    for inv in ALL.iter().filter(|i| i.info().tier == Tier::App) {
+        if over && !inv.history_only() {
+            continue;
+        }
+        lines.clear();
+        inv.judge(m, &mut lines);
+        for d in lines.drain(..) {
+            let name = inv.info().name;
+            if said.insert((name, d.clone())) {
+                out.violations.push(Violation {
+                    invariant: name.to_string(),
+                    step: m.entry.step.unwrap_or(0),
+                    detail: d,
+                });
+            }
+        }
+    }
+}
+
+/// Judges the notifications of a case (`check::notify`), or leaves them undecided where an
+/// application pool collected none of them.
+fn judge_notifications(
+    cx: &CheckContext,
+    entries: &[Entry],
+    marks: &[(Mark, u64)],
+    out: &mut CaseCheck,
+) {
+    if cx.rules.app_pin.is_none() {
+        notify::judge(entries, marks, out);
+    } else if entries
+        .iter()
+        .any(|e| matches!(&e.act, Act::Stmt(s) if s.op == Op::Listen))
+    {
+        // An application pool's connections do not collect notifications (`client`): what
+        // arrived is not known.
+        out.undecided.push(notify::NAME.into());
+    }
+}
+
+/// Check an already folded case (`events` are the ones it was folded from).
+pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseCheck {
+    let marks = entries::build(events);
+    let clients = clients_of(view, &marks);
+    let case = model_case(cx, &marks);
     let mut search = Search::new(&case, case.initial(clients), cx.budget);
     let mut beliefs = beliefs::Beliefs::new(clients);
     let mut out = CaseCheck::default();
@@ -274,37 +416,14 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
                 Ok(Some(f)) => {
                     forced.insert(e);
                     let x = explain(entry, &f, *now, completed_before, &last_on);
-                    out.violations.push(Violation {
-                        invariant: x.invariant.clone(),
-                        step: entry.step.unwrap_or(0),
-                        detail: x.detail(),
-                    });
-                    if let (Act::Stmt(_), Some(step), Some(Why::Reply { predicted, .. })) =
-                        (&entry.act, entry.step, f.why.first())
-                    {
-                        out.expected.push((step, predicted.clone()));
-                    }
-                    out.explanations.push(x);
+                    record_failure(entry, &f, x, &mut out);
                 }
                 Err(over) => out.unknown = Some(over.to_string()),
             }
         }
         let seen = if completes {
             completed_before += 1;
-            match &entry.act {
-                Act::Stmt(st) => {
-                    if let Some(b) = st.served {
-                        last_on.insert(b, st.op);
-                    }
-                }
-                Act::Terminate { target, .. } => {
-                    last_on.insert(*target, Op::Terminate);
-                }
-                Act::Cancel { target, .. } => {
-                    last_on.insert(*target, Op::Cancel);
-                }
-                _ => {}
-            }
+            note_last_on(entry, &mut last_on);
             if !forced.contains(&e) && search.over().is_none() {
                 count_judged(entry, &mut out.judged);
                 if let (Act::Stmt(st), Some(step)) = (&entry.act, entry.step)
@@ -330,37 +449,9 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
             search.states().collect()
         };
         if trace {
-            eprintln!(
-                "{:>12.3} {:?} {} -> {} states{}",
-                *now as f64 / 1e6,
-                mark,
-                label(entry),
-                states.len(),
-                if states.len() <= 3 {
-                    format!(
-                        ": {}",
-                        states
-                            .iter()
-                            .map(|s| describe_state(s))
-                            .collect::<Vec<_>>()
-                            .join(" | ")
-                    )
-                } else {
-                    String::new()
-                }
-            );
+            trace_mark(*now, mark, entry, &states);
         }
-        for s in &seen {
-            if let beliefs::Seen::RolledBack {
-                client,
-                backend: Some(b),
-                taken,
-            } = s
-                && !taken.is_empty()
-            {
-                rollbacks.push((*client, *b, taken.clone()));
-            }
-        }
+        note_rollbacks(&seen, &mut rollbacks);
         let read_done = completes && matches!(entry.act, Act::Read { part, .. } if part.postgres());
         let m = Moment {
             t: *now,
@@ -375,40 +466,14 @@ pub fn check_view(cx: &CheckContext, view: &CaseView, events: &[Event]) -> CaseC
             failed_calls: &failed_calls,
             graph: &graph,
         };
-        let mut lines = vec![];
-        for inv in ALL.iter().filter(|i| i.info().tier == Tier::App) {
-            if over && !inv.history_only() {
-                continue;
-            }
-            lines.clear();
-            inv.judge(&m, &mut lines);
-            for d in lines.drain(..) {
-                let name = inv.info().name;
-                if said.insert((name, d.clone())) {
-                    out.violations.push(Violation {
-                        invariant: name.to_string(),
-                        step: entry.step.unwrap_or(0),
-                        detail: d,
-                    });
-                }
-            }
-        }
+        judge_app(&m, over, &mut said, &mut out);
         if read_done {
             // A look judged the rollbacks before it.
             rollbacks.clear();
         }
     }
     progress(cx, view, events, &mut out);
-    if cx.rules.app_pin.is_none() {
-        notify::judge(entries, &marks.marks, &mut out);
-    } else if entries
-        .iter()
-        .any(|e| matches!(&e.act, Act::Stmt(s) if s.op == Op::Listen))
-    {
-        // An application pool's connections do not collect notifications (`client`): what
-        // arrived is not known.
-        out.undecided.push(notify::NAME.into());
-    }
+    judge_notifications(cx, entries, &marks.marks, &mut out);
     out.violations.sort_by_key(|v| v.step);
     out
 }
