@@ -38,19 +38,7 @@ pub fn exec(x: &mut Backend, st: &Stmt, call: Call, available: bool) -> (Option<
     let (op, key, setting) = (st.op, st.key, st.setting);
     let mut released = vec![];
     if x.tx == Tx::Aborted && !matches!(op, Op::Commit | Op::Rollback) {
-        // A Bind looks its statement up before it looks at the transaction
-        // (`exec_bind_message`): a protocol-level statement the server lacks is 26000 even
-        // in a failed transaction (docs/session-state.md, section 10).
-        if let Some((kind, Role::Use)) = op.object()
-            && kind.per_client()
-            && !call.carries(kind)
-            && x.objects
-                .use_(slot(kind, call.client), call.current.unwrap_or(0))
-                .is_err()
-        {
-            return (Some(Reply::error(kind.row().missing)), released);
-        }
-        return (Some(Reply::error(code::IN_FAILED_TRANSACTION)), released);
+        return (Some(in_failed_transaction(x, op, call)), released);
     }
     // PostgreSQL serialises the commit of notifications with a heavyweight lock
     // (`PreCommit_Notify`: `LockSharedObject(DatabaseRelationId, 0, 0, AccessExclusiveLock)`,
@@ -122,68 +110,11 @@ pub fn exec(x: &mut Backend, st: &Stmt, call: Call, available: bool) -> (Option<
             Some(Reply::Ok)
         }
         (Op::Commit | Op::Rollback, _) => {
-            released.extend(x.xact.keys().copied());
-            x.xact.clear();
-            // COMMIT of an aborted transaction rolls it back.
-            let committed = op == Op::Commit && x.tx == Tx::Open;
-            x.settings.end(committed);
-            x.objects.end(committed);
-            // LISTEN and UNLISTEN take effect, and NOTIFYs are sent, at commit only.
-            let listen = x.listen_at_commit.take();
-            let notes = std::mem::take(&mut x.notify_at_commit);
-            if committed {
-                if let Some(l) = listen {
-                    x.listening = l;
-                }
-                x.outbox.extend(notes);
-            }
-            x.tx = Tx::Idle;
+            end_transaction(x, op, &mut released);
             Some(Reply::Ok)
         }
-        (Op::DiscardAll, _) => {
-            if x.tx == Tx::Open {
-                Some(Reply::error(code::ACTIVE_TRANSACTION))
-            } else {
-                released.extend(x.session.keys().copied());
-                x.session.clear();
-                x.tainted.clear();
-                x.settings.discard_all();
-                x.objects.discard_all();
-                // DISCARD ALL runs UNLISTEN *.
-                x.listening = false;
-                Some(Reply::Ok)
-            }
-        }
-        (op, _) if op.object().is_some() => {
-            let (kind, role) = op.object().expect("an object op");
-            let at = slot(kind, call.client);
-            let r = match role {
-                Role::Create => x.objects.create(
-                    at,
-                    Obj {
-                        creator: call.client,
-                        nth: call.new,
-                    },
-                ),
-                Role::Use if call.carries(kind) => Ok(()),
-                Role::Use => x.objects.use_(at, call.current.unwrap_or(0)).map(|o| {
-                    debug_assert!(o.creator == call.client || !kind.per_client());
-                    let _ = o;
-                }),
-                Role::Drop => x.objects.drop(at),
-            };
-            Some(match (r, role) {
-                (Err(code), _) => Reply::error(code),
-                (Ok(()), Role::Use) => Reply::Text {
-                    value: label_of(if call.carries(kind) {
-                        call.client
-                    } else {
-                        x.objects.get(at).map(|o| o.creator).unwrap_or(call.client)
-                    }),
-                },
-                (Ok(()), _) => Reply::Ok,
-            })
-        }
+        (Op::DiscardAll, _) => Some(discard_all(x, &mut released)),
+        (op, _) if op.object().is_some() => Some(object_op(x, op, call)),
         (Op::Listen | Op::Unlisten, _) => {
             let on = op == Op::Listen;
             if x.tx == Tx::Open {
@@ -233,4 +164,94 @@ pub fn exec(x: &mut Backend, st: &Stmt, call: Call, available: bool) -> (Option<
         released.extend(abort(x));
     }
     (reply, released)
+}
+
+/// PostgreSQL's answer to `op` in a failed transaction (neither COMMIT nor ROLLBACK): an
+/// error, and nothing done.
+fn in_failed_transaction(x: &Backend, op: Op, call: Call) -> Reply {
+    // A Bind looks its statement up before it looks at the transaction
+    // (`exec_bind_message`): a protocol-level statement the server lacks is 26000 even
+    // in a failed transaction (docs/session-state.md, section 10).
+    if let Some((kind, Role::Use)) = op.object()
+        && kind.per_client()
+        && !call.carries(kind)
+        && x.objects
+            .use_(slot(kind, call.client), call.current.unwrap_or(0))
+            .is_err()
+    {
+        return Reply::error(kind.row().missing);
+    }
+    Reply::error(code::IN_FAILED_TRANSACTION)
+}
+
+/// A COMMIT or ROLLBACK (`op`) on backend `x`: the transaction's locks released (added to
+/// `released`), its settings and objects kept or undone, its LISTENs and NOTIFYs applied on
+/// commit only, and the backend idle.
+fn end_transaction(x: &mut Backend, op: Op, released: &mut Vec<Key>) {
+    released.extend(x.xact.keys().copied());
+    x.xact.clear();
+    // COMMIT of an aborted transaction rolls it back.
+    let committed = op == Op::Commit && x.tx == Tx::Open;
+    x.settings.end(committed);
+    x.objects.end(committed);
+    // LISTEN and UNLISTEN take effect, and NOTIFYs are sent, at commit only.
+    let listen = x.listen_at_commit.take();
+    let notes = std::mem::take(&mut x.notify_at_commit);
+    if committed {
+        if let Some(l) = listen {
+            x.listening = l;
+        }
+        x.outbox.extend(notes);
+    }
+    x.tx = Tx::Idle;
+}
+
+/// DISCARD ALL on backend `x`: refused inside a transaction; else every session lock
+/// released (added to `released`), settings, objects and listening reset.
+fn discard_all(x: &mut Backend, released: &mut Vec<Key>) -> Reply {
+    if x.tx == Tx::Open {
+        Reply::error(code::ACTIVE_TRANSACTION)
+    } else {
+        released.extend(x.session.keys().copied());
+        x.session.clear();
+        x.tainted.clear();
+        x.settings.discard_all();
+        x.objects.discard_all();
+        // DISCARD ALL runs UNLISTEN *.
+        x.listening = false;
+        Reply::Ok
+    }
+}
+
+/// An object op (`vocab::object`: create, use or drop) on backend `x`: its reply, a use's
+/// being the label of the object's creator.
+fn object_op(x: &mut Backend, op: Op, call: Call) -> Reply {
+    let (kind, role) = op.object().expect("an object op");
+    let at = slot(kind, call.client);
+    let r = match role {
+        Role::Create => x.objects.create(
+            at,
+            Obj {
+                creator: call.client,
+                nth: call.new,
+            },
+        ),
+        Role::Use if call.carries(kind) => Ok(()),
+        Role::Use => x.objects.use_(at, call.current.unwrap_or(0)).map(|o| {
+            debug_assert!(o.creator == call.client || !kind.per_client());
+            let _ = o;
+        }),
+        Role::Drop => x.objects.drop(at),
+    };
+    match (r, role) {
+        (Err(code), _) => Reply::error(code),
+        (Ok(()), Role::Use) => Reply::Text {
+            value: label_of(if call.carries(kind) {
+                call.client
+            } else {
+                x.objects.get(at).map(|o| o.creator).unwrap_or(call.client)
+            }),
+        },
+        (Ok(()), _) => Reply::Ok,
+    }
 }
