@@ -15,7 +15,7 @@
 //! - Anything else (a client that listened and then stopped, one inside a block at the end,
 //!   a commit of unknown outcome) is unknown for that pair, shown as the case's `undecided`.
 
-use super::model::{Act, Entry};
+use super::model::{Act, Entry, Stmt};
 use super::search::Mark;
 use super::{CaseCheck, Violation};
 use crate::vocab::Op;
@@ -51,6 +51,108 @@ impl View {
             ever,
             ..View::default()
         };
+    }
+
+    /// At the invoke of its statement `st` (entry `e`): a LISTEN was asked for on this
+    /// connection; an op of unknown outcome (it has no completion) leaves the client unsure
+    /// from here on. Returns whether it is a COMMIT of unknown outcome with NOTIFYs in its
+    /// block (notifications that may have been committed).
+    fn invoked(&mut self, e: &Entry, st: &Stmt) -> bool {
+        let mut maybe = false;
+        if st.op == Op::Listen {
+            self.asked = true;
+            self.ever = true;
+        }
+        if e.unknown {
+            self.unsure = true;
+            self.listening = None;
+            if st.op == Op::Commit && !self.notes.is_empty() {
+                maybe = true;
+            }
+        }
+        maybe
+    }
+
+    /// At the completion of its statement `st` (entry `e`): what its reply does to the
+    /// connection, its block and its listening, with the notifications it committed added to
+    /// `committed`.
+    fn completed(&mut self, e: &Entry, st: &Stmt, committed: &mut Vec<Committed>) {
+        if e.unknown {
+            return;
+        }
+        if st.reply.ended_by_server() || st.reply.is_closed() {
+            // Its connection is gone (what it received on it may still be written
+            // after this: `asked` stays).
+            let asked = self.asked;
+            self.new_connection();
+            self.asked = asked;
+            return;
+        }
+        let done = e.done.unwrap_or(e.inv);
+        let step = e.step.unwrap_or(0);
+        if st.reply.is_error() {
+            if self.block && st.op != Op::Commit && st.op != Op::Rollback {
+                self.aborted = true;
+            }
+            return;
+        }
+        match st.op {
+            Op::Begin => {
+                self.block = true;
+                self.aborted = false;
+            }
+            Op::Commit | Op::Rollback => self.end_block(st.op, e.inv, done, committed),
+            Op::Listen | Op::Unlisten => {
+                let on = st.op == Op::Listen;
+                if self.block {
+                    self.pending = Some((on, step));
+                } else if !on {
+                    self.listening = None;
+                } else if self.listening.is_none() {
+                    self.listening = Some((done, step));
+                }
+            }
+            Op::DiscardAll => self.listening = None,
+            Op::Notify => {
+                let n = st.note.unwrap_or((st.client, step));
+                if self.block {
+                    self.notes.push(n);
+                } else {
+                    committed.push(Committed {
+                        note: n,
+                        from: e.inv,
+                        to: done,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A COMMIT or ROLLBACK (`op`) that succeeded, invoked at `inv` and done at `done`: a
+    /// commit applies the block's LISTEN or UNLISTEN and commits its NOTIFYs (added to
+    /// `committed`); either way the block ends.
+    fn end_block(&mut self, op: Op, inv: u64, done: u64, committed: &mut Vec<Committed>) {
+        if op_commits(op, self.aborted) {
+            match self.pending.take() {
+                Some((true, s)) if self.listening.is_none() => {
+                    self.listening = Some((done, s));
+                }
+                Some((false, _)) => self.listening = None,
+                Some((true, _)) | None => {}
+            }
+            for n in self.notes.drain(..) {
+                committed.push(Committed {
+                    note: n,
+                    from: inv,
+                    to: done,
+                });
+            }
+        }
+        self.pending = None;
+        self.notes.clear();
+        self.block = false;
+        self.aborted = false;
     }
 }
 
@@ -94,19 +196,10 @@ pub fn judge(entries: &[Entry], marks: &[(Mark, u64)], out: &mut CaseCheck) {
         if !completes {
             // At its invoke: a LISTEN was asked for on this connection; an op of unknown
             // outcome (it has no completion) leaves the client unsure from here on.
-            if let Act::Stmt(st) = &e.act {
-                let v = &mut views[st.client];
-                if st.op == Op::Listen {
-                    v.asked = true;
-                    v.ever = true;
-                }
-                if e.unknown {
-                    v.unsure = true;
-                    v.listening = None;
-                    if st.op == Op::Commit && !v.notes.is_empty() {
-                        maybe = true;
-                    }
-                }
+            if let Act::Stmt(st) = &e.act
+                && views[st.client].invoked(e, st)
+            {
+                maybe = true;
             }
             continue;
         }
@@ -141,89 +234,37 @@ pub fn judge(entries: &[Entry], marks: &[(Mark, u64)], out: &mut CaseCheck) {
                     });
                 }
             }
-            Act::Stmt(st) => {
-                let v = &mut views[st.client];
-                if e.unknown {
-                    continue;
-                }
-                if st.reply.ended_by_server() || st.reply.is_closed() {
-                    // Its connection is gone (what it received on it may still be written
-                    // after this: `asked` stays).
-                    let asked = v.asked;
-                    v.new_connection();
-                    v.asked = asked;
-                    continue;
-                }
-                let done = e.done.unwrap_or(e.inv);
-                let step = e.step.unwrap_or(0);
-                if st.reply.is_error() {
-                    if v.block && st.op != Op::Commit && st.op != Op::Rollback {
-                        v.aborted = true;
-                    }
-                    continue;
-                }
-                match st.op {
-                    Op::Begin => {
-                        v.block = true;
-                        v.aborted = false;
-                    }
-                    Op::Commit | Op::Rollback => {
-                        if op_commits(st.op, v.aborted) {
-                            match v.pending.take() {
-                                Some((true, s)) if v.listening.is_none() => {
-                                    v.listening = Some((done, s));
-                                }
-                                Some((false, _)) => v.listening = None,
-                                Some((true, _)) | None => {}
-                            }
-                            for n in v.notes.drain(..) {
-                                committed.push(Committed {
-                                    note: n,
-                                    from: e.inv,
-                                    to: done,
-                                });
-                            }
-                        }
-                        v.pending = None;
-                        v.notes.clear();
-                        v.block = false;
-                        v.aborted = false;
-                    }
-                    Op::Listen | Op::Unlisten => {
-                        let on = st.op == Op::Listen;
-                        if v.block {
-                            v.pending = Some((on, step));
-                        } else if !on {
-                            v.listening = None;
-                        } else if v.listening.is_none() {
-                            v.listening = Some((done, step));
-                        }
-                    }
-                    Op::DiscardAll => v.listening = None,
-                    Op::Notify => {
-                        let n = st.note.unwrap_or((st.client, step));
-                        if v.block {
-                            v.notes.push(n);
-                        } else {
-                            committed.push(Committed {
-                                note: n,
-                                from: e.inv,
-                                to: done,
-                            });
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            Act::Stmt(st) => views[st.client].completed(e, st, &mut committed),
             _ => {}
         }
     }
     let mut undecided = maybe && views.iter().any(|v| v.ever);
+    if judge_listeners(&views, &committed, &received, &mut violations) {
+        undecided = true;
+    }
+    let violated = !violations.is_empty();
+    out.violations.extend(violations);
+    if undecided && !violated && !out.undecided.iter().any(|u| u == NAME) {
+        out.undecided.push(NAME.into());
+    }
+}
+
+/// Judges each client at the case's end against the `committed` notifications: one still
+/// listening outside a block must have `received` every notification committed after it
+/// began to listen (a violation added to `violations` otherwise). Returns whether some pair
+/// of a client and a notification could not be judged.
+fn judge_listeners(
+    views: &[View],
+    committed: &[Committed],
+    received: &[BTreeSet<Note>],
+    violations: &mut Vec<Violation>,
+) -> bool {
+    let mut undecided = false;
     for (c, v) in views.iter().enumerate() {
         // Still listening at the end, outside a block: every notification committed after
         // it began to listen has reached it.
         let stays = v.listening.filter(|_| !v.block && !v.unsure);
-        for n in &committed {
+        for n in committed {
             match stays {
                 Some((since, step)) if since <= n.from && !received[c].contains(&n.note) => {
                     violations.push(Violation {
@@ -251,11 +292,7 @@ pub fn judge(entries: &[Entry], marks: &[(Mark, u64)], out: &mut CaseCheck) {
             }
         }
     }
-    let violated = !violations.is_empty();
-    out.violations.extend(violations);
-    if undecided && !violated && !out.undecided.iter().any(|u| u == NAME) {
-        out.undecided.push(NAME.into());
-    }
+    undecided
 }
 
 /// A COMMIT of a block that is not aborted commits; a ROLLBACK never does.
