@@ -266,43 +266,54 @@ impl Why {
                 backends.len(),
                 pids(backends)
             ),
-            Why::Notification { backend, payload } => match backend {
-                Some(b) => format!(
-                    "{b} was not listening on {} when the NOTIFY of {payload:?} committed, or had passed it on already",
-                    crate::vocab::notify::CHANNEL
-                ),
-                None => format!(
-                    "no backend was listening on {} when the NOTIFY of {payload:?} committed",
-                    crate::vocab::notify::CHANNEL
-                ),
-            },
+            Why::Notification { backend, payload } => notification(*backend, payload),
             Why::Probe {
                 key,
                 available,
                 holders,
                 after,
-            } => format!(
-                "{}a fresh contender {} key {} (expected {}{})",
-                after.map(|o| format!("after {o}: ")).unwrap_or_default(),
-                if *available {
-                    "could take"
-                } else {
-                    "could not take"
-                },
-                key,
-                if holders.is_empty() {
-                    "available"
-                } else {
-                    "held"
-                },
-                if holders.is_empty() {
-                    String::new()
-                } else {
-                    format!(" by {}", pids(holders))
-                }
-            ),
+            } => probe(*key, *available, holders, *after),
         }
     }
+}
+
+/// A notification from `backend` (if known) that no listening backend explains, in words.
+fn notification(backend: Option<BackendId>, payload: &str) -> String {
+    match backend {
+        Some(b) => format!(
+            "{b} was not listening on {} when the NOTIFY of {payload:?} committed, or had passed it on already",
+            crate::vocab::notify::CHANNEL
+        ),
+        None => format!(
+            "no backend was listening on {} when the NOTIFY of {payload:?} committed",
+            crate::vocab::notify::CHANNEL
+        ),
+    }
+}
+
+/// A contender's probe of `key` that disagreed with the model (`available`: what it found;
+/// `holders`: who holds the key in the model), in words.
+fn probe(key: Key, available: bool, holders: &[BackendId], after: Option<Op>) -> String {
+    format!(
+        "{}a fresh contender {} key {} (expected {}{})",
+        after.map(|o| format!("after {o}: ")).unwrap_or_default(),
+        if available {
+            "could take"
+        } else {
+            "could not take"
+        },
+        key,
+        if holders.is_empty() {
+            "available"
+        } else {
+            "held"
+        },
+        if holders.is_empty() {
+            String::new()
+        } else {
+            format!(" by {}", pids(holders))
+        }
+    )
 }
 
 /// Which invariant a wrong probe answer breaks, by the boundary it probes: one row per op.
