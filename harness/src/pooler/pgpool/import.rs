@@ -11,17 +11,18 @@
 //! from a pooling key (pgpool-II would ignore it and run with the default). The output is
 //! checked by loading it (`Topology::parse`) before anything is written.
 
-use super::section::{DEFAULT_VERSION, PgpoolSection};
+use super::import_yaml::Written;
+use super::section::DEFAULT_VERSION;
 use crate::pooler::import::{ConfError, ConfFile, col_of, yaml_quote};
 use crate::pooler::{Imported, Origin};
-use crate::topology::{PoolerSection, Topology};
+use crate::topology::Topology;
 use anyhow::{Result, bail};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const POSTGRES_VERSION: &str = "18.6";
+pub(super) const POSTGRES_VERSION: &str = "18.6";
 /// `workload.clients` of the written topology (pgpool-caching.yaml's).
-const CLIENTS: u32 = 4;
+pub(super) const CLIENTS: u32 = 4;
 /// PostgreSQL's default `max_connections`.
 const PG_DEFAULT_MAX_CONNECTIONS: u64 = 100;
 /// `superuser_reserved_connections` (default) + the harness's direct connections.
@@ -580,9 +581,54 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
     }
 
     // pgpool-II reads every line, and a later one wins: the entry that counts per key.
+    let mut m = Mapping::default();
+    let last = last_entries(&f, &entries, &mut m.notes)?;
+
+    // Backends: the node numbers with a host or port (the harness starts its own).
+    let mut nodes: Vec<u32> = entries.iter().filter_map(|e| node_of(&e.key)).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+
+    // In file order, for the comments.
+    let mut counted: Vec<&Entry> = last.values().copied().collect();
+    counted.sort_by_key(|e| e.line);
+
+    for e in counted {
+        m.entry(&f, e, version)?;
+    }
+
+    let balanced = m.balance(&f, &entries, &nodes, &last)?;
+    let written = m.settle(balanced);
+    let yaml = super::import_yaml::topology(origin, version, &written);
+    let Written {
+        num_init_children,
+        max_pool,
+        reset_query_list,
+        dropped,
+        ..
+    } = written;
+    Ok(Imported {
+        yaml,
+        summary: format!(
+            "num_init_children {num_init_children}, max_pool {max_pool}, reset_query_list {reset_query_list:?}; {} key(s) dropped or ignored (see the comments)",
+            dropped.len()
+        ),
+        dropped: dropped
+            .iter()
+            .map(|d| d.trim_start_matches("# ").to_string())
+            .collect(),
+    })
+}
+
+/// The entry that counts per key (pgpool-II reads every line, and a later one wins), with a
+/// note for each key set twice; `include` is refused.
+fn last_entries<'e>(
+    f: &ConfFile,
+    entries: &'e [Entry],
+    notes: &mut Vec<String>,
+) -> Result<BTreeMap<&'e str, &'e Entry>> {
     let mut last: BTreeMap<&str, &Entry> = BTreeMap::new();
-    let mut notes: Vec<String> = Vec::new();
-    for e in &entries {
+    for e in entries {
         if e.key == "include" {
             return Err(f
                 .at_key(
@@ -599,30 +645,33 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
             ));
         }
     }
+    Ok(last)
+}
 
-    // Backends: the node numbers with a host or port (the harness starts its own).
-    let mut nodes: Vec<u32> = entries.iter().filter_map(|e| node_of(&e.key)).collect();
-    nodes.sort_unstable();
-    nodes.dedup();
+/// What the counted entries say, read one at a time in file order: the pooling settings the
+/// file sets, its `load_balance_mode`, and the comments for the rest.
+#[derive(Default)]
+struct Mapping<'a> {
+    num_init_children: Option<u64>,
+    max_pool: Option<u64>,
+    reset_query_list: Option<String>,
+    child_life_time: Option<u64>,
+    connection_life_time: Option<u64>,
+    load_balance: Option<&'a Entry>,
+    /// Comments on how the settings were read, written above them.
+    notes: Vec<String>,
+    /// One comment per key dropped or ignored.
+    dropped: Vec<String>,
+}
 
-    let mut num_init_children: Option<u64> = None;
-    let mut max_pool: Option<u64> = None;
-    let mut reset_query_list: Option<String> = None;
-    let mut child_life_time: Option<u64> = None;
-    let mut connection_life_time: Option<u64> = None;
-    let mut load_balance: Option<&Entry> = None;
-    let mut dropped: Vec<String> = Vec::new();
-
-    // In file order, for the comments.
-    let mut counted: Vec<&Entry> = last.values().copied().collect();
-    counted.sort_by_key(|e| e.line);
-
-    for e in counted {
-        let key = e.key.as_str();
-        match key {
+impl<'a> Mapping<'a> {
+    /// Reads one counted entry: a pooling setting's value, or (through [`Mapping::modelled`])
+    /// a refusal or a comment.
+    fn entry(&mut self, f: &ConfFile, e: &'a Entry, version: &str) -> Result<()> {
+        match e.key.as_str() {
             "num_init_children" => {
-                num_init_children = Some(int_value(
-                    &f,
+                self.num_init_children = Some(int_value(
+                    f,
                     e,
                     1,
                     1000,
@@ -630,36 +679,47 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                 )?)
             }
             "max_pool" => {
-                max_pool = Some(int_value(&f, e, 1, 100, "cached connections per child")?)
+                self.max_pool = Some(int_value(f, e, 1, 100, "cached connections per child")?)
             }
-            "reset_query_list" => reset_query_list = Some(e.value.clone()),
-            "child_life_time" => child_life_time = Some(seconds_value(&f, e, 86_400)?),
+            "reset_query_list" => self.reset_query_list = Some(e.value.clone()),
+            "child_life_time" => self.child_life_time = Some(seconds_value(f, e, 86_400)?),
             "connection_life_time" => {
-                connection_life_time = Some(seconds_value(&f, e, 86_400)?)
+                self.connection_life_time = Some(seconds_value(f, e, 86_400)?)
             }
+            "load_balance_mode" => {
+                bool_value(f, e)?;
+                self.load_balance = Some(e);
+            }
+            _ => self.modelled(f, e, version)?,
+        }
+        Ok(())
+    }
+
+    /// Refuses a value that changes how clients and locks are served in a way no topology key
+    /// says (another clustering mode, the cache off, `client_idle_limit`, ...); hands any
+    /// other key to [`Mapping::unused`].
+    fn modelled(&mut self, f: &ConfFile, e: &Entry, version: &str) -> Result<()> {
+        let key = e.key.as_str();
+        match key {
             "connection_cache" => {
-                if !bool_value(&f, e)? {
+                if !bool_value(f, e)? {
                     return Err(cannot(
-                        &f,
+                        f,
                         e,
                         "without the cache every client's backend exits when it leaves; the model does not predict that yet",
                         "import a copy with connection_cache = on",
                     ));
                 }
             }
-            "load_balance_mode" => {
-                bool_value(&f, e)?;
-                load_balance = Some(e);
-            }
             "backend_clustering_mode" => match e.value.as_str() {
                 "streaming_replication" => {}
-                "raw" => notes.push(format!(
+                "raw" => self.notes.push(format!(
                     "# backend_clustering_mode = raw (line {}): with one backend it serves as streaming_replication does (docs/pgpool.md §7), which pgchaos runs",
                     e.line
                 )),
                 "native_replication" | "snapshot_isolation" | "logical_replication" | "slony" => {
                     return Err(cannot(
-                        &f,
+                        f,
                         e,
                         "pgchaos runs pgpool-II in streaming_replication mode over one PostgreSQL; other clustering modes send writes to several nodes",
                         "import a copy with backend_clustering_mode = 'streaming_replication'",
@@ -676,9 +736,9 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                 }
             },
             "replication_mode" => {
-                if bool_value(&f, e)? {
+                if bool_value(f, e)? {
                     return Err(cannot(
-                        &f,
+                        f,
                         e,
                         "native replication sends every write to several nodes",
                         "import a copy without replication_mode",
@@ -687,9 +747,9 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
             }
             "client_idle_limit" | "child_max_connections" | "reserved_connections" => {
                 let v = if key == "client_idle_limit" {
-                    seconds_value(&f, e, u64::from(u32::MAX))?
+                    seconds_value(f, e, u64::from(u32::MAX))?
                 } else {
-                    int_value(&f, e, 0, u64::from(u32::MAX), "0 is pgpool-II's default")?
+                    int_value(f, e, 0, u64::from(u32::MAX), "0 is pgpool-II's default")?
                 };
                 if v > 0 {
                     let why = match key {
@@ -704,7 +764,7 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                         }
                     };
                     return Err(cannot(
-                        &f,
+                        f,
                         e,
                         why,
                         &format!("import a copy with {key} = 0 (pgchaos runs with 0)"),
@@ -714,13 +774,25 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
             "process_management_mode" => {
                 if !e.value.eq_ignore_ascii_case("static") {
                     return Err(cannot(
-                        &f,
+                        f,
                         e,
                         "dynamic process management spawns and retires children by load; not examined (docs/pgpool.md §13)",
                         "import a copy with process_management_mode = static",
                     ));
                 }
             }
+            _ => self.unused(f, e, version)?,
+        }
+        Ok(())
+    }
+
+    /// Drops or ignores a key pgchaos does not map, with one comment; refuses an unknown key
+    /// one typo away from a pooling key, or a known one in another case (pgpool-II would
+    /// ignore either and run with its default).
+    fn unused(&mut self, f: &ConfFile, e: &Entry, version: &str) -> Result<()> {
+        let key = e.key.as_str();
+        let dropped = &mut self.dropped;
+        match key {
             "process_management_strategy" | "min_spare_children" | "max_spare_children" => {
                 dropped.push(format!(
                     "# dropped {key} = {}: only used with process_management_mode = dynamic",
@@ -745,14 +817,14 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                     } else {
                         dropped.push(format!("# dropped {key} = {}: {why}", shown(&e.value)));
                     }
-                    continue;
+                    return Ok(());
                 }
                 if is_known(key) {
                     dropped.push(format!(
                         "# ignored {key} = {}: not a pooling setting pgchaos models",
                         e.value
                     ));
-                    continue;
+                    return Ok(());
                 }
                 let close = crate::topology::close_matches(key, POOLING.iter().copied());
                 let lower = key.to_ascii_lowercase();
@@ -779,175 +851,132 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
                 ));
             }
         }
+        Ok(())
     }
 
-    // Load balancing: on is pgpool-II's default; with one backend there is nothing to balance.
-    let lb_on = load_balance.is_none_or(|e| parse_bool(&e.value) == Some(true));
-    if nodes.len() > 2 {
-        let e = node_entry(&entries, nodes[2]);
-        return Err(f
-            .at_key(
-                e,
-                format!(
-                    "{} backends: pgchaos runs a primary and at most one standby",
-                    nodes.len()
+    /// Load balancing over the file's backends (`nodes`): more than one standby is refused,
+    /// and so is a function list that sends lock calls to a balanced standby; a note says
+    /// where statements go. Whether the standby is balanced over.
+    fn balance(
+        &mut self,
+        f: &ConfFile,
+        entries: &[Entry],
+        nodes: &[u32],
+        last: &BTreeMap<&str, &Entry>,
+    ) -> Result<bool> {
+        let (load_balance, notes) = (self.load_balance, &mut self.notes);
+        // Load balancing: on is pgpool-II's default; with one backend there is nothing to balance.
+        let lb_on = load_balance.is_none_or(|e| parse_bool(&e.value) == Some(true));
+        if nodes.len() > 2 {
+            let e = node_entry(entries, nodes[2]);
+            return Err(f
+                .at_key(
+                    e,
+                    format!(
+                        "{} backends: pgchaos runs a primary and at most one standby",
+                        nodes.len()
+                    ),
+                    vec![
+                        "import a copy with backend 0 (the primary) and at most one standby".into(),
+                    ],
+                )
+                .into());
+        }
+        // A standby with load balancing: modelled with both function lists empty (every
+        // advisory lock function is volatile, so lock calls go to the primary; docs/pgpool.md §7).
+        let balanced = nodes.len() == 2 && lb_on;
+        if balanced {
+            // (`black_function_list`, `white_function_list`: names 4.2 dropped, which 4.3 ignores.)
+            let lists = ["write_function_list", "read_only_function_list"];
+            if let Some(e) = lists
+                .iter()
+                .filter_map(|k| last.get(k))
+                .find(|e| !e.value.trim().is_empty())
+            {
+                return Err(cannot(
+                    f,
+                    e,
+                    "with a standby and load balancing, this list sends an application's `SELECT pg_try_advisory_lock(k)` to the standby, where it locks nothing on the primary (docs/pgpool.md §7 LB2, LB3); the model keeps one lock table (§17)",
+                    &format!(
+                        "import a copy with {} = '' (every lock call then goes to the primary), or with load_balance_mode = off",
+                        e.key
+                    ),
+                ));
+            }
+            notes.push(match load_balance {
+                Some(e) => format!(
+                    "# load_balance_mode = {} (line {}) over the primary and the standby: both function lists are empty, so every lock call goes to the primary",
+                    e.value, e.line
                 ),
-                vec!["import a copy with backend 0 (the primary) and at most one standby".into()],
-            )
-            .into());
+                None => "# load_balance_mode is not set (pgpool-II's default: on): balanced over the primary and the standby; both function lists are empty, so every lock call goes to the primary".into(),
+            });
+        } else if nodes.len() == 2 {
+            notes.push(
+                "# the file names a standby; without load balancing pgpool-II sends every statement to the primary, which is all pgchaos runs"
+                    .into(),
+            );
+        } else if lb_on {
+            notes.push(match load_balance {
+                Some(e) => format!(
+                    "# load_balance_mode = {} (line {}): with one backend there is nothing to balance",
+                    e.value, e.line
+                ),
+                None => "# load_balance_mode is not set (pgpool-II's default: on): with one backend there is nothing to balance".into(),
+            });
+        }
+        Ok(balanced)
     }
-    // A standby with load balancing: modelled with both function lists empty (every
-    // advisory lock function is volatile, so lock calls go to the primary; docs/pgpool.md §7).
-    let balanced = nodes.len() == 2 && lb_on;
-    if balanced {
-        // (`black_function_list`, `white_function_list`: names 4.2 dropped, which 4.3 ignores.)
-        let lists = ["write_function_list", "read_only_function_list"];
-        if let Some(e) = lists
-            .iter()
-            .filter_map(|k| last.get(k))
-            .find(|e| !e.value.trim().is_empty())
-        {
-            return Err(cannot(
-                &f,
-                e,
-                "with a standby and load balancing, this list sends an application's `SELECT pg_try_advisory_lock(k)` to the standby, where it locks nothing on the primary (docs/pgpool.md §7 LB2, LB3); the model keeps one lock table (§17)",
-                &format!(
-                    "import a copy with {} = '' (every lock call then goes to the primary), or with load_balance_mode = off",
-                    e.key
-                ),
+
+    /// The settings to write: pgpool-II's defaults for what the file leaves out (each with a
+    /// note), and PostgreSQL's `max_connections` raised where the children's backends need it.
+    fn settle(self, balanced: bool) -> Written {
+        let mut notes = self.notes;
+        let num_init_children = self.num_init_children.unwrap_or_else(|| {
+            notes.push(format!(
+                "# num_init_children is not set: pgpool-II's default, {PGPOOL_NUM_INIT_CHILDREN}"
+            ));
+            PGPOOL_NUM_INIT_CHILDREN
+        });
+        let max_pool = self.max_pool.unwrap_or_else(|| {
+            notes.push(format!(
+                "# max_pool is not set: pgpool-II's default, {PGPOOL_MAX_POOL}"
+            ));
+            PGPOOL_MAX_POOL
+        });
+        let reset_query_list = self.reset_query_list.unwrap_or_else(|| {
+            notes.push(format!(
+                "# reset_query_list is not set: pgpool-II's default, {}",
+                super::section::DEFAULT_RESET_QUERY_LIST
+            ));
+            super::section::DEFAULT_RESET_QUERY_LIST.into()
+        });
+        let child_life_time = self.child_life_time.unwrap_or_else(|| {
+            notes.push(format!(
+                "# child_life_time is not set: pgpool-II's default, {PGPOOL_CHILD_LIFE_TIME}"
+            ));
+            PGPOOL_CHILD_LIFE_TIME
+        });
+        let connection_life_time = self.connection_life_time.unwrap_or(0);
+        if num_init_children < u64::from(CLIENTS) {
+            notes.push(format!(
+                "# {num_init_children} children for {CLIENTS} clients: a client finding every child busy waits outside pgpool-II (docs/pgpool.md §3)"
             ));
         }
-        notes.push(match load_balance {
-            Some(e) => format!(
-                "# load_balance_mode = {} (line {}) over the primary and the standby: both function lists are empty, so every lock call goes to the primary",
-                e.value, e.line
-            ),
-            None => "# load_balance_mode is not set (pgpool-II's default: on): balanced over the primary and the standby; both function lists are empty, so every lock call goes to the primary".into(),
-        });
-    } else if nodes.len() == 2 {
-        notes.push(
-            "# the file names a standby; without load balancing pgpool-II sends every statement to the primary, which is all pgchaos runs"
-                .into(),
-        );
-    } else if lb_on {
-        notes.push(match load_balance {
-            Some(e) => format!(
-                "# load_balance_mode = {} (line {}): with one backend there is nothing to balance",
-                e.value, e.line
-            ),
-            None => "# load_balance_mode is not set (pgpool-II's default: on): with one backend there is nothing to balance".into(),
-        });
+        let pool = num_init_children;
+        let max_connections =
+            (pool + PG_RESERVED > PG_DEFAULT_MAX_CONNECTIONS).then_some(pool + PG_RESERVED);
+        Written {
+            num_init_children,
+            max_pool,
+            reset_query_list,
+            child_life_time,
+            connection_life_time,
+            balanced,
+            max_connections,
+            notes,
+            dropped: self.dropped,
+        }
     }
-
-    let num_init_children = num_init_children.unwrap_or_else(|| {
-        notes.push(format!(
-            "# num_init_children is not set: pgpool-II's default, {PGPOOL_NUM_INIT_CHILDREN}"
-        ));
-        PGPOOL_NUM_INIT_CHILDREN
-    });
-    let max_pool = max_pool.unwrap_or_else(|| {
-        notes.push(format!(
-            "# max_pool is not set: pgpool-II's default, {PGPOOL_MAX_POOL}"
-        ));
-        PGPOOL_MAX_POOL
-    });
-    let reset_query_list = reset_query_list.unwrap_or_else(|| {
-        notes.push(format!(
-            "# reset_query_list is not set: pgpool-II's default, {}",
-            super::section::DEFAULT_RESET_QUERY_LIST
-        ));
-        super::section::DEFAULT_RESET_QUERY_LIST.into()
-    });
-    let child_life_time = child_life_time.unwrap_or_else(|| {
-        notes.push(format!(
-            "# child_life_time is not set: pgpool-II's default, {PGPOOL_CHILD_LIFE_TIME}"
-        ));
-        PGPOOL_CHILD_LIFE_TIME
-    });
-    let connection_life_time = connection_life_time.unwrap_or(0);
-    if num_init_children < u64::from(CLIENTS) {
-        notes.push(format!(
-            "# {num_init_children} children for {CLIENTS} clients: a client finding every child busy waits outside pgpool-II (docs/pgpool.md §3)"
-        ));
-    }
-    let pool = num_init_children;
-    let max_connections =
-        (pool + PG_RESERVED > PG_DEFAULT_MAX_CONNECTIONS).then_some(pool + PG_RESERVED);
-
-    let mut y = String::new();
-    y.push_str(&format!(
-        "# Imported by `pgchaos import` from {} at {}.\n",
-        origin.ini.display(),
-        origin.when
-    ));
-    y.push_str(
-        "# pgpool.conf's pooling settings; what the harness controls itself is dropped with a comment.\n\
-         # Reference for every key: docs/topology.md; pgpool-II's rules: docs/pgpool.md §11.\n\n",
-    );
-    y.push_str(&format!("name: {}\n", origin.name));
-    y.push_str(&format!(
-        "description: {}\n\n",
-        yaml_quote(&format!(
-            "pgpool-II settings imported from {}.",
-            origin
-                .ini
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ))
-    ));
-    y.push_str(&format!("postgres:\n  version: \"{POSTGRES_VERSION}\"\n"));
-    if balanced {
-        y.push_str("  standby: true                # the file's backend 1, balanced over\n");
-    }
-    if let Some(mc) = max_connections {
-        y.push_str(&format!(
-            "  settings:\n    # raised so every child's cached backend ({pool}) fits beside the harness's connections\n    max_connections: {mc}\n"
-        ));
-    }
-    y.push_str(&format!(
-        "\n{}:\n  version: {}\n",
-        PgpoolSection.key(),
-        yaml_quote(version)
-    ));
-    for n in &notes {
-        y.push_str(&format!("  {n}\n"));
-    }
-    y.push_str(&format!("  num_init_children: {num_init_children}\n"));
-    y.push_str(&format!("  max_pool: {max_pool}\n"));
-    y.push_str(&format!(
-        "  reset_query_list: {}\n",
-        yaml_quote(&reset_query_list)
-    ));
-    y.push_str(&format!("  child_life_time: {child_life_time}\n"));
-    y.push_str(&format!("  connection_life_time: {connection_life_time}\n"));
-    if balanced {
-        y.push_str("  load_balance_mode: true\n");
-    }
-    for d in &dropped {
-        y.push_str(&format!("  {d}\n"));
-    }
-    y.push_str(&format!(
-        "\nworkload:\n  clients: {CLIENTS}\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n"
-    ));
-    y.push_str("\nrun:\n  cases: 256\n  seed: random\n  time_limit: 60s\n");
-    y.push_str(
-        "\n# Fill this in after a first run (`pgchaos chaos FILE`): list the app.* invariants the\n\
-         # verdict table shows as violated and that you accept, e.g.\n\
-         #   app.no_orphans: violated\n\
-         # Anything not listed is expected to hold.\nexpect:\n",
-    );
-    Ok(Imported {
-        yaml: y,
-        summary: format!(
-            "num_init_children {num_init_children}, max_pool {max_pool}, reset_query_list {reset_query_list:?}; {} key(s) dropped or ignored (see the comments)",
-            dropped.len()
-        ),
-        dropped: dropped
-            .iter()
-            .map(|d| d.trim_start_matches("# ").to_string())
-            .collect(),
-    })
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@
 pub mod config;
 pub mod console;
 pub mod import;
+mod import_yaml;
 pub mod md5;
 pub mod provision;
 pub mod section;
