@@ -8,6 +8,7 @@
 //! refuses are dropped, one YAML comment each. Bad input is an error at `path:line:column`;
 //! the output is checked by loading it (`Topology::parse`) before anything is written.
 
+use super::import_yaml::Written;
 use super::pools;
 use crate::pooler::{Imported, Origin, PoolMode};
 use crate::topology::Topology;
@@ -16,7 +17,7 @@ use std::path::Path;
 
 /// The PgBouncer release an imported topology declares unless told otherwise.
 pub const DEFAULT_PGBOUNCER_VERSION: &str = "1.25.2";
-const POSTGRES_VERSION: &str = "18.6";
+pub(super) const POSTGRES_VERSION: &str = "18.6";
 /// `workload.clients` of the written topology (transaction-mode.yaml's).
 const CLIENTS: u32 = 4;
 /// PostgreSQL's default `max_connections`, and what the room for the pool is computed from.
@@ -309,259 +310,28 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
         bail!("--pgbouncer-version {version:?}: {}", e.message());
     }
 
-    let mut pool_mode: Option<PoolMode> = None;
-    let mut default_pool_size: Option<u64> = None;
-    let mut max_client_conn: Option<u64> = None;
-    let mut reset_query: Option<String> = None;
-    let mut reset_always: Option<bool> = None;
-    let mut settings: Vec<(String, String)> = Vec::new();
-    let mut dropped: Vec<String> = Vec::new();
-
-    let mut databases: Vec<pools::Override> = Vec::new();
-    let mut users: Vec<pools::Override> = Vec::new();
+    let mut ini = Ini::default();
     for e in &entries {
-        match e.section {
-            Section::Databases => databases.push(pools::parse_entry(
-                &cx,
-                e.line,
-                &e.key,
-                &e.value,
-                e.value_col,
-                false,
-            )?),
-            Section::Users => users.push(pools::parse_entry(
-                &cx,
-                e.line,
-                &e.key,
-                &e.value,
-                e.value_col,
-                true,
-            )?),
-            Section::Peers => dropped.push(format!(
-                "[peers] {}: pgchaos runs a single pgbouncer, without peers",
-                yaml_quote(&e.key)
-            )),
-            Section::Pgbouncer => {
-                let name = e.key.to_ascii_lowercase();
-                match name.as_str() {
-                    "pool_mode" => {
-                        pool_mode = Some(match e.value.to_ascii_lowercase().as_str() {
-                            "session" => PoolMode::Session,
-                            "transaction" => PoolMode::Transaction,
-                            "statement" => {
-                                return Err(cx
-                                    .at_value(
-                                        e,
-                                        "`pool_mode = statement` is not modelled by pgchaos yet",
-                                        vec![
-                                            "in statement mode PgBouncer closes the client and its server when a statement leaves a transaction open; the model does not predict that yet".into(),
-                                            "import a copy with session or transaction".into(),
-                                        ],
-                                    )
-                                    .into());
-                            }
-                            _ => {
-                                return Err(cx
-                                    .at_value(
-                                        e,
-                                        format!("unknown pool_mode `{}`", e.value),
-                                        vec![
-                                            "valid pool modes: session, transaction, statement"
-                                                .into(),
-                                        ],
-                                    )
-                                    .into());
-                            }
-                        });
-                    }
-                    "default_pool_size" => {
-                        let v = int_value(&cx, e, 1, "default_pool_size")?;
-                        if v > 10_000 {
-                            return Err(cx
-                                .at_value(
-                                    e,
-                                    format!("`default_pool_size = {v}` is more than pgchaos accepts (10000)"),
-                                    vec!["pgchaos starts a PostgreSQL with room for the whole pool".into()],
-                                )
-                                .into());
-                        }
-                        default_pool_size = Some(v);
-                    }
-                    "max_client_conn" => {
-                        max_client_conn = Some(int_value(&cx, e, 1, "max_client_conn")?);
-                    }
-                    "server_reset_query" => reset_query = Some(e.value.clone()),
-                    "server_reset_query_always" => reset_always = Some(bool_value(&cx, e)?),
-                    _ => {
-                        if let Some(why) = harness_reason(&name) {
-                            if is_secret(&name) {
-                                dropped.push(format!("{name} (value not shown): {why}"));
-                            } else {
-                                dropped.push(format!("{name} = {}: {why}", yaml_quote(&e.value)));
-                            }
-                            continue;
-                        }
-                        if TIMEOUTS.contains(&name.as_str()) {
-                            match e.value.parse::<f64>() {
-                                Ok(v) if v >= 0.0 => {}
-                                _ => {
-                                    return Err(cx
-                                        .at_value(
-                                            e,
-                                            format!("`{name}` is not a number of seconds: `{}`", e.value),
-                                            vec!["a PgBouncer timeout is seconds, e.g. 600 (0 = off)".into()],
-                                        )
-                                        .into());
-                                }
-                            }
-                        }
-                        let value = yaml_value(&e.value);
-                        if let Err((msg, hints, on_key)) = probe_setting(version, &name, &value) {
-                            return Err(if on_key {
-                                cx.at_key(e, msg, hints)
-                            } else {
-                                cx.at_value(e, msg, hints)
-                            }
-                            .into());
-                        }
-                        settings.push((name, value));
-                    }
-                }
-            }
-        }
+        ini.entry(&cx, e, version)?;
     }
 
     // The database and user under test: their overrides of [pgbouncer]'s pooling settings
     // become the topology's own (PgBouncer's precedence: user, database, [pgbouncer]).
-    let eff = pools::effective(&cx, &databases, &users, &origin.select)?;
-    let mut notes: Vec<String> = eff.chosen.iter().map(|c| format!("# {c}")).collect();
-    let global_mode = pool_mode;
-    if let Some((m, from)) = &eff.pool_mode {
-        notes.push(format!(
-            "# pool_mode {} from {from} ([pgbouncer] says {})",
-            m.as_str(),
-            global_mode.map_or("nothing: session", |g| g.as_str())
-        ));
-        pool_mode = Some(*m);
-    }
-    if let Some((n, from)) = &eff.pool_size {
-        notes.push(format!(
-            "# default_pool_size {n} from {from}'s pool_size ([pgbouncer] says {})",
-            default_pool_size.map_or("nothing: 20".to_string(), |d| d.to_string())
-        ));
-        default_pool_size = Some(*n);
-    }
-    for (name, value, from, line, key_col, value_col) in &eff.settings {
-        let value = yaml_value(value);
-        if let Err((msg, hints, on_key)) = probe_setting(version, name, &value) {
-            let col = if on_key { *key_col } else { *value_col };
-            return Err(cx
-                .error(*line, col, 1, format!("{from}: {msg}"), hints)
-                .into());
-        }
-        notes.push(format!("# {name} from {from}"));
-        settings.retain(|(k, _)| k != name);
-        settings.push((name.to_string(), value));
-    }
-    settings.sort();
-    dropped.extend(eff.dropped.iter().cloned());
-    let pool_extra: u64 = settings
-        .iter()
-        .filter(|(k, _)| k == "reserve_pool_size" || k == "min_pool_size")
-        .map(|(_, v)| v.parse::<u64>().unwrap_or(0))
-        .sum();
+    let eff = pools::effective(&cx, &ini.databases, &ini.users, &origin.select)?;
+    let notes = ini.under_test(&cx, &eff, version)?;
 
-    // PgBouncer's defaults for what the ini leaves out (the topology's differ for the pool).
-    let pool_mode = pool_mode.unwrap_or_else(|| {
-        notes.push("# pool_mode is not set in the ini: PgBouncer's default, session".into());
-        PoolMode::Session
-    });
-    let default_pool_size = default_pool_size.unwrap_or_else(|| {
-        notes.push("# default_pool_size is not set in the ini: PgBouncer's default, 20".into());
-        20
-    });
-    let mut max_client_conn = max_client_conn.unwrap_or(100);
-    if max_client_conn < u64::from(CLIENTS) {
-        notes.push(format!(
-            "# max_client_conn raised from {max_client_conn} to {CLIENTS}: it must be at least workload.clients"
-        ));
-        max_client_conn = CLIENTS.into();
-    } else if max_client_conn > MAX_CLIENT_CONN_LIMIT {
-        notes.push(format!(
-            "# max_client_conn lowered from {max_client_conn} to {MAX_CLIENT_CONN_LIMIT}, the most pgchaos accepts (its {CLIENTS} clients never reach it)"
-        ));
-        max_client_conn = MAX_CLIENT_CONN_LIMIT;
-    }
-    let reset_query = reset_query.unwrap_or_else(|| "DISCARD ALL".into());
-    let reset_always = reset_always.unwrap_or(false);
-    let pool = default_pool_size + pool_extra;
-    let max_connections =
-        (pool + PG_RESERVED > PG_DEFAULT_MAX_CONNECTIONS).then_some(pool + PG_RESERVED);
-
-    let mut y = String::new();
-    y.push_str(&format!(
-        "# Imported by `pgchaos import` from {} at {}.\n",
-        origin.ini.display(),
-        origin.when
-    ));
-    y.push_str(
-        "# The ini's pooling settings; what the harness controls itself is dropped with a comment.\n\
-         # Reference for every key: docs/topology.md.\n\n",
-    );
-    y.push_str(&format!("name: {}\n", origin.name));
-    y.push_str(&format!(
-        "description: {}\n\n",
-        yaml_quote(&format!(
-            "PgBouncer settings imported from {}.",
-            origin
-                .ini
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ))
-    ));
-    y.push_str(&format!("postgres:\n  version: \"{POSTGRES_VERSION}\"\n"));
-    if let Some(mc) = max_connections {
-        y.push_str(&format!(
-            "  settings:\n    # raised so the pool ({pool} = default_pool_size + reserve_pool_size + min_pool_size) fits beside the harness's connections\n    max_connections: {mc}\n"
-        ));
-    }
-    y.push_str(&format!(
-        "\npgbouncer:\n  version: {}\n",
-        yaml_quote(version)
-    ));
-    for n in &notes {
-        y.push_str(&format!("  {n}\n"));
-    }
-    y.push_str(&format!("  pool_mode: {}\n", pool_mode.as_str()));
-    y.push_str(&format!("  default_pool_size: {default_pool_size}\n"));
-    y.push_str(&format!("  max_client_conn: {max_client_conn}\n"));
-    y.push_str(&format!(
-        "  server_reset_query: {}\n",
-        yaml_quote(&reset_query)
-    ));
-    y.push_str(&format!("  server_reset_query_always: {reset_always}\n"));
-    if !settings.is_empty() {
-        y.push_str("  settings:\n");
-        for (k, v) in &settings {
-            y.push_str(&format!("    {k}: {v}\n"));
-        }
-    }
-    for d in &dropped {
-        y.push_str(&format!("  # dropped {d}\n"));
-    }
-    y.push_str(
-        "\nworkload:\n  clients: 4\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n",
-    );
-    y.push_str("\nrun:\n  cases: 256\n  seed: random\n  time_limit: 60s\n");
-    y.push_str(
-        "\n# Fill this in after a first run (`pgchaos chaos FILE`): list the app.* invariants the\n\
-         # verdict table shows as violated and that you accept, e.g.\n\
-         #   app.mutual_exclusion: violated\n\
-         # Anything not listed is expected to hold.\nexpect:\n",
-    );
+    let written = ini.settle(notes);
+    let yaml = super::import_yaml::topology(origin, version, &written);
+    let Written {
+        pool_mode,
+        default_pool_size,
+        max_client_conn,
+        settings,
+        dropped,
+        ..
+    } = written;
     Ok(Imported {
-        yaml: y,
+        yaml,
         summary: format!(
             "{}pool_mode {}, default_pool_size {default_pool_size}, max_client_conn {max_client_conn}, {} further setting(s); {} key(s) dropped (listed above, and in the comments)",
             eff.chosen
@@ -574,6 +344,246 @@ pub fn convert(src: &str, path: &Path, origin: &Origin) -> Result<Imported> {
         ),
         dropped: dropped.iter().map(|d| format!("dropped {d}")).collect(),
     })
+}
+
+/// What the ini says, read one entry at a time in file order: `[pgbouncer]`'s pooling
+/// settings and further settings, the `[databases]` and `[users]` entries, and what is
+/// dropped.
+#[derive(Default)]
+struct Ini {
+    pool_mode: Option<PoolMode>,
+    default_pool_size: Option<u64>,
+    max_client_conn: Option<u64>,
+    reset_query: Option<String>,
+    reset_always: Option<bool>,
+    /// Further `[pgbouncer]` settings, as YAML scalars.
+    settings: Vec<(String, String)>,
+    /// One entry per key dropped, with the reason.
+    dropped: Vec<String>,
+    databases: Vec<pools::Override>,
+    users: Vec<pools::Override>,
+}
+
+impl Ini {
+    /// Reads one entry of any section.
+    fn entry(&mut self, cx: &Cx, e: &Entry, version: &str) -> Result<()> {
+        match e.section {
+            Section::Databases => self.databases.push(pools::parse_entry(
+                cx,
+                e.line,
+                &e.key,
+                &e.value,
+                e.value_col,
+                false,
+            )?),
+            Section::Users => self.users.push(pools::parse_entry(
+                cx,
+                e.line,
+                &e.key,
+                &e.value,
+                e.value_col,
+                true,
+            )?),
+            Section::Peers => self.dropped.push(format!(
+                "[peers] {}: pgchaos runs a single pgbouncer, without peers",
+                yaml_quote(&e.key)
+            )),
+            Section::Pgbouncer => self.pgbouncer_key(cx, e, version)?,
+        }
+        Ok(())
+    }
+
+    /// Reads one `[pgbouncer]` key: a pooling setting the topology has a key for, or (through
+    /// [`Ini::setting`]) a further setting or a dropped key.
+    fn pgbouncer_key(&mut self, cx: &Cx, e: &Entry, version: &str) -> Result<()> {
+        let name = e.key.to_ascii_lowercase();
+        match name.as_str() {
+            "pool_mode" => {
+                self.pool_mode = Some(match e.value.to_ascii_lowercase().as_str() {
+                    "session" => PoolMode::Session,
+                    "transaction" => PoolMode::Transaction,
+                    "statement" => {
+                        return Err(cx
+                            .at_value(
+                                e,
+                                "`pool_mode = statement` is not modelled by pgchaos yet",
+                                vec![
+                                    "in statement mode PgBouncer closes the client and its server when a statement leaves a transaction open; the model does not predict that yet".into(),
+                                    "import a copy with session or transaction".into(),
+                                ],
+                            )
+                            .into());
+                    }
+                    _ => {
+                        return Err(cx
+                            .at_value(
+                                e,
+                                format!("unknown pool_mode `{}`", e.value),
+                                vec!["valid pool modes: session, transaction, statement".into()],
+                            )
+                            .into());
+                    }
+                });
+            }
+            "default_pool_size" => {
+                let v = int_value(cx, e, 1, "default_pool_size")?;
+                if v > 10_000 {
+                    return Err(cx
+                        .at_value(
+                            e,
+                            format!(
+                                "`default_pool_size = {v}` is more than pgchaos accepts (10000)"
+                            ),
+                            vec!["pgchaos starts a PostgreSQL with room for the whole pool".into()],
+                        )
+                        .into());
+                }
+                self.default_pool_size = Some(v);
+            }
+            "max_client_conn" => {
+                self.max_client_conn = Some(int_value(cx, e, 1, "max_client_conn")?);
+            }
+            "server_reset_query" => self.reset_query = Some(e.value.clone()),
+            "server_reset_query_always" => self.reset_always = Some(bool_value(cx, e)?),
+            _ => self.setting(cx, e, name, version)?,
+        }
+        Ok(())
+    }
+
+    /// A `[pgbouncer]` key the topology has no key for (`name`, in lower case): dropped with
+    /// the reason if the harness controls it, else a `pgbouncer.settings` entry if pgchaos
+    /// accepts it (a timeout must be seconds), else an error.
+    fn setting(&mut self, cx: &Cx, e: &Entry, name: String, version: &str) -> Result<()> {
+        if let Some(why) = harness_reason(&name) {
+            if is_secret(&name) {
+                self.dropped
+                    .push(format!("{name} (value not shown): {why}"));
+            } else {
+                self.dropped
+                    .push(format!("{name} = {}: {why}", yaml_quote(&e.value)));
+            }
+            return Ok(());
+        }
+        if TIMEOUTS.contains(&name.as_str()) {
+            match e.value.parse::<f64>() {
+                Ok(v) if v >= 0.0 => {}
+                _ => {
+                    return Err(cx
+                        .at_value(
+                            e,
+                            format!("`{name}` is not a number of seconds: `{}`", e.value),
+                            vec!["a PgBouncer timeout is seconds, e.g. 600 (0 = off)".into()],
+                        )
+                        .into());
+                }
+            }
+        }
+        let value = yaml_value(&e.value);
+        if let Err((msg, hints, on_key)) = probe_setting(version, &name, &value) {
+            return Err(if on_key {
+                cx.at_key(e, msg, hints)
+            } else {
+                cx.at_value(e, msg, hints)
+            }
+            .into());
+        }
+        self.settings.push((name, value));
+        Ok(())
+    }
+
+    /// Takes the overrides of the database and user under test (`eff`) over `[pgbouncer]`'s
+    /// settings, and their dropped entries; the notes saying where each came from.
+    fn under_test(
+        &mut self,
+        cx: &Cx,
+        eff: &pools::Effective,
+        version: &str,
+    ) -> Result<Vec<String>> {
+        let mut notes: Vec<String> = eff.chosen.iter().map(|c| format!("# {c}")).collect();
+        let global_mode = self.pool_mode;
+        if let Some((m, from)) = &eff.pool_mode {
+            notes.push(format!(
+                "# pool_mode {} from {from} ([pgbouncer] says {})",
+                m.as_str(),
+                global_mode.map_or("nothing: session", |g| g.as_str())
+            ));
+            self.pool_mode = Some(*m);
+        }
+        if let Some((n, from)) = &eff.pool_size {
+            notes.push(format!(
+                "# default_pool_size {n} from {from}'s pool_size ([pgbouncer] says {})",
+                self.default_pool_size
+                    .map_or("nothing: 20".to_string(), |d| d.to_string())
+            ));
+            self.default_pool_size = Some(*n);
+        }
+        for (name, value, from, line, key_col, value_col) in &eff.settings {
+            let value = yaml_value(value);
+            if let Err((msg, hints, on_key)) = probe_setting(version, name, &value) {
+                let col = if on_key { *key_col } else { *value_col };
+                return Err(cx
+                    .error(*line, col, 1, format!("{from}: {msg}"), hints)
+                    .into());
+            }
+            notes.push(format!("# {name} from {from}"));
+            self.settings.retain(|(k, _)| k != name);
+            self.settings.push((name.to_string(), value));
+        }
+        self.settings.sort();
+        self.dropped.extend(eff.dropped.iter().cloned());
+        Ok(notes)
+    }
+
+    /// The settings to write, with a note for each default taken and each value changed
+    /// (`max_client_conn` brought within what pgchaos accepts), and PostgreSQL's
+    /// `max_connections` where the pool needs more than its default.
+    fn settle(self, mut notes: Vec<String>) -> Written {
+        let pool_extra: u64 = self
+            .settings
+            .iter()
+            .filter(|(k, _)| k == "reserve_pool_size" || k == "min_pool_size")
+            .map(|(_, v)| v.parse::<u64>().unwrap_or(0))
+            .sum();
+
+        // PgBouncer's defaults for what the ini leaves out (the topology's differ for the pool).
+        let pool_mode = self.pool_mode.unwrap_or_else(|| {
+            notes.push("# pool_mode is not set in the ini: PgBouncer's default, session".into());
+            PoolMode::Session
+        });
+        let default_pool_size = self.default_pool_size.unwrap_or_else(|| {
+            notes.push("# default_pool_size is not set in the ini: PgBouncer's default, 20".into());
+            20
+        });
+        let mut max_client_conn = self.max_client_conn.unwrap_or(100);
+        if max_client_conn < u64::from(CLIENTS) {
+            notes.push(format!(
+                "# max_client_conn raised from {max_client_conn} to {CLIENTS}: it must be at least workload.clients"
+            ));
+            max_client_conn = CLIENTS.into();
+        } else if max_client_conn > MAX_CLIENT_CONN_LIMIT {
+            notes.push(format!(
+                "# max_client_conn lowered from {max_client_conn} to {MAX_CLIENT_CONN_LIMIT}, the most pgchaos accepts (its {CLIENTS} clients never reach it)"
+            ));
+            max_client_conn = MAX_CLIENT_CONN_LIMIT;
+        }
+        let reset_query = self.reset_query.unwrap_or_else(|| "DISCARD ALL".into());
+        let reset_always = self.reset_always.unwrap_or(false);
+        let pool = default_pool_size + pool_extra;
+        let max_connections =
+            (pool + PG_RESERVED > PG_DEFAULT_MAX_CONNECTIONS).then_some(pool + PG_RESERVED);
+        Written {
+            pool_mode,
+            default_pool_size,
+            max_client_conn,
+            reset_query,
+            reset_always,
+            settings: self.settings,
+            pool,
+            max_connections,
+            notes,
+            dropped: self.dropped,
+        }
+    }
 }
 
 /// Whether pgchaos accepts a `pgbouncer.settings` entry (its name, its release, its value),

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod console;
 pub mod import;
+mod import_yaml;
 pub mod pools;
 pub mod provision;
 pub mod section;
