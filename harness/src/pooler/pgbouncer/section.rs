@@ -8,7 +8,9 @@ use super::settings::{
     pgbouncer_setting,
 };
 use crate::pooler::PoolMode;
-use crate::topology::{PoolerConfig, PoolerSection, PoolerSpec, Room, Section, TopologyError};
+use crate::topology::{
+    Location, PoolerConfig, PoolerSection, PoolerSpec, Room, Section, SettingEntry, TopologyError,
+};
 use crate::vocab::Op;
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -133,40 +135,7 @@ impl PoolerSection for PgbouncerSection {
         )?;
         let server_reset_query_always = s.bool_or("server_reset_query_always", false)?;
         let settings = s.settings("settings", ("1", "0"), |name| {
-            if let Some((_, why)) = PGBOUNCER_HARNESS_SETTINGS.iter().find(|(n, _)| *n == name) {
-                return Err((
-                    format!("`{name}` cannot be set in `pgbouncer.settings`"),
-                    vec![why.to_string()],
-                ));
-            }
-            match pgbouncer_setting(name) {
-                None => {
-                    let mut hints = Vec::new();
-                    let close = crate::topology::close_matches(
-                        name,
-                        PGBOUNCER_SETTINGS
-                            .iter()
-                            .map(|(n, _)| *n)
-                            .filter(|n| !PGBOUNCER_HARNESS_SETTINGS.iter().any(|(h, _)| h == n)),
-                    );
-                    if !close.is_empty() {
-                        hints.push(crate::topology::did_you_mean(&close));
-                    }
-                    hints.push(
-                        "valid names are the [pgbouncer] section settings of pgbouncer.ini(5) for PgBouncer 1.25"
-                            .into(),
-                    );
-                    Err((format!("unknown pgbouncer setting `{name}`"), hints))
-                }
-                Some(Some(since)) if target < since => Err((
-                    format!(
-                        "`{name}` needs pgbouncer {}.{} or newer, but `pgbouncer.version` is {version}",
-                        since.0, since.1
-                    ),
-                    vec!["remove the setting, or target a newer pgbouncer".into()],
-                )),
-                Some(_) => Ok(()),
-            }
+            check_setting(name, target, &version)
         })?;
         for e in &settings {
             if PGBOUNCER_TIMEOUTS.contains(&e.name.as_str())
@@ -184,84 +153,8 @@ impl PoolerSection for PgbouncerSection {
         }
 
         // The clients must fit, and so must the pool in PostgreSQL.
-        if max_client_conn < room.clients {
-            return Err(s.error(
-                s.at("max_client_conn"),
-                if room.replicas > 1 {
-                    format!(
-                        "`pgbouncer.max_client_conn` ({max_client_conn}) is below the {} clients each of its {} replicas serves",
-                        room.clients, room.replicas
-                    )
-                } else {
-                    format!(
-                        "`pgbouncer.max_client_conn` ({max_client_conn}) is below `workload.clients` ({})",
-                        room.clients
-                    )
-                },
-                vec![format!(
-                    "raise max_client_conn to at least {}, or lower workload.clients",
-                    room.clients
-                )],
-            ));
-        }
-        let int_setting =
-            |name: &str| -> Result<Option<(i64, crate::topology::Location)>, TopologyError> {
-                let Some(e) = settings.iter().find(|e| e.name == name) else {
-                    return Ok(None);
-                };
-                match e.value.trim().parse::<i64>() {
-                Ok(n) if n >= 0 => Ok(Some((n, e.value_at))),
-                _ => Err(s.error(
-                    e.value_at,
-                    format!(
-                        "`pgbouncer.settings.{name}` must be a non-negative integer, found `{}`",
-                        e.value
-                    ),
-                    vec![format!(
-                        "the harness uses `{name}` to check that the connections fit"
-                    )],
-                )),
-            }
-            };
-        let reserve = int_setting("reserve_pool_size")?;
-        let min_pool = int_setting("min_pool_size")?;
-        let pool = (i64::from(default_pool_size)
-            + reserve.map_or(0, |(n, _)| n)
-            + min_pool.map_or(0, |(n, _)| n))
-            * i64::from(room.replicas);
-        if pool > room.available {
-            let loc = if s.given("default_pool_size") {
-                s.at("default_pool_size")
-            } else if let Some(l) = room.max_connections_at {
-                l
-            } else if let Some((_, l)) = reserve.or(min_pool) {
-                l
-            } else {
-                s.start()
-            };
-            return Err(s.error(
-                loc,
-                format!(
-                    "the pool needs {pool} server connections but PostgreSQL has room for {}",
-                    room.available
-                ),
-                vec![
-                    format!(
-                        "pool = {}default_pool_size {default_pool_size}{}{}{}",
-                        if room.replicas > 1 { "(" } else { "" },
-                        reserve.map_or(String::new(), |(n, _)| format!(" + reserve_pool_size {n}")),
-                        min_pool.map_or(String::new(), |(n, _)| format!(" + min_pool_size {n}")),
-                        if room.replicas > 1 {
-                            format!(") x {} replicas", room.replicas)
-                        } else {
-                            String::new()
-                        },
-                    ),
-                    format!("room = {}", room.budget),
-                    "lower the pool, or raise `postgres.settings.max_connections`".into(),
-                ],
-            ));
-        }
+        check_clients(s, room, max_client_conn)?;
+        check_pool(s, room, default_pool_size, &settings)?;
 
         let spec = PgbouncerSpec {
             version: version.clone(),
@@ -280,6 +173,151 @@ impl PoolerSection for PgbouncerSection {
             config: Arc::new(spec),
         })
     }
+}
+
+/// Whether `pgbouncer.settings` may hold `name` for the declared release (`target`: its major
+/// and minor numbers; `version`: as declared): a setting of pgbouncer.ini's `[pgbouncer]`
+/// section, not one the harness sets itself, and known to that release. The error: message
+/// and hints.
+fn check_setting(
+    name: &str,
+    target: (u32, u32),
+    version: &str,
+) -> Result<(), (String, Vec<String>)> {
+    if let Some((_, why)) = PGBOUNCER_HARNESS_SETTINGS.iter().find(|(n, _)| *n == name) {
+        return Err((
+            format!("`{name}` cannot be set in `pgbouncer.settings`"),
+            vec![why.to_string()],
+        ));
+    }
+    match pgbouncer_setting(name) {
+        None => {
+            let mut hints = Vec::new();
+            let close = crate::topology::close_matches(
+                name,
+                PGBOUNCER_SETTINGS
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .filter(|n| !PGBOUNCER_HARNESS_SETTINGS.iter().any(|(h, _)| h == n)),
+            );
+            if !close.is_empty() {
+                hints.push(crate::topology::did_you_mean(&close));
+            }
+            hints.push(
+                "valid names are the [pgbouncer] section settings of pgbouncer.ini(5) for PgBouncer 1.25"
+                    .into(),
+            );
+            Err((format!("unknown pgbouncer setting `{name}`"), hints))
+        }
+        Some(Some(since)) if target < since => Err((
+            format!(
+                "`{name}` needs pgbouncer {}.{} or newer, but `pgbouncer.version` is {version}",
+                since.0, since.1
+            ),
+            vec!["remove the setting, or target a newer pgbouncer".into()],
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// The clients must fit: `max_client_conn` is at least the clients each replica serves.
+fn check_clients(s: &Section<'_>, room: &Room, max_client_conn: u32) -> Result<(), TopologyError> {
+    if max_client_conn < room.clients {
+        return Err(s.error(
+            s.at("max_client_conn"),
+            if room.replicas > 1 {
+                format!(
+                    "`pgbouncer.max_client_conn` ({max_client_conn}) is below the {} clients each of its {} replicas serves",
+                    room.clients, room.replicas
+                )
+            } else {
+                format!(
+                    "`pgbouncer.max_client_conn` ({max_client_conn}) is below `workload.clients` ({})",
+                    room.clients
+                )
+            },
+            vec![format!(
+                "raise max_client_conn to at least {}, or lower workload.clients",
+                room.clients
+            )],
+        ));
+    }
+    Ok(())
+}
+
+/// A `pgbouncer.settings` entry the pool's size counts (`reserve_pool_size`,
+/// `min_pool_size`): its value, a non-negative integer, and where it is; `None` when unset.
+fn int_setting(
+    s: &Section<'_>,
+    settings: &[SettingEntry],
+    name: &str,
+) -> Result<Option<(i64, Location)>, TopologyError> {
+    let Some(e) = settings.iter().find(|e| e.name == name) else {
+        return Ok(None);
+    };
+    match e.value.trim().parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(Some((n, e.value_at))),
+        _ => Err(s.error(
+            e.value_at,
+            format!(
+                "`pgbouncer.settings.{name}` must be a non-negative integer, found `{}`",
+                e.value
+            ),
+            vec![format!(
+                "the harness uses `{name}` to check that the connections fit"
+            )],
+        )),
+    }
+}
+
+/// The pool must fit in PostgreSQL: default_pool_size + reserve_pool_size + min_pool_size,
+/// times the replicas, is at most the connections PostgreSQL has room for.
+fn check_pool(
+    s: &Section<'_>,
+    room: &Room,
+    default_pool_size: u32,
+    settings: &[SettingEntry],
+) -> Result<(), TopologyError> {
+    let reserve = int_setting(s, settings, "reserve_pool_size")?;
+    let min_pool = int_setting(s, settings, "min_pool_size")?;
+    let pool = (i64::from(default_pool_size)
+        + reserve.map_or(0, |(n, _)| n)
+        + min_pool.map_or(0, |(n, _)| n))
+        * i64::from(room.replicas);
+    if pool > room.available {
+        let loc = if s.given("default_pool_size") {
+            s.at("default_pool_size")
+        } else if let Some(l) = room.max_connections_at {
+            l
+        } else if let Some((_, l)) = reserve.or(min_pool) {
+            l
+        } else {
+            s.start()
+        };
+        return Err(s.error(
+            loc,
+            format!(
+                "the pool needs {pool} server connections but PostgreSQL has room for {}",
+                room.available
+            ),
+            vec![
+                format!(
+                    "pool = {}default_pool_size {default_pool_size}{}{}{}",
+                    if room.replicas > 1 { "(" } else { "" },
+                    reserve.map_or(String::new(), |(n, _)| format!(" + reserve_pool_size {n}")),
+                    min_pool.map_or(String::new(), |(n, _)| format!(" + min_pool_size {n}")),
+                    if room.replicas > 1 {
+                        format!(") x {} replicas", room.replicas)
+                    } else {
+                        String::new()
+                    },
+                ),
+                format!("room = {}", room.budget),
+                "lower the pool, or raise `postgres.settings.max_connections`".into(),
+            ],
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
