@@ -112,6 +112,69 @@ fn unquote_name(key: &str) -> String {
     }
 }
 
+/// A quoted value after its opening `'`, as PgBouncer reads one (`''` for a quote): the
+/// value, and the byte just past its closing quote in `q`; `None` when it is not closed.
+fn unquote_value(q: &str) -> Option<(String, usize)> {
+    let mut out = String::new();
+    let mut chars = q.char_indices().peekable();
+    let mut end = None;
+    while let Some((i, c)) = chars.next() {
+        if c == '\'' {
+            if chars.peek().map(|(_, n)| *n) == Some('\'') {
+                chars.next();
+                out.push('\'');
+                continue;
+            }
+            end = Some(i + 1);
+            break;
+        }
+        out.push(c);
+    }
+    end.map(|end| (out, end))
+}
+
+/// The keys PgBouncer 1.25 knows in a `[users]` entry (`users`) or a `[databases]` one, as an
+/// unknown key's error lists them.
+fn known_keys(users: bool) -> &'static [&'static str] {
+    if users {
+        &[
+            "pool_mode",
+            "pool_size",
+            "reserve_pool_size",
+            "max_user_connections",
+            "max_user_client_connections",
+            "query_timeout",
+            "idle_transaction_timeout",
+            "transaction_timeout",
+            "client_idle_timeout",
+        ]
+    } else {
+        &[
+            "dbname",
+            "host",
+            "port",
+            "user",
+            "password",
+            "auth_user",
+            "auth_dbname",
+            "auth_query",
+            "application_name",
+            "load_balance_hosts",
+            "client_encoding",
+            "datestyle",
+            "timezone",
+            "pool_size",
+            "min_pool_size",
+            "reserve_pool_size",
+            "max_db_connections",
+            "max_db_client_connections",
+            "server_lifetime",
+            "pool_mode",
+            "connect_query",
+        ]
+    }
+}
+
 /// Parses an entry's value as PgBouncer's `cstr_get_pair` does; `users`: the `[users]` keys.
 pub fn parse_entry(
     cx: &ConfFile,
@@ -157,22 +220,7 @@ pub fn parse_entry(
         let v_start_rel = rest.len() - after_eq.trim_start_matches(' ').len();
         let v_text = &rest[v_start_rel..];
         let (v, consumed) = if let Some(q) = v_text.strip_prefix('\'') {
-            let mut out = String::new();
-            let mut chars = q.char_indices().peekable();
-            let mut end = None;
-            while let Some((i, c)) = chars.next() {
-                if c == '\'' {
-                    if chars.peek().map(|(_, n)| *n) == Some('\'') {
-                        chars.next();
-                        out.push('\'');
-                        continue;
-                    }
-                    end = Some(i + 1);
-                    break;
-                }
-                out.push(c);
-            }
-            let Some(end) = end else {
+            let Some((out, end)) = unquote_value(q) else {
                 return Err(cx.error(
                     line,
                     col(at + v_start_rel),
@@ -202,43 +250,7 @@ pub fn parse_entry(
             database_role(k)
         };
         let Some(role) = role else {
-            let known: &[&str] = if users {
-                &[
-                    "pool_mode",
-                    "pool_size",
-                    "reserve_pool_size",
-                    "max_user_connections",
-                    "max_user_client_connections",
-                    "query_timeout",
-                    "idle_transaction_timeout",
-                    "transaction_timeout",
-                    "client_idle_timeout",
-                ]
-            } else {
-                &[
-                    "dbname",
-                    "host",
-                    "port",
-                    "user",
-                    "password",
-                    "auth_user",
-                    "auth_dbname",
-                    "auth_query",
-                    "application_name",
-                    "load_balance_hosts",
-                    "client_encoding",
-                    "datestyle",
-                    "timezone",
-                    "pool_size",
-                    "min_pool_size",
-                    "reserve_pool_size",
-                    "max_db_connections",
-                    "max_db_client_connections",
-                    "server_lifetime",
-                    "pool_mode",
-                    "connect_query",
-                ]
-            };
+            let known = known_keys(users);
             return Err(cx.error(
                 line,
                 col(at),
