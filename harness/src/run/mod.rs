@@ -93,8 +93,7 @@ impl<'a> Runner<'a> {
         steps: &[Step],
         evidence: bool,
     ) -> Result<()> {
-        let keys = &self.cluster.topology.workload.keys;
-        let (mut clients, opened, reset_us) = self
+        let (clients, opened, reset_us) = self
             .begin_case(rec, &meta, steps, Schedule::Sequential, evidence)
             .await?;
         let nclients = clients.len();
@@ -103,11 +102,14 @@ impl<'a> Runner<'a> {
             slot.connected = opened;
         }
         let t_steps = Instant::now();
-        // After the reset, the servers hold nothing.
-        let mut last_obs = Observation::default();
-        let mut seen: Vec<BackendId> = vec![];
-        // Servers a fault (RECONNECT) marked to close at their next release.
-        let mut closing: Vec<BackendId> = vec![];
+        let mut s = Sequence {
+            clients,
+            slots,
+            // After the reset, the servers hold nothing.
+            last_obs: Observation::default(),
+            seen: vec![],
+            closing: vec![],
+        };
 
         let think = self.cluster.topology.workload.think;
         let seed = meta.seed.unwrap_or(0);
@@ -118,257 +120,318 @@ impl<'a> Runner<'a> {
             if i > 0 && !pause.is_zero() {
                 tokio::time::sleep(pause).await;
             }
-            let t_step = Instant::now();
-            let c = step.client;
-            let p = Process::Client(c);
-            if evidence {
-                for k in keys {
-                    self.probe(rec, i, ProbeWhy::Before, *k).await?;
-                }
-                let obs = self.observer.snapshot().await?;
-                rec.emit(Body::Obs(ObsEvent {
-                    step: Some(i),
-                    at: At::Before,
-                    same: false,
-                    delta: None,
-                    obs,
-                }));
-            }
-            // Decide: a fault needs a target; a statement must not wait forever.
-            let target = if step.op.targets_backend() {
-                slots[c].last
-            } else {
-                None
-            };
-            let skip = if step.op.targets_backend() && target.is_none() {
-                Some(format!("C{} has not been served by a backend yet", c + 1))
-            } else if step.op.is_server_fault() {
-                plan::fault_would_wait(&self.rules, &slots, step.op, &last_obs)
-            } else {
-                plan::would_wait(&self.rules, &slots, c, step.op, &last_obs)
-            };
-            if let Some(reason) = skip {
-                rec.emit(Body::Skip(Skip::of(p, i, step, reason)));
-                continue;
-            }
-
-            // What arrived while the client was idle, before its op.
-            for r in clients[c].take_received() {
-                rec.emit(received(c, r));
-            }
-            let t_exec = Instant::now();
-            let mut waits = Waits::default();
-            let mut closed = None;
-            let mut first_look = None;
-            let (reply, served) = match step.op {
-                Op::Disconnect | Op::Reconnect => {
-                    let (fate, b) = plan::disconnect_fate(&self.rules, &slots[c], &last_obs);
-                    if fate == ServerFate::Closed {
-                        closed = b;
-                    }
-                    waits = plan::disconnect_waits(fate, b);
-                    plan::close_at_release(&mut waits, &closing);
-                    self.invoke(rec, p, i, step, None);
-                    clients[c].disconnect();
-                    // Received on the connection just closed: recorded before the op
-                    // completes (a reconnect's new connection never listened).
-                    for r in clients[c].take_received() {
-                        rec.emit(received(c, r));
-                    }
-                    slots[c].connected = false;
-                    slots[c].broken = false;
-                    if step.op == Op::Reconnect {
-                        self.observer.settle(None, &waits).await?;
-                        clients[c]
-                            .connect(&self.cluster.client_config_for(c))
-                            .await?;
-                        slots[c].connected = true;
-                        if self.rules.links_at_connect {
-                            // Waited for; the new connection may hold that server again at
-                            // once, or another, which no statement has named yet.
-                            waits = Waits::default();
-                            slots[c].latest_on_last = false;
-                        }
-                    }
-                    (Reply::Ok, None)
-                }
-                Op::Terminate | Op::Cancel => {
-                    let t = target.expect("planned with a target");
-                    let fault = Fault::for_op(step.op, t).expect("a fault op");
-                    rec.emit(Body::Invoke(Invoke {
-                        p: Process::Nemesis,
-                        step: Some(i),
-                        f: step.op,
-                        key: None,
-                        ms: None,
-                        guc: None,
-                        target: Some(t),
-                        client: Some(c),
-                        when: Default::default(),
-                        message: None,
-                    }));
-                    let (reply, time) = self.nemesis.run(fault).await?;
-                    clients[c].note_time(time);
-                    if matches!(fault, Fault::Terminate(_))
-                        && reply == (Reply::Bool { value: true })
-                    {
-                        // Clients linked to it hear of it at their next statement.
-                        for s in slots.iter_mut() {
-                            if s.last == Some(t) && plan::linked(&self.rules, s, &last_obs) {
-                                s.broken = true;
-                            }
-                        }
-                        waits.gone.push(t);
-                    }
-                    (reply, None)
-                }
-                op if op.is_server_fault() => {
-                    rec.emit(Body::Invoke(Invoke {
-                        p: Process::Nemesis,
-                        step: Some(i),
-                        f: op,
-                        key: None,
-                        ms: None,
-                        guc: None,
-                        target,
-                        client: Some(c),
-                        when: Default::default(),
-                        message: None,
-                    }));
-                    let hold = self.cluster.topology.faults.hold;
-                    let (reply, time) = self
-                        .nemesis
-                        .server_fault(
-                            self.cluster,
-                            op,
-                            target,
-                            hold,
-                            self.cluster.topology.faults.delay,
-                        )
-                        .await?;
-                    clients[c].note_time(time);
-                    self.observer.reconnect(self.cluster).await?;
-                    if reply == Reply::Ok {
-                        waits =
-                            plan::fault_waits(&self.rules, &mut slots, op, &last_obs, &mut closing);
-                    }
-                    (reply, None)
-                }
-                Op::Sleep => {
-                    self.invoke(rec, p, i, step, None);
-                    tokio::time::sleep(Duration::from_millis(step.ms.unwrap_or(0))).await;
-                    (Reply::Ok, None)
-                }
-                _ => {
-                    if !slots[c].connected {
-                        self.open(rec, &mut clients[c], Some(i)).await?;
-                        slots[c].connected = true;
-                        if self.rules.links_at_connect {
-                            slots[c].latest_on_last = false;
-                        }
-                    }
-                    self.invoke(rec, p, i, step, None);
-                    let bound = self.op_bound(step, IO_TIMEOUT);
-                    let (reply, mut served) = clients[c]
-                        .run(step.op, step.key, step.ms, step.guc, i, bound)
-                        .await;
-                    // No in-band identity (DISCARD ALL must run alone): find the step's tag.
-                    if served.is_none() && !reply.is_closed() {
-                        let obs = self.observer.snapshot().await?;
-                        served = obs.ran(&crate::sql::tag(i));
-                        first_look = Some(obs);
-                        if let Some(b) = served {
-                            clients[c].served_by(b);
-                        }
-                    }
-                    if reply.ended_by_server() {
-                        slots[c].connected = false;
-                    }
-                    slots[c].broken = false;
-                    if let Some(b) = served {
-                        plan::served(&mut slots, c, b);
-                    }
-                    waits = plan::statement_waits(&self.rules, served);
-                    plan::close_at_release(&mut waits, &closing);
-                    (reply, served)
-                }
-            };
-            let contender = self.observer.contender_id();
-            if served.is_some_and(|b| b == contender) || target == Some(contender) {
-                bail!(
-                    "the contender's backend {} served a client: probes are not fresh",
-                    contender
-                );
-            }
-            rec.emit(Body::completion(Completion {
-                p: Process::of(step.op, step.client),
-                step: Some(i),
-                f: step.op,
-                value: reply.clone(),
-                backend: served,
-                server: clients[c].take_time(),
-            }));
-            for r in clients[c].take_received() {
-                rec.emit(received(c, r));
-            }
-            let exec_us = t_exec.elapsed().as_micros() as u64;
-
-            let t_obs = Instant::now();
-            let obs = self.observer.settle(first_look, &waits).await?;
-            closing.retain(|b| obs.alive(*b));
-            if reply.ended_by_server() && !step.op.is_fault() {
-                clients[c].disconnect();
-            }
-            let obs_us = t_obs.elapsed().as_micros() as u64;
-
-            let t_probe = Instant::now();
-            let probes = plan::probe_keys(&ProbeInput {
-                op: step.op,
-                key: step.key,
-                reply: &reply,
-                backend: served.or(target),
-                closed,
-                before: &last_obs,
-                after: &obs,
-            });
-            rec.emit(Body::Obs(ObsEvent {
-                step: Some(i),
-                at: At::After,
-                same: false,
-                delta: None,
-                obs: obs.clone(),
-            }));
-            for k in probes {
-                self.probe(rec, i, ProbeWhy::Boundary, k).await?;
-            }
-            let probe_us = t_probe.elapsed().as_micros() as u64;
-            if evidence {
-                for k in keys {
-                    self.probe(rec, i, ProbeWhy::After, *k).await?;
-                }
-            }
-            if self.trace {
-                let new = match served {
-                    Some(b) if !seen.contains(&b) => {
-                        seen.push(b);
-                        1
-                    }
-                    _ => 0,
-                };
-                eprintln!(
-                    "trace {} exec {exec_us} obs {obs_us} probe {probe_us} new {new} step {}",
-                    step.op,
-                    t_step.elapsed().as_micros()
-                );
-            }
-            last_obs = obs;
+            self.run_step(rec, &mut s, i, step, evidence).await?;
         }
-        for (c, r) in settle_notifications(steps, &mut clients).await {
+        for (c, r) in settle_notifications(steps, &mut s.clients).await {
             rec.emit(received(c, r));
         }
-        drop(clients);
+        drop(s);
         rec.emit(case_end(&meta, t_steps, reset_us));
         Ok(())
+    }
+
+    /// One step `i` of the sequential schedule: decide whether it can run, run its op,
+    /// record its completion, settle, observe and probe (with `evidence`, every key before
+    /// and after too).
+    async fn run_step(
+        &self,
+        rec: &mut Recorder,
+        s: &mut Sequence,
+        i: usize,
+        step: &Step,
+        evidence: bool,
+    ) -> Result<()> {
+        let t_step = Instant::now();
+        let c = step.client;
+        let p = Process::Client(c);
+        if evidence {
+            self.evidence_before(rec, i).await?;
+        }
+        // Decide: a fault needs a target; a statement must not wait forever.
+        let target = if step.op.targets_backend() {
+            s.slots[c].last
+        } else {
+            None
+        };
+        if let Some(reason) = self.skip_reason(s, step, target) {
+            rec.emit(Body::Skip(Skip::of(p, i, step, reason)));
+            return Ok(());
+        }
+
+        // What arrived while the client was idle, before its op.
+        for r in s.clients[c].take_received() {
+            rec.emit(received(c, r));
+        }
+        let t_exec = Instant::now();
+        let Done {
+            reply,
+            served,
+            waits,
+            closed,
+            first_look,
+        } = self.exec(rec, s, i, step, target).await?;
+        let contender = self.observer.contender_id();
+        if served.is_some_and(|b| b == contender) || target == Some(contender) {
+            bail!(
+                "the contender's backend {} served a client: probes are not fresh",
+                contender
+            );
+        }
+        rec.emit(Body::completion(Completion {
+            p: Process::of(step.op, step.client),
+            step: Some(i),
+            f: step.op,
+            value: reply.clone(),
+            backend: served,
+            server: s.clients[c].take_time(),
+        }));
+        for r in s.clients[c].take_received() {
+            rec.emit(received(c, r));
+        }
+        let exec_us = t_exec.elapsed().as_micros() as u64;
+
+        let t_obs = Instant::now();
+        let obs = self.observer.settle(first_look, &waits).await?;
+        s.closing.retain(|b| obs.alive(*b));
+        if reply.ended_by_server() && !step.op.is_fault() {
+            s.clients[c].disconnect();
+        }
+        let obs_us = t_obs.elapsed().as_micros() as u64;
+
+        let t_probe = Instant::now();
+        let probes = plan::probe_keys(&ProbeInput {
+            op: step.op,
+            key: step.key,
+            reply: &reply,
+            backend: served.or(target),
+            closed,
+            before: &s.last_obs,
+            after: &obs,
+        });
+        rec.emit(Body::Obs(ObsEvent {
+            step: Some(i),
+            at: At::After,
+            same: false,
+            delta: None,
+            obs: obs.clone(),
+        }));
+        for k in probes {
+            self.probe(rec, i, ProbeWhy::Boundary, k).await?;
+        }
+        let probe_us = t_probe.elapsed().as_micros() as u64;
+        if evidence {
+            for k in &self.cluster.topology.workload.keys {
+                self.probe(rec, i, ProbeWhy::After, *k).await?;
+            }
+        }
+        if self.trace {
+            let new = match served {
+                Some(b) if !s.seen.contains(&b) => {
+                    s.seen.push(b);
+                    1
+                }
+                _ => 0,
+            };
+            eprintln!(
+                "trace {} exec {exec_us} obs {obs_us} probe {probe_us} new {new} step {}",
+                step.op,
+                t_step.elapsed().as_micros()
+            );
+        }
+        s.last_obs = obs;
+        Ok(())
+    }
+
+    /// Evidence before step `i`: every key probed, then an observation.
+    async fn evidence_before(&self, rec: &mut Recorder, i: usize) -> Result<()> {
+        for k in &self.cluster.topology.workload.keys {
+            self.probe(rec, i, ProbeWhy::Before, *k).await?;
+        }
+        let obs = self.observer.snapshot().await?;
+        rec.emit(Body::Obs(ObsEvent {
+            step: Some(i),
+            at: At::Before,
+            same: false,
+            delta: None,
+            obs,
+        }));
+        Ok(())
+    }
+
+    /// Why `step` is skipped, if it is: a fault aimed at a client no backend has served yet
+    /// (no `target`), or an op that would wait forever for a pooled server
+    /// (`plan::fault_would_wait`, `plan::would_wait`).
+    fn skip_reason(&self, s: &Sequence, step: &Step, target: Option<BackendId>) -> Option<String> {
+        let c = step.client;
+        if step.op.targets_backend() && target.is_none() {
+            Some(format!("C{} has not been served by a backend yet", c + 1))
+        } else if step.op.is_server_fault() {
+            plan::fault_would_wait(&self.rules, &s.slots, step.op, &s.last_obs)
+        } else {
+            plan::would_wait(&self.rules, &s.slots, c, step.op, &s.last_obs)
+        }
+    }
+
+    /// Run step `i`'s op (decided runnable; `target`: the backend a fault aims at),
+    /// recording its invoke and what the client received on a connection it closes.
+    async fn exec(
+        &self,
+        rec: &mut Recorder,
+        s: &mut Sequence,
+        i: usize,
+        step: &Step,
+        target: Option<BackendId>,
+    ) -> Result<Done> {
+        let c = step.client;
+        let p = Process::Client(c);
+        match step.op {
+            Op::Disconnect | Op::Reconnect => self.exec_disconnect(rec, s, i, step).await,
+            Op::Terminate | Op::Cancel => {
+                let t = target.expect("planned with a target");
+                let fault = Fault::for_op(step.op, t).expect("a fault op");
+                rec.emit(nemesis_invoke(i, step.op, Some(t), c));
+                let (reply, time) = self.nemesis.run(fault).await?;
+                s.clients[c].note_time(time);
+                let mut waits = Waits::default();
+                if matches!(fault, Fault::Terminate(_)) && reply == (Reply::Bool { value: true }) {
+                    // Clients linked to it hear of it at their next statement.
+                    for slot in s.slots.iter_mut() {
+                        if slot.last == Some(t) && plan::linked(&self.rules, slot, &s.last_obs) {
+                            slot.broken = true;
+                        }
+                    }
+                    waits.gone.push(t);
+                }
+                Ok(Done::of(reply, None, waits))
+            }
+            op if op.is_server_fault() => {
+                rec.emit(nemesis_invoke(i, op, target, c));
+                let hold = self.cluster.topology.faults.hold;
+                let (reply, time) = self
+                    .nemesis
+                    .server_fault(
+                        self.cluster,
+                        op,
+                        target,
+                        hold,
+                        self.cluster.topology.faults.delay,
+                    )
+                    .await?;
+                s.clients[c].note_time(time);
+                self.observer.reconnect(self.cluster).await?;
+                let mut waits = Waits::default();
+                if reply == Reply::Ok {
+                    waits = plan::fault_waits(
+                        &self.rules,
+                        &mut s.slots,
+                        op,
+                        &s.last_obs,
+                        &mut s.closing,
+                    );
+                }
+                Ok(Done::of(reply, None, waits))
+            }
+            Op::Sleep => {
+                self.invoke(rec, p, i, step, None);
+                tokio::time::sleep(Duration::from_millis(step.ms.unwrap_or(0))).await;
+                Ok(Done::of(Reply::Ok, None, Waits::default()))
+            }
+            _ => self.exec_statement(rec, s, i, step).await,
+        }
+    }
+
+    /// A `disconnect` or `reconnect` step: close the client's connection (and, to
+    /// reconnect, open a new one once the observer has settled).
+    async fn exec_disconnect(
+        &self,
+        rec: &mut Recorder,
+        s: &mut Sequence,
+        i: usize,
+        step: &Step,
+    ) -> Result<Done> {
+        let c = step.client;
+        let p = Process::Client(c);
+        let mut closed = None;
+        let (fate, b) = plan::disconnect_fate(&self.rules, &s.slots[c], &s.last_obs);
+        if fate == ServerFate::Closed {
+            closed = b;
+        }
+        let mut waits = plan::disconnect_waits(fate, b);
+        plan::close_at_release(&mut waits, &s.closing);
+        self.invoke(rec, p, i, step, None);
+        s.clients[c].disconnect();
+        // Received on the connection just closed: recorded before the op
+        // completes (a reconnect's new connection never listened).
+        for r in s.clients[c].take_received() {
+            rec.emit(received(c, r));
+        }
+        s.slots[c].connected = false;
+        s.slots[c].broken = false;
+        if step.op == Op::Reconnect {
+            self.observer.settle(None, &waits).await?;
+            s.clients[c]
+                .connect(&self.cluster.client_config_for(c))
+                .await?;
+            s.slots[c].connected = true;
+            if self.rules.links_at_connect {
+                // Waited for; the new connection may hold that server again at
+                // once, or another, which no statement has named yet.
+                waits = Waits::default();
+                s.slots[c].latest_on_last = false;
+            }
+        }
+        Ok(Done {
+            closed,
+            ..Done::of(Reply::Ok, None, waits)
+        })
+    }
+
+    /// A statement's step: open the client's connection if it has none, run the op, and
+    /// find the backend that served it.
+    async fn exec_statement(
+        &self,
+        rec: &mut Recorder,
+        s: &mut Sequence,
+        i: usize,
+        step: &Step,
+    ) -> Result<Done> {
+        let c = step.client;
+        let p = Process::Client(c);
+        let mut first_look = None;
+        if !s.slots[c].connected {
+            self.open(rec, &mut s.clients[c], Some(i)).await?;
+            s.slots[c].connected = true;
+            if self.rules.links_at_connect {
+                s.slots[c].latest_on_last = false;
+            }
+        }
+        self.invoke(rec, p, i, step, None);
+        let bound = self.op_bound(step, IO_TIMEOUT);
+        let (reply, mut served) = s.clients[c]
+            .run(step.op, step.key, step.ms, step.guc, i, bound)
+            .await;
+        // No in-band identity (DISCARD ALL must run alone): find the step's tag.
+        if served.is_none() && !reply.is_closed() {
+            let obs = self.observer.snapshot().await?;
+            served = obs.ran(&crate::sql::tag(i));
+            first_look = Some(obs);
+            if let Some(b) = served {
+                s.clients[c].served_by(b);
+            }
+        }
+        if reply.ended_by_server() {
+            s.slots[c].connected = false;
+        }
+        s.slots[c].broken = false;
+        if let Some(b) = served {
+            plan::served(&mut s.slots, c, b);
+        }
+        let mut waits = plan::statement_waits(&self.rules, served);
+        plan::close_at_release(&mut waits, &s.closing);
+        Ok(Done {
+            first_look,
+            ..Done::of(reply, served, waits)
+        })
     }
 
     /// The checker's budget per case, from the topology's `run` section.
@@ -511,6 +574,61 @@ impl<'a> Runner<'a> {
         }));
         Ok(())
     }
+}
+
+/// What the sequential schedule carries from one step to the next.
+struct Sequence {
+    clients: Vec<LogicalClient>,
+    slots: Vec<Slot>,
+    /// The observation after the last step.
+    last_obs: Observation,
+    /// Backends that served a step so far (for the trace).
+    seen: Vec<BackendId>,
+    /// Servers a fault (RECONNECT) marked to close at their next release.
+    closing: Vec<BackendId>,
+}
+
+/// What a step's op did, for its completion and the observation after it.
+struct Done {
+    reply: Reply,
+    /// The backend that served the statement.
+    served: Option<BackendId>,
+    /// What the observer waits for before its observation counts.
+    waits: Waits,
+    /// The server a disconnect closed.
+    closed: Option<BackendId>,
+    /// The snapshot that found the statement's backend: the settle's first look.
+    first_look: Option<Observation>,
+}
+
+impl Done {
+    /// An op's outcome that closed no server and took no snapshot.
+    fn of(reply: Reply, served: Option<BackendId>, waits: Waits) -> Done {
+        Done {
+            reply,
+            served,
+            waits,
+            closed: None,
+            first_look: None,
+        }
+    }
+}
+
+/// The invoke of fault step `i` (op `f`, client `c`'s, aimed at `target`): the nemesis
+/// runs it.
+fn nemesis_invoke(i: usize, f: Op, target: Option<BackendId>, c: usize) -> Body {
+    Body::Invoke(Invoke {
+        p: Process::Nemesis,
+        step: Some(i),
+        f,
+        key: None,
+        ms: None,
+        guc: None,
+        target,
+        client: Some(c),
+        when: Default::default(),
+        message: None,
+    })
 }
 
 /// A notification a client received, as the history records it.
