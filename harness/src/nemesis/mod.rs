@@ -138,78 +138,26 @@ impl Nemesis {
             lo: Some(lo),
             hi: None,
         });
-        let reply = self
-            .start_and_heal(cluster, op, target, hold, delay)
-            .await?;
+        let fault = ServerFault {
+            cluster,
+            op,
+            target,
+            hold,
+            delay,
+        };
+        let reply = self.start_and_heal(&fault).await?;
         Ok((reply, time))
     }
 
-    async fn start_and_heal(
-        &self,
-        cluster: &Cluster,
-        op: Op,
-        target: Option<BackendId>,
-        hold: Duration,
-        delay: Duration,
-    ) -> Result<Reply> {
-        let admin = async |cmds: &[String]| -> Result<()> {
-            let console = cluster.console().await.context("nemesis")?;
-            for cmd in cmds {
-                console.command(cmd).await.with_context(|| {
-                    format!(
-                        "nemesis: {} admin command {cmd}",
-                        cluster.pooler.display_name()
-                    )
-                })?;
-            }
-            Ok(())
-        };
-        // The target by identity: a pid alone may be a zombie or, later, another backend.
-        let backend_pid = async || -> Result<Option<i32>> {
-            let t = target.ok_or_else(|| anyhow::anyhow!("`{op}` needs a target backend"))?;
-            let present = self.rows(&sql::backend_present(t.pid, t.start_us)).await?;
-            // With local servers the process is checked too (a zombie is no target).
-            let running = !self.local_processes || process_running(t.pid);
-            Ok((!present.is_empty() && running).then_some(t.pid))
-        };
+    /// Start the fault `f`, hold it and heal it ([`Nemesis::server_fault`]). Replies `false`
+    /// where the target backend is gone or cannot be signalled, and a timeout where a
+    /// console fault's start failed.
+    async fn start_and_heal(&self, f: &ServerFault<'_>) -> Result<Reply> {
+        let ServerFault {
+            cluster, op, hold, ..
+        } = *f;
         if let Some(cf) = cluster.pooler.console_fault(op, cluster.pool_database()) {
-            // A deployment's: refused when anyone else is on the database now, and a PAUSE
-            // or KILL is recorded first, so teardown and the reaper resume it whatever ends
-            // the run before its RESUME.
-            let pauses = matches!(op, Op::PoolerPause | Op::PoolerKill);
-            let pg = self.pg.borrow().clone();
-            crate::launch::external::before_console_fault(cluster, &pg, op, pauses).await?;
-            let resumed = |ok: bool| {
-                if ok && pauses && cluster.external.is_some() {
-                    crate::launch::external::clear_pause(cluster);
-                }
-            };
-            match &cf.heal {
-                // A fault that holds: started, held, healed whatever became of the start (a
-                // PAUSE returns once every server is released and closed; a client holding
-                // one in a long transaction can make it time out: the heal finds nothing
-                // paused then, which is what it is for).
-                Some(heal) => {
-                    let started = admin(&cf.start).await;
-                    tokio::time::sleep(hold).await;
-                    let healed = admin(heal).await;
-                    resumed(healed.is_ok());
-                    if started.is_ok() {
-                        healed?;
-                    }
-                    if let Err(e) = started {
-                        return Ok(Reply::Error {
-                            code: crate::vocab::reply::code::TIMEOUT.into(),
-                            message: format!("{e:#}"),
-                        });
-                    }
-                }
-                None => {
-                    admin(&cf.start).await?;
-                    resumed(true);
-                }
-            }
-            return self.after_server_fault(cluster, op).await;
+            return self.console_fault(f, &cf.start, cf.heal.as_deref()).await;
         }
         match op {
             Op::PoolerRestart => {
@@ -226,94 +174,130 @@ impl Nemesis {
                 cluster.restart(Which::Postgres).await?;
             }
             Op::PgCrash => cluster.restart(Which::Postgres).await?,
-            Op::LinkCut | Op::LinkBlackhole | Op::LinkDelay => {
-                let mode = match op {
-                    Op::LinkCut => LinkMode::Cut,
-                    Op::LinkBlackhole => LinkMode::Blackhole,
-                    _ => LinkMode::Delay(delay),
-                };
-                let servers = cluster.servers.lock().await;
-                let link = servers
-                    .link()
-                    .ok_or_else(|| anyhow::anyhow!("`{op}` needs the link proxy"))?;
-                link.set_mode(mode);
-                tokio::time::sleep(hold).await;
-                link.set_mode(LinkMode::Forward);
-                // Let the proxy's tasks see the heal before the run goes on.
-                tokio::task::yield_now().await;
-            }
+            Op::LinkCut | Op::LinkBlackhole | Op::LinkDelay => link_fault(f).await?,
             Op::Promote => {
                 cluster.promote().await?;
                 *self.config.borrow_mut() = cluster.socket_config(cluster.observer_role());
             }
             Op::BackendKill => {
-                let Some(pid) = backend_pid().await? else {
+                if !self.backend_kill(f).await? {
                     return Ok(Reply::Bool { value: false });
-                };
-                if !cluster.signal_backend(pid, libc::SIGKILL).await? {
-                    return Ok(Reply::Bool { value: false });
-                }
-                // The postmaster ends every other backend and recovers; wait until it has
-                // begun (our connection is closed) before reconnecting.
-                let deadline = Instant::now() + Duration::from_secs(5);
-                let mut attempt = 0;
-                while !self.pg.borrow().is_closed() {
-                    attempt += 1;
-                    let pg = self.pg.borrow().clone();
-                    let _ = run_raw(&pg, "SELECT 1").await;
-                    if Instant::now() > deadline {
-                        bail!(
-                            "PostgreSQL did not reset its backends within 5 s of SIGKILL to backend {pid}"
-                        );
-                    }
-                    backoff(attempt).await;
                 }
             }
             Op::BackendFreeze => {
-                let Some(pid) = backend_pid().await? else {
-                    return Ok(Reply::Bool { value: false });
-                };
-                if !cluster.signal_backend(pid, libc::SIGSTOP).await? {
+                if !self.backend_freeze(f).await? {
                     return Ok(Reply::Bool { value: false });
                 }
-                self.frozen.borrow_mut().push(pid);
-                tokio::time::sleep(hold).await;
-                cluster.signal_backend(pid, libc::SIGCONT).await?;
-                self.frozen.borrow_mut().retain(|p| *p != pid);
             }
-            _ => {
-                let Some((host, action)) = fault::host(op) else {
-                    bail!("`{op}` is not a fault of the servers")
-                };
-                if cluster.local {
-                    bail!(
-                        "`{op}` needs each server on its own host (launcher: docker); \
-                         launcher native runs them as processes of this machine"
-                    );
+            _ => host_fault(f).await?,
+        }
+        self.after_server_fault(cluster, op).await
+    }
+
+    /// A fault of the pooler's admin console: its commands `start`, then, where the fault
+    /// holds, its commands `heal` after the hold.
+    async fn console_fault(
+        &self,
+        f: &ServerFault<'_>,
+        start: &[String],
+        heal: Option<&[String]>,
+    ) -> Result<Reply> {
+        let ServerFault {
+            cluster, op, hold, ..
+        } = *f;
+        // A deployment's: refused when anyone else is on the database now, and a PAUSE
+        // or KILL is recorded first, so teardown and the reaper resume it whatever ends
+        // the run before its RESUME.
+        let pauses = matches!(op, Op::PoolerPause | Op::PoolerKill);
+        let pg = self.pg.borrow().clone();
+        crate::launch::external::before_console_fault(cluster, &pg, op, pauses).await?;
+        let resumed = |ok: bool| {
+            if ok && pauses && cluster.external.is_some() {
+                crate::launch::external::clear_pause(cluster);
+            }
+        };
+        match heal {
+            // A fault that holds: started, held, healed whatever became of the start (a
+            // PAUSE returns once every server is released and closed; a client holding
+            // one in a long transaction can make it time out: the heal finds nothing
+            // paused then, which is what it is for).
+            Some(heal) => {
+                let started = admin(cluster, start).await;
+                tokio::time::sleep(hold).await;
+                let healed = admin(cluster, heal).await;
+                resumed(healed.is_ok());
+                if started.is_ok() {
+                    healed?;
                 }
-                let which = match host {
-                    Host::Pooler => Which::Pooler,
-                    Host::Postgres => Which::Postgres,
-                };
-                match action {
-                    HostAction::Freeze => freeze(cluster, which, hold).await?,
-                    HostAction::Kill | HostAction::Restart => {
-                        cluster.control(which, Control::Kill).await?;
-                        if action == HostAction::Kill {
-                            tokio::time::sleep(hold).await;
-                        }
-                        // Started again (the host's filesystem kept), once it accepts.
-                        cluster.restart(which).await?;
-                    }
-                    HostAction::Partition(peer) => {
-                        cluster.partition(Some(peer)).await?;
-                        tokio::time::sleep(hold).await;
-                        cluster.partition(None).await?;
-                    }
+                if let Err(e) = started {
+                    return Ok(Reply::Error {
+                        code: crate::vocab::reply::code::TIMEOUT.into(),
+                        message: format!("{e:#}"),
+                    });
                 }
+            }
+            None => {
+                admin(cluster, start).await?;
+                resumed(true);
             }
         }
         self.after_server_fault(cluster, op).await
+    }
+
+    /// The fault's target backend's pid, while it is still that backend; `None` when it is
+    /// gone. By identity: a pid alone may be a zombie or, later, another backend.
+    async fn backend_pid(&self, f: &ServerFault<'_>) -> Result<Option<i32>> {
+        let op = f.op;
+        let t = f
+            .target
+            .ok_or_else(|| anyhow::anyhow!("`{op}` needs a target backend"))?;
+        let present = self.rows(&sql::backend_present(t.pid, t.start_us)).await?;
+        // With local servers the process is checked too (a zombie is no target).
+        let running = !self.local_processes || process_running(t.pid);
+        Ok((!present.is_empty() && running).then_some(t.pid))
+    }
+
+    /// SIGKILL of the target backend, returning once PostgreSQL has begun resetting its
+    /// backends. False where the backend was gone or could not be signalled.
+    async fn backend_kill(&self, f: &ServerFault<'_>) -> Result<bool> {
+        let Some(pid) = self.backend_pid(f).await? else {
+            return Ok(false);
+        };
+        if !f.cluster.signal_backend(pid, libc::SIGKILL).await? {
+            return Ok(false);
+        }
+        // The postmaster ends every other backend and recovers; wait until it has
+        // begun (our connection is closed) before reconnecting.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut attempt = 0;
+        while !self.pg.borrow().is_closed() {
+            attempt += 1;
+            let pg = self.pg.borrow().clone();
+            let _ = run_raw(&pg, "SELECT 1").await;
+            if Instant::now() > deadline {
+                bail!(
+                    "PostgreSQL did not reset its backends within 5 s of SIGKILL to backend {pid}"
+                );
+            }
+            backoff(attempt).await;
+        }
+        Ok(true)
+    }
+
+    /// SIGSTOP of the target backend for the hold, then SIGCONT (continued on drop too,
+    /// meanwhile). False where the backend was gone or could not be signalled.
+    async fn backend_freeze(&self, f: &ServerFault<'_>) -> Result<bool> {
+        let Some(pid) = self.backend_pid(f).await? else {
+            return Ok(false);
+        };
+        if !f.cluster.signal_backend(pid, libc::SIGSTOP).await? {
+            return Ok(false);
+        }
+        self.frozen.borrow_mut().push(pid);
+        tokio::time::sleep(f.hold).await;
+        f.cluster.signal_backend(pid, libc::SIGCONT).await?;
+        self.frozen.borrow_mut().retain(|p| *p != pid);
+        Ok(true)
     }
 
     /// After a fault of the servers: the pooler still runs what the topology declares, and
@@ -453,6 +437,97 @@ impl Signalled {
             hi: after,
         })
     }
+}
+
+/// A fault of the servers and what it is started with ([`Nemesis::server_fault`]).
+#[derive(Clone, Copy)]
+struct ServerFault<'c> {
+    cluster: &'c Cluster,
+    op: Op,
+    /// The backend of `backend_kill` / `backend_freeze`.
+    target: Option<BackendId>,
+    /// How long a fault that holds is held.
+    hold: Duration,
+    /// The link's delay, for `link_delay`.
+    delay: Duration,
+}
+
+/// Run commands on the pooler's admin console, in order; the first that fails is the error.
+async fn admin(cluster: &Cluster, cmds: &[String]) -> Result<()> {
+    let console = cluster.console().await.context("nemesis")?;
+    for cmd in cmds {
+        console.command(cmd).await.with_context(|| {
+            format!(
+                "nemesis: {} admin command {cmd}",
+                cluster.pooler.display_name()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A fault of the link proxy (cut, blackhole, delay) for the hold, then forwarding again.
+async fn link_fault(f: &ServerFault<'_>) -> Result<()> {
+    let ServerFault {
+        cluster,
+        op,
+        hold,
+        delay,
+        ..
+    } = *f;
+    let mode = match op {
+        Op::LinkCut => LinkMode::Cut,
+        Op::LinkBlackhole => LinkMode::Blackhole,
+        _ => LinkMode::Delay(delay),
+    };
+    let servers = cluster.servers.lock().await;
+    let link = servers
+        .link()
+        .ok_or_else(|| anyhow::anyhow!("`{op}` needs the link proxy"))?;
+    link.set_mode(mode);
+    tokio::time::sleep(hold).await;
+    link.set_mode(LinkMode::Forward);
+    // Let the proxy's tasks see the heal before the run goes on.
+    tokio::task::yield_now().await;
+    Ok(())
+}
+
+/// A fault of a server's host (`vocab::fault::host`): frozen, killed (and started again),
+/// restarted, or partitioned from its peer, for the hold. Containers only.
+async fn host_fault(f: &ServerFault<'_>) -> Result<()> {
+    let ServerFault {
+        cluster, op, hold, ..
+    } = *f;
+    let Some((host, action)) = fault::host(op) else {
+        bail!("`{op}` is not a fault of the servers")
+    };
+    if cluster.local {
+        bail!(
+            "`{op}` needs each server on its own host (launcher: docker); \
+             launcher native runs them as processes of this machine"
+        );
+    }
+    let which = match host {
+        Host::Pooler => Which::Pooler,
+        Host::Postgres => Which::Postgres,
+    };
+    match action {
+        HostAction::Freeze => freeze(cluster, which, hold).await?,
+        HostAction::Kill | HostAction::Restart => {
+            cluster.control(which, Control::Kill).await?;
+            if action == HostAction::Kill {
+                tokio::time::sleep(hold).await;
+            }
+            // Started again (the host's filesystem kept), once it accepts.
+            cluster.restart(which).await?;
+        }
+        HostAction::Partition(peer) => {
+            cluster.partition(Some(peer)).await?;
+            tokio::time::sleep(hold).await;
+            cluster.partition(None).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Stop a server (native: SIGSTOP of its process; docker: its whole container by the
