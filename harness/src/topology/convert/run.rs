@@ -6,21 +6,7 @@ use super::*;
 impl Cx<'_> {
     pub(in crate::topology) fn run(&self, raw: &RawRun) -> Res<RunSpec> {
         let cases = self.u32_or(&raw.cases, "run.cases", 1, u32::MAX, DEFAULT_CASES)?;
-        let seed = match &raw.seed.value {
-            Node::Absent => None,
-            Node::Str(s) if s == "random" => None,
-            Node::Int(_) => Some(self.int(&raw.seed, "run.seed", 0, u64::MAX.into())? as u64),
-            _ => {
-                return Err(self.err(
-                    &raw.seed.referenced,
-                    format!(
-                        "`run.seed` must be `random` or an integer, found {}",
-                        self.found(&raw.seed)
-                    ),
-                    vec![format!("a seed is `random` or 0 to {}", u64::MAX)],
-                ));
-            }
-        };
+        let seed = self.run_seed(raw)?;
         let time_limit = self.duration_or(
             &raw.time_limit,
             "run.time_limit",
@@ -34,26 +20,7 @@ impl Cx<'_> {
             u32::MAX,
             DEFAULT_MAX_SHRINK_RUNS,
         )?;
-        let schedule = match &raw.schedule.value {
-            Node::Absent => Schedule::Sequential,
-            Node::Str(s) => Schedule::from_name(s).ok_or_else(|| {
-                self.err(
-                    &raw.schedule.referenced,
-                    format!("unknown schedule `{s}`"),
-                    vec!["valid schedules: sequential, concurrent".into()],
-                )
-            })?,
-            _ => {
-                return Err(self.err(
-                    &raw.schedule.referenced,
-                    format!(
-                        "`run.schedule` must be a schedule, found {}",
-                        self.found(&raw.schedule)
-                    ),
-                    vec!["valid schedules: sequential, concurrent".into()],
-                ));
-            }
-        };
+        let schedule = self.run_schedule(raw)?;
         let sample_every = self.duration_or(
             &raw.sample_every,
             "run.sample_every",
@@ -119,23 +86,7 @@ impl Cx<'_> {
             None,
             Duration::from_secs(DEFAULT_SHRINK_TIME_SECS),
         )?;
-        let time_scale_milli = match &raw.time_scale.value {
-            Node::Absent => 1000,
-            Node::Float(f) if (MIN_TIME_SCALE..=MAX_TIME_SCALE).contains(f) => {
-                (f * 1000.0).round() as u32
-            }
-            Node::Int(i) if (1..=MAX_TIME_SCALE as i128).contains(i) => *i as u32 * 1000,
-            _ => {
-                return Err(self.err(
-                    &raw.time_scale.referenced,
-                    format!(
-                        "`run.time_scale` must be a number from {MIN_TIME_SCALE} to {MAX_TIME_SCALE}, found {}",
-                        self.found(&raw.time_scale)
-                    ),
-                    vec!["every duration of the workload (its script's sleeps, migrations and pg_sleeps, `lock_timeout`, `think`) is multiplied by it: 0.5 runs the protocol twice as fast".into()],
-                ));
-            }
-        };
+        let time_scale_milli = self.time_scale_milli(raw)?;
         Ok(RunSpec {
             time_scale_milli,
             cases,
@@ -152,6 +103,71 @@ impl Cx<'_> {
             search_states,
             search_work,
             search_time,
+        })
+    }
+
+    /// `run.seed`: `random` (or absent) for none, else an integer.
+    fn run_seed(&self, raw: &RawRun) -> Res<Option<u64>> {
+        Ok(match &raw.seed.value {
+            Node::Absent => None,
+            Node::Str(s) if s == "random" => None,
+            Node::Int(_) => Some(self.int(&raw.seed, "run.seed", 0, u64::MAX.into())? as u64),
+            _ => {
+                return Err(self.err(
+                    &raw.seed.referenced,
+                    format!(
+                        "`run.seed` must be `random` or an integer, found {}",
+                        self.found(&raw.seed)
+                    ),
+                    vec![format!("a seed is `random` or 0 to {}", u64::MAX)],
+                ));
+            }
+        })
+    }
+
+    /// `run.schedule`: a schedule's name, sequential when absent.
+    fn run_schedule(&self, raw: &RawRun) -> Res<Schedule> {
+        Ok(match &raw.schedule.value {
+            Node::Absent => Schedule::Sequential,
+            Node::Str(s) => Schedule::from_name(s).ok_or_else(|| {
+                self.err(
+                    &raw.schedule.referenced,
+                    format!("unknown schedule `{s}`"),
+                    vec!["valid schedules: sequential, concurrent".into()],
+                )
+            })?,
+            _ => {
+                return Err(self.err(
+                    &raw.schedule.referenced,
+                    format!(
+                        "`run.schedule` must be a schedule, found {}",
+                        self.found(&raw.schedule)
+                    ),
+                    vec!["valid schedules: sequential, concurrent".into()],
+                ));
+            }
+        })
+    }
+
+    /// `run.time_scale`, in thousandths: a number from `MIN_TIME_SCALE` to
+    /// `MAX_TIME_SCALE`, 1 when absent.
+    fn time_scale_milli(&self, raw: &RawRun) -> Res<u32> {
+        Ok(match &raw.time_scale.value {
+            Node::Absent => 1000,
+            Node::Float(f) if (MIN_TIME_SCALE..=MAX_TIME_SCALE).contains(f) => {
+                (f * 1000.0).round() as u32
+            }
+            Node::Int(i) if (1..=MAX_TIME_SCALE as i128).contains(i) => *i as u32 * 1000,
+            _ => {
+                return Err(self.err(
+                    &raw.time_scale.referenced,
+                    format!(
+                        "`run.time_scale` must be a number from {MIN_TIME_SCALE} to {MAX_TIME_SCALE}, found {}",
+                        self.found(&raw.time_scale)
+                    ),
+                    vec!["every duration of the workload (its script's sleeps, migrations and pg_sleeps, `lock_timeout`, `think`) is multiplied by it: 0.5 runs the protocol twice as fast".into()],
+                ));
+            }
         })
     }
 

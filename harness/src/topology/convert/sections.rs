@@ -3,190 +3,28 @@
 
 use super::*;
 
+/// A pooler's section in the file: its key, its value, and the pooler that claims it.
+type PoolerLeaf<'r, 's> = (&'r Spanned<String>, &'r Leaf, &'s dyn PoolerSection);
+
 impl Cx<'_> {
     pub(in crate::topology) fn convert(&self, top: &Spanned<RawTopology>) -> Res<Topology> {
         let raw = &top.value;
-        if !is_given(&raw.name) {
-            return Err(self.missing(&top.referenced, "name", "", "name: transaction-mode"));
-        }
-        let name = self.string(&raw.name, "name", &["e.g. `name: transaction-mode`"])?;
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        {
-            return Err(self.err(
-                &raw.name.referenced,
-                format!("invalid topology name `{name}`"),
-                vec![
-                    "a name is 1 to 64 characters of `a-z`, `0-9` and `-`, e.g. `transaction-mode`"
-                        .into(),
-                ],
-            ));
-        }
+        let name = self.topology_name(top)?;
         let description = if is_given(&raw.description) {
             Some(self.string(&raw.description, "description", &[])?)
         } else {
             None
         };
-
-        let launcher = if is_given(&raw.launcher) {
-            let s = self.string(
-                &raw.launcher,
-                "launcher",
-                &["launcher: native", "launcher: docker", "launcher: external"],
-            )?;
-            match LauncherKind::from_name(&s) {
-                Some(k) => k,
-                None => {
-                    let mut hints = Vec::new();
-                    let close = close_matches(&s, LauncherKind::ALL.iter().map(|k| k.as_str()));
-                    if !close.is_empty() {
-                        hints.push(did_you_mean(&close));
-                    }
-                    hints.push("launchers: native, docker, external".into());
-                    return Err(self.err(
-                        &raw.launcher.referenced,
-                        format!("unknown launcher `{s}`"),
-                        hints,
-                    ));
-                }
-            }
-        } else {
-            LauncherKind::Native
-        };
-
-        let external = match &raw.external.value {
-            Some(e) => Some(self.external(e, &raw.external.referenced)?),
-            None if section_given(&raw.external) => {
-                return Err(self.null_section(
-                    &raw.external.referenced,
-                    "external",
-                    EXTERNAL_EXAMPLE,
-                ));
-            }
-            None => None,
-        };
-        match (launcher, &external) {
-            (LauncherKind::External, None) => {
-                return Err(self.err(
-                    &raw.launcher.referenced,
-                    "`launcher: external` needs an `external:` section naming the deployment's DSNs",
-                    vec![format!("for example:\n{EXTERNAL_EXAMPLE}")],
-                ));
-            }
-            (LauncherKind::Native | LauncherKind::Docker, Some(_)) => {
-                return Err(self.err(
-                    &raw.external.referenced,
-                    format!(
-                        "an `external:` section is for `launcher: external`, and this topology's launcher is {}",
-                        launcher.as_str()
-                    ),
-                    vec!["add `launcher: external`, or remove the section".into()],
-                ));
-            }
-            _ => {}
-        }
-
-        const PG_EXAMPLE: &str = "postgres: { version: \"18.6\" }";
-        let (postgres, pg_settings) = match &raw.postgres.value {
-            Some(pg) => self.postgres(pg, &raw.postgres.referenced)?,
-            None if section_given(&raw.postgres) => {
-                return Err(self.null_section(&raw.postgres.referenced, "postgres", PG_EXAMPLE));
-            }
-            None => return Err(self.missing(&top.referenced, "postgres", "", PG_EXAMPLE)),
-        };
-        // The pooler's section, if any: a top-level key a pooler claims; any other key is
-        // unknown. One pooler per topology.
-        let mut pooler_leaf: Option<(&Spanned<String>, &Leaf, &dyn PoolerSection)> = None;
-        for (key, leaf) in &raw.others {
-            match self.poolers.iter().find(|p| p.key() == key.value) {
-                // A null section is no pooler (clients straight to PostgreSQL).
-                Some(_) if matches!(leaf.value, Node::Null) => {}
-                Some(p) => {
-                    if let Some((first, _, _)) = pooler_leaf {
-                        let first: &Spanned<String> = first;
-                        return Err(self.err(
-                            &key.referenced,
-                            format!(
-                                "a topology has one pooler: `{}` here and `{}` above",
-                                key.value, first.value
-                            ),
-                            vec!["keep one of the two sections".into()],
-                        ));
-                    }
-                    pooler_leaf = Some((key, leaf, *p));
-                }
-                None => {
-                    let valid: Vec<&str> = TOP_KEYS
-                        .iter()
-                        .copied()
-                        .chain(self.poolers.iter().map(|p| p.key()))
-                        .collect();
-                    let mut hints = Vec::new();
-                    let close = close_matches(&key.value, valid.iter().copied());
-                    if !close.is_empty() {
-                        hints.push(did_you_mean(&close));
-                    }
-                    hints.push(format!("valid keys here: {}", valid.join(", ")));
-                    return Err(self.err(
-                        &key.referenced,
-                        format!("unknown key `{}` at the top level", key.value),
-                        hints,
-                    ));
-                }
-            }
-        }
+        let launcher = self.launcher_kind(raw)?;
+        let external = self.external_for(raw, launcher)?;
+        let (postgres, pg_settings) = self.postgres_section(top)?;
+        let pooler_leaf = self.pooler_section(raw)?;
         let default_workload = RawWorkload::default();
         let raw_workload = raw.workload.value.as_ref().unwrap_or(&default_workload);
         let mut workload = self.workload(raw_workload)?;
 
-        // What PostgreSQL has room for, beside the harness's own connections.
-        let (max_connections, max_conn_loc) = self
-            .int_setting(&pg_settings, "max_connections", "postgres")?
-            .map_or((PG_DEFAULT_MAX_CONNECTIONS, None), |(n, l)| (n, Some(l)));
-        let superuser_reserved = self
-            .int_setting(&pg_settings, "superuser_reserved_connections", "postgres")?
-            .map_or(PG_DEFAULT_SUPERUSER_RESERVED, |(n, _)| n);
-        let reserved = self
-            .int_setting(&pg_settings, "reserved_connections", "postgres")?
-            .map_or(0, |(n, _)| n);
-        let available =
-            max_connections - superuser_reserved - reserved - HARNESS_DIRECT_CONNECTIONS;
-        let budget = format!(
-            "max_connections {max_connections} - {superuser_reserved} superuser_reserved_connections{} - {HARNESS_DIRECT_CONNECTIONS} harness connections = {available}",
-            if reserved > 0 {
-                format!(" - {reserved} reserved_connections")
-            } else {
-                String::new()
-            }
-        );
-        let room = Room {
-            clients: workload.clients,
-            replicas: 1,
-            available,
-            budget: budget.clone(),
-            max_connections_at: max_conn_loc,
-            standby: postgres.standby,
-        };
-        let pooler = match &pooler_leaf {
-            Some((key, leaf, section)) => Some(self.pooler(*section, key, leaf, &room)?),
-            None => None,
-        };
-        if let Some(p) = pooler.as_ref().filter(|p| p.replicas > 1)
-            && postgres.standby
-        {
-            let (key, _, _) = pooler_leaf.expect("a parsed pooler has its section");
-            return Err(self.err(
-                &key.referenced,
-                format!(
-                    "`postgres.standby` with {} replicas of {} is not supported yet",
-                    p.replicas, p.kind
-                ),
-                vec!["a failover repoints one pooler; use one replica with a standby".into()],
-            ));
-        }
+        let room = self.room(&pg_settings, workload.clients, postgres.standby)?;
+        let pooler = self.pooler_in(pooler_leaf, &room, postgres.standby)?;
         let faults = match &raw.faults.value {
             Some(f) => self.faults(f, &raw.faults.referenced, pooler.as_ref(), postgres.standby)?,
             None => Faults::default(),
@@ -226,22 +64,7 @@ impl Cx<'_> {
         // connection of PostgreSQL's; a pooler checked its own servers above.
         if pooler.is_none() {
             let needed = i64::from(app_pool.map_or(workload.clients, |p| p.max_open));
-            if needed > available {
-                let loc = match max_conn_loc {
-                    Some(l) => l,
-                    None => raw_workload.clients.referenced,
-                };
-                return Err(self.err(
-                    &loc,
-                    format!(
-                        "{needed} direct client connections do not fit: PostgreSQL has room for {available}"
-                    ),
-                    vec![
-                        format!("room = {budget}"),
-                        "lower `workload.clients`, or raise `postgres.settings.max_connections`".into(),
-                    ],
-                ));
-            }
+            self.direct_connections_fit(needed, &room, raw_workload.clients.referenced)?;
         }
 
         Ok(Topology {
@@ -262,6 +85,237 @@ impl Cx<'_> {
             source: self.path.to_path_buf(),
             text: self.src.to_string(),
         })
+    }
+
+    /// The topology's `name`: given, and 1 to 64 characters of `a-z`, `0-9` and `-`.
+    fn topology_name(&self, top: &Spanned<RawTopology>) -> Res<String> {
+        let raw = &top.value;
+        if !is_given(&raw.name) {
+            return Err(self.missing(&top.referenced, "name", "", "name: transaction-mode"));
+        }
+        let name = self.string(&raw.name, "name", &["e.g. `name: transaction-mode`"])?;
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(self.err(
+                &raw.name.referenced,
+                format!("invalid topology name `{name}`"),
+                vec![
+                    "a name is 1 to 64 characters of `a-z`, `0-9` and `-`, e.g. `transaction-mode`"
+                        .into(),
+                ],
+            ));
+        }
+        Ok(name)
+    }
+
+    /// `launcher`: a launcher's name, native when absent.
+    fn launcher_kind(&self, raw: &RawTopology) -> Res<LauncherKind> {
+        if !is_given(&raw.launcher) {
+            return Ok(LauncherKind::Native);
+        }
+        let s = self.string(
+            &raw.launcher,
+            "launcher",
+            &["launcher: native", "launcher: docker", "launcher: external"],
+        )?;
+        match LauncherKind::from_name(&s) {
+            Some(k) => Ok(k),
+            None => {
+                let mut hints = Vec::new();
+                let close = close_matches(&s, LauncherKind::ALL.iter().map(|k| k.as_str()));
+                if !close.is_empty() {
+                    hints.push(did_you_mean(&close));
+                }
+                hints.push("launchers: native, docker, external".into());
+                Err(self.err(
+                    &raw.launcher.referenced,
+                    format!("unknown launcher `{s}`"),
+                    hints,
+                ))
+            }
+        }
+    }
+
+    /// The `external:` section, if any: there exactly when the launcher is external.
+    fn external_for(&self, raw: &RawTopology, launcher: LauncherKind) -> Res<Option<ExternalSpec>> {
+        let external = match &raw.external.value {
+            Some(e) => Some(self.external(e, &raw.external.referenced)?),
+            None if section_given(&raw.external) => {
+                return Err(self.null_section(
+                    &raw.external.referenced,
+                    "external",
+                    EXTERNAL_EXAMPLE,
+                ));
+            }
+            None => None,
+        };
+        match (launcher, &external) {
+            (LauncherKind::External, None) => {
+                return Err(self.err(
+                    &raw.launcher.referenced,
+                    "`launcher: external` needs an `external:` section naming the deployment's DSNs",
+                    vec![format!("for example:\n{EXTERNAL_EXAMPLE}")],
+                ));
+            }
+            (LauncherKind::Native | LauncherKind::Docker, Some(_)) => {
+                return Err(self.err(
+                    &raw.external.referenced,
+                    format!(
+                        "an `external:` section is for `launcher: external`, and this topology's launcher is {}",
+                        launcher.as_str()
+                    ),
+                    vec!["add `launcher: external`, or remove the section".into()],
+                ));
+            }
+            _ => {}
+        }
+        Ok(external)
+    }
+
+    /// The required `postgres:` section, and its settings as written.
+    fn postgres_section(&self, top: &Spanned<RawTopology>) -> Res<(PostgresSpec, Vec<Setting>)> {
+        let raw = &top.value;
+        const PG_EXAMPLE: &str = "postgres: { version: \"18.6\" }";
+        match &raw.postgres.value {
+            Some(pg) => self.postgres(pg, &raw.postgres.referenced),
+            None if section_given(&raw.postgres) => {
+                Err(self.null_section(&raw.postgres.referenced, "postgres", PG_EXAMPLE))
+            }
+            None => Err(self.missing(&top.referenced, "postgres", "", PG_EXAMPLE)),
+        }
+    }
+
+    /// The pooler's section, if any: a top-level key a pooler claims; any other key is
+    /// unknown. One pooler per topology. Its key, its value, and the pooler that claims it.
+    fn pooler_section<'r, 's>(&'s self, raw: &'r RawTopology) -> Res<Option<PoolerLeaf<'r, 's>>> {
+        let mut pooler_leaf: Option<PoolerLeaf> = None;
+        for (key, leaf) in &raw.others {
+            match self.poolers.iter().find(|p| p.key() == key.value) {
+                // A null section is no pooler (clients straight to PostgreSQL).
+                Some(_) if matches!(leaf.value, Node::Null) => {}
+                Some(p) => {
+                    if let Some((first, _, _)) = pooler_leaf {
+                        let first: &Spanned<String> = first;
+                        return Err(self.err(
+                            &key.referenced,
+                            format!(
+                                "a topology has one pooler: `{}` here and `{}` above",
+                                key.value, first.value
+                            ),
+                            vec!["keep one of the two sections".into()],
+                        ));
+                    }
+                    pooler_leaf = Some((key, leaf, *p));
+                }
+                None => {
+                    let valid: Vec<&str> = TOP_KEYS
+                        .iter()
+                        .copied()
+                        .chain(self.poolers.iter().map(|p| p.key()))
+                        .collect();
+                    let mut hints = Vec::new();
+                    let close = close_matches(&key.value, valid.iter().copied());
+                    if !close.is_empty() {
+                        hints.push(did_you_mean(&close));
+                    }
+                    hints.push(format!("valid keys here: {}", valid.join(", ")));
+                    return Err(self.err(
+                        &key.referenced,
+                        format!("unknown key `{}` at the top level", key.value),
+                        hints,
+                    ));
+                }
+            }
+        }
+        Ok(pooler_leaf)
+    }
+
+    /// What PostgreSQL has room for, beside the harness's own connections, for `clients`
+    /// logical clients.
+    fn room(&self, pg_settings: &[Setting], clients: u32, standby: bool) -> Res<Room> {
+        let (max_connections, max_conn_loc) = self
+            .int_setting(pg_settings, "max_connections", "postgres")?
+            .map_or((PG_DEFAULT_MAX_CONNECTIONS, None), |(n, l)| (n, Some(l)));
+        let superuser_reserved = self
+            .int_setting(pg_settings, "superuser_reserved_connections", "postgres")?
+            .map_or(PG_DEFAULT_SUPERUSER_RESERVED, |(n, _)| n);
+        let reserved = self
+            .int_setting(pg_settings, "reserved_connections", "postgres")?
+            .map_or(0, |(n, _)| n);
+        let available =
+            max_connections - superuser_reserved - reserved - HARNESS_DIRECT_CONNECTIONS;
+        let budget = format!(
+            "max_connections {max_connections} - {superuser_reserved} superuser_reserved_connections{} - {HARNESS_DIRECT_CONNECTIONS} harness connections = {available}",
+            if reserved > 0 {
+                format!(" - {reserved} reserved_connections")
+            } else {
+                String::new()
+            }
+        );
+        Ok(Room {
+            clients,
+            replicas: 1,
+            available,
+            budget,
+            max_connections_at: max_conn_loc,
+            standby,
+        })
+    }
+
+    /// The pooler of the section `pooler_leaf` found, fitted to `room`; replicas of it do
+    /// not run with a standby yet.
+    fn pooler_in(
+        &self,
+        pooler_leaf: Option<PoolerLeaf>,
+        room: &Room,
+        standby: bool,
+    ) -> Res<Option<PoolerSpec>> {
+        let pooler = match &pooler_leaf {
+            Some((key, leaf, section)) => Some(self.pooler(*section, key, leaf, room)?),
+            None => None,
+        };
+        if let Some(p) = pooler.as_ref().filter(|p| p.replicas > 1)
+            && standby
+        {
+            let (key, _, _) = pooler_leaf.expect("a parsed pooler has its section");
+            return Err(self.err(
+                &key.referenced,
+                format!(
+                    "`postgres.standby` with {} replicas of {} is not supported yet",
+                    p.replicas, p.kind
+                ),
+                vec!["a failover repoints one pooler; use one replica with a standby".into()],
+            ));
+        }
+        Ok(pooler)
+    }
+
+    /// Without a pooler: the `needed` direct connections fit in PostgreSQL's `room` (else
+    /// an error at `max_connections`, or at `workload.clients` (`clients_at`) where the
+    /// file does not set it).
+    fn direct_connections_fit(&self, needed: i64, room: &Room, clients_at: Location) -> Res<()> {
+        let available = room.available;
+        if needed > available {
+            let loc = match room.max_connections_at {
+                Some(l) => l,
+                None => clients_at,
+            };
+            return Err(self.err(
+                &loc,
+                format!(
+                    "{needed} direct client connections do not fit: PostgreSQL has room for {available}"
+                ),
+                vec![
+                    format!("room = {}", room.budget),
+                    "lower `workload.clients`, or raise `postgres.settings.max_connections`".into(),
+                ],
+            ));
+        }
+        Ok(())
     }
 
     pub(in crate::topology) fn postgres(

@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// What may be written beside a script op's name.
+const MODIFIERS: [&str; 3] = ["when", "attempts", "pause"];
+
+/// A script op as written: its name, its argument, where it is written, and the modifiers
+/// beside it.
+struct OpForm<'l> {
+    name: String,
+    arg: Option<&'l Leaf>,
+    at: Location,
+    modifiers: Vec<(&'l Spanned<String>, &'l Leaf)>,
+}
+
 impl Cx<'_> {
     pub(in crate::topology) fn workload(&self, raw: &RawWorkload) -> Res<Workload> {
         let clients = self.u32_or(
@@ -286,77 +298,15 @@ impl Cx<'_> {
                 Vec::new(),
             ));
         };
-        const MODIFIERS: [&str; 3] = ["when", "attempts", "pause"];
         let mut out = vec![];
         for item in items {
-            // `name`, `name: argument`, or that with modifiers beside it:
-            // `{ unlock: 42, when: held }`, `{ try_lock: 42, attempts: 51, pause: 1s }`.
-            let mut modifiers: Vec<(&Spanned<String>, &Leaf)> = vec![];
-            let (name, arg, at) = match &item.value {
-                Node::Str(s) => (s.clone(), None, item.referenced),
-                Node::Map(e) => {
-                    let mut named = None;
-                    for (k, v) in e {
-                        if MODIFIERS.contains(&k.value.as_str()) {
-                            modifiers.push((k, v));
-                        } else if named.is_none() {
-                            // `{ rollback, when: failed }`: a name without an argument.
-                            let arg = (!matches!(v.value, Node::Null)).then_some(v);
-                            named = Some((k.value.clone(), arg, k.referenced));
-                        } else {
-                            return Err(self.err(
-                                &k.referenced,
-                                format!("a script op names one op; `{}` is a second", k.value),
-                                vec![format!(
-                                    "beside the op only these may be given: {}",
-                                    MODIFIERS.join(", ")
-                                )],
-                            ));
-                        }
-                    }
-                    match named {
-                        Some(n) => n,
-                        None => {
-                            return Err(self.err(
-                                &item.referenced,
-                                "a script op mapping needs the op's name: `{ unlock: 42, when: held }`",
-                                Vec::new(),
-                            ));
-                        }
-                    }
-                }
-                _ => {
-                    return Err(self.err(
-                        &item.referenced,
-                        format!(
-                            "a script op is a name or `name: argument`, found {}",
-                            self.found(item)
-                        ),
-                        Vec::new(),
-                    ));
-                }
-            };
-            let Some(op) = Op::from_script_name(&name) else {
-                let names: Vec<&str> = Op::ALL
-                    .iter()
-                    .chain(&Op::SCRIPT_ONLY)
-                    .map(|o| o.name())
-                    .collect();
-                let mut hints = Vec::new();
-                let close = close_matches(&name, names.iter().copied());
-                if !close.is_empty() {
-                    hints.push(did_you_mean(&close));
-                }
-                hints.push(format!("valid ops: {}", names.join(", ")));
-                return Err(self.err(&at, format!("unknown op `{name}`"), hints));
-            };
-            if op.is_fault() || matches!(op, Op::Open) {
-                return Err(self.err(
-                    &at,
-                    format!("`{name}` cannot be scripted yet"),
-                    vec!["faults in scripts come with the nemesis".into()],
-                ));
-            }
+            let OpForm {
+                name,
+                arg,
+                at,
+                modifiers,
+            } = self.script_op_form(item)?;
+            let op = self.script_op(&name, &at)?;
             let mut step = ScriptOp {
                 op,
                 key: None,
@@ -365,137 +315,12 @@ impl Cx<'_> {
                 when: When::Ok,
                 message: None,
             };
-            let mut attempts = 1u32;
-            let mut pause = Duration::ZERO;
-            for (k, v) in &modifiers {
-                match k.value.as_str() {
-                    "when" => {
-                        let text = self.string(v, "when", &[])?;
-                        step.when = When::from_name(&text).ok_or_else(|| {
-                            let names: Vec<&str> = When::ALL.iter().map(|w| w.name()).collect();
-                            self.err(
-                                &v.referenced,
-                                format!("unknown `when` condition `{text}`"),
-                                vec![format!("valid conditions: {}", names.join(", "))],
-                            )
-                        })?;
-                    }
-                    "attempts" => {
-                        attempts = self.int(v, "attempts", 1, 1000)? as u32;
-                        if !matches!(op, Op::TryLock | Op::TryXactLock | Op::Unlock) {
-                            return Err(self.err(
-                                &k.referenced,
-                                format!("`attempts` retries a try or an unlock: `{name}` is not `try_lock`, `try_xact_lock` or `unlock`"),
-                                Vec::new(),
-                            ));
-                        }
-                    }
-                    _ => {
-                        pause = self.duration_or(
-                            v,
-                            "pause",
-                            Some(Duration::from_secs(60)),
-                            Duration::ZERO,
-                        )?
-                    }
-                }
-            }
-            if let Some((k, _)) = modifiers.iter().find(|(k, _)| k.value == "pause")
-                && attempts < 2
-            {
-                return Err(self.err(
-                    &k.referenced,
-                    "`pause` is the wait between retries: give `attempts` (2 or more) too",
-                    Vec::new(),
-                ));
-            }
-            if op == Op::Raise {
-                match arg {
-                    Some(a) => step.message = Some(self.string(a, "raise", &[])?),
-                    None => {
-                        return Err(self.err(
-                            &at,
-                            "`raise` needs the tool's error message: `raise: \"...\"`",
-                            Vec::new(),
-                        ));
-                    }
-                }
+            let (attempts, pause) = self.script_modifiers(op, &name, &modifiers, &mut step)?;
+            if !self.script_op_arg(op, &name, arg, &at, &mut step)? {
                 out.push(step);
                 continue;
             }
-            if op.takes_guc() {
-                // `set: lock_timeout`: each replica sets its own value (`vocab::setting`).
-                let Some(a) = arg else {
-                    let names: Vec<&str> =
-                        crate::vocab::setting::GUCS.iter().map(|r| r.name).collect();
-                    return Err(self.err(
-                        &at,
-                        format!("`{name}` needs a setting: `{name}: lock_timeout`"),
-                        vec![format!("settings: {}", names.join(", "))],
-                    ));
-                };
-                step.guc = Some(self.guc(a, &name)?);
-                out.push(step);
-                continue;
-            }
-            match (op.takes_key(), op.takes_duration(), arg) {
-                (true, _, Some(a)) => step.key = Some(self.key(a)?),
-                (_, true, Some(a)) => {
-                    step.ms = Some(
-                        self.duration_or(a, &name, Some(Duration::from_secs(60)), Duration::ZERO)?
-                            .as_millis() as u64,
-                    )
-                }
-                (true, _, None) => {
-                    return Err(self.err(
-                        &at,
-                        format!("`{name}` needs a key: `{name}: 42`"),
-                        Vec::new(),
-                    ));
-                }
-                (_, true, None) if op != Op::Migrate => {
-                    return Err(self.err(
-                        &at,
-                        format!("`{name}` needs a duration: `{name}: 100ms`"),
-                        Vec::new(),
-                    ));
-                }
-                (false, false, Some(a)) => {
-                    return Err(self.err(
-                        &a.referenced,
-                        format!("`{name}` takes no argument"),
-                        Vec::new(),
-                    ));
-                }
-                _ => {}
-            }
-            // A retried try: the first attempt as written, then each retry after a pause,
-            // both only while the lock is not held (Flyway's loop; a failed last attempt is
-            // what a following `when: last_failed` sees). A retried unlock (goose's): each
-            // retry and pause only while the last unlock returned false.
-            let again = if op == Op::Unlock {
-                When::Unreleased
-            } else {
-                When::NotHeld
-            };
-            let retry = ScriptOp {
-                when: again,
-                ..step.clone()
-            };
-            out.push(step);
-            for _ in 1..attempts {
-                if !pause.is_zero() {
-                    out.push(ScriptOp {
-                        op: Op::Sleep,
-                        key: None,
-                        ms: Some(pause.as_millis() as u64),
-                        guc: None,
-                        when: again,
-                        message: None,
-                    });
-                }
-                out.push(retry.clone());
-            }
+            push_attempts(&mut out, step, attempts, pause);
         }
         if out.is_empty() {
             return Err(self.err(
@@ -505,6 +330,211 @@ impl Cx<'_> {
             ));
         }
         Ok(out)
+    }
+
+    /// A script op as written: `name`, `name: argument`, or that with modifiers beside it:
+    /// `{ unlock: 42, when: held }`, `{ try_lock: 42, attempts: 51, pause: 1s }`.
+    fn script_op_form<'l>(&self, item: &'l Leaf) -> Res<OpForm<'l>> {
+        let mut modifiers: Vec<(&Spanned<String>, &Leaf)> = vec![];
+        let (name, arg, at) = match &item.value {
+            Node::Str(s) => (s.clone(), None, item.referenced),
+            Node::Map(e) => {
+                let mut named = None;
+                for (k, v) in e {
+                    if MODIFIERS.contains(&k.value.as_str()) {
+                        modifiers.push((k, v));
+                    } else if named.is_none() {
+                        // `{ rollback, when: failed }`: a name without an argument.
+                        let arg = (!matches!(v.value, Node::Null)).then_some(v);
+                        named = Some((k.value.clone(), arg, k.referenced));
+                    } else {
+                        return Err(self.err(
+                            &k.referenced,
+                            format!("a script op names one op; `{}` is a second", k.value),
+                            vec![format!(
+                                "beside the op only these may be given: {}",
+                                MODIFIERS.join(", ")
+                            )],
+                        ));
+                    }
+                }
+                match named {
+                    Some(n) => n,
+                    None => {
+                        return Err(self.err(
+                            &item.referenced,
+                            "a script op mapping needs the op's name: `{ unlock: 42, when: held }`",
+                            Vec::new(),
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(self.err(
+                    &item.referenced,
+                    format!(
+                        "a script op is a name or `name: argument`, found {}",
+                        self.found(item)
+                    ),
+                    Vec::new(),
+                ));
+            }
+        };
+        Ok(OpForm {
+            name,
+            arg,
+            at,
+            modifiers,
+        })
+    }
+
+    /// The op a script names (at `at`): a client op or a script-only one, not a fault.
+    fn script_op(&self, name: &str, at: &Location) -> Res<Op> {
+        let Some(op) = Op::from_script_name(name) else {
+            let names: Vec<&str> = Op::ALL
+                .iter()
+                .chain(&Op::SCRIPT_ONLY)
+                .map(|o| o.name())
+                .collect();
+            let mut hints = Vec::new();
+            let close = close_matches(name, names.iter().copied());
+            if !close.is_empty() {
+                hints.push(did_you_mean(&close));
+            }
+            hints.push(format!("valid ops: {}", names.join(", ")));
+            return Err(self.err(at, format!("unknown op `{name}`"), hints));
+        };
+        if op.is_fault() || matches!(op, Op::Open) {
+            return Err(self.err(
+                at,
+                format!("`{name}` cannot be scripted yet"),
+                vec!["faults in scripts come with the nemesis".into()],
+            ));
+        }
+        Ok(op)
+    }
+
+    /// The modifiers beside a script op: `when` into `step`; returns `attempts` (1 when not
+    /// given) and `pause` (zero when not given), a pause only with retries.
+    fn script_modifiers(
+        &self,
+        op: Op,
+        name: &str,
+        modifiers: &[(&Spanned<String>, &Leaf)],
+        step: &mut ScriptOp,
+    ) -> Res<(u32, Duration)> {
+        let mut attempts = 1u32;
+        let mut pause = Duration::ZERO;
+        for (k, v) in modifiers {
+            match k.value.as_str() {
+                "when" => {
+                    let text = self.string(v, "when", &[])?;
+                    step.when = When::from_name(&text).ok_or_else(|| {
+                        let names: Vec<&str> = When::ALL.iter().map(|w| w.name()).collect();
+                        self.err(
+                            &v.referenced,
+                            format!("unknown `when` condition `{text}`"),
+                            vec![format!("valid conditions: {}", names.join(", "))],
+                        )
+                    })?;
+                }
+                "attempts" => {
+                    attempts = self.int(v, "attempts", 1, 1000)? as u32;
+                    if !matches!(op, Op::TryLock | Op::TryXactLock | Op::Unlock) {
+                        return Err(self.err(
+                            &k.referenced,
+                            format!("`attempts` retries a try or an unlock: `{name}` is not `try_lock`, `try_xact_lock` or `unlock`"),
+                            Vec::new(),
+                        ));
+                    }
+                }
+                _ => {
+                    pause =
+                        self.duration_or(v, "pause", Some(Duration::from_secs(60)), Duration::ZERO)?
+                }
+            }
+        }
+        if let Some((k, _)) = modifiers.iter().find(|(k, _)| k.value == "pause")
+            && attempts < 2
+        {
+            return Err(self.err(
+                &k.referenced,
+                "`pause` is the wait between retries: give `attempts` (2 or more) too",
+                Vec::new(),
+            ));
+        }
+        Ok((attempts, pause))
+    }
+
+    /// A script op's argument (`arg`, of the op written at `at`) into `step`: the message of
+    /// a `raise`, the setting of a setting op, else a key or a duration where the op takes
+    /// one. Returns false for a `raise` and a setting op (written once, never retried).
+    fn script_op_arg(
+        &self,
+        op: Op,
+        name: &str,
+        arg: Option<&Leaf>,
+        at: &Location,
+        step: &mut ScriptOp,
+    ) -> Res<bool> {
+        if op == Op::Raise {
+            match arg {
+                Some(a) => step.message = Some(self.string(a, "raise", &[])?),
+                None => {
+                    return Err(self.err(
+                        at,
+                        "`raise` needs the tool's error message: `raise: \"...\"`",
+                        Vec::new(),
+                    ));
+                }
+            }
+            return Ok(false);
+        }
+        if op.takes_guc() {
+            // `set: lock_timeout`: each replica sets its own value (`vocab::setting`).
+            let Some(a) = arg else {
+                let names: Vec<&str> = crate::vocab::setting::GUCS.iter().map(|r| r.name).collect();
+                return Err(self.err(
+                    at,
+                    format!("`{name}` needs a setting: `{name}: lock_timeout`"),
+                    vec![format!("settings: {}", names.join(", "))],
+                ));
+            };
+            step.guc = Some(self.guc(a, name)?);
+            return Ok(false);
+        }
+        match (op.takes_key(), op.takes_duration(), arg) {
+            (true, _, Some(a)) => step.key = Some(self.key(a)?),
+            (_, true, Some(a)) => {
+                step.ms = Some(
+                    self.duration_or(a, name, Some(Duration::from_secs(60)), Duration::ZERO)?
+                        .as_millis() as u64,
+                )
+            }
+            (true, _, None) => {
+                return Err(self.err(
+                    at,
+                    format!("`{name}` needs a key: `{name}: 42`"),
+                    Vec::new(),
+                ));
+            }
+            (_, true, None) if op != Op::Migrate => {
+                return Err(self.err(
+                    at,
+                    format!("`{name}` needs a duration: `{name}: 100ms`"),
+                    Vec::new(),
+                ));
+            }
+            (false, false, Some(a)) => {
+                return Err(self.err(
+                    &a.referenced,
+                    format!("`{name}` takes no argument"),
+                    Vec::new(),
+                ));
+            }
+            _ => {}
+        }
+        Ok(true)
     }
 
     /// One advisory key: a bigint, or a pair of int4.
@@ -739,5 +769,36 @@ impl Cx<'_> {
             ));
         }
         Ok(weights)
+    }
+}
+
+/// Push a script op and, for `attempts` above 1, its retries, each after a `pause` (where
+/// not zero). A retried try: the first attempt as written, then each retry after a pause,
+/// both only while the lock is not held (Flyway's loop; a failed last attempt is what a
+/// following `when: last_failed` sees). A retried unlock (goose's): each retry and pause
+/// only while the last unlock returned false.
+fn push_attempts(out: &mut Vec<ScriptOp>, step: ScriptOp, attempts: u32, pause: Duration) {
+    let again = if step.op == Op::Unlock {
+        When::Unreleased
+    } else {
+        When::NotHeld
+    };
+    let retry = ScriptOp {
+        when: again,
+        ..step.clone()
+    };
+    out.push(step);
+    for _ in 1..attempts {
+        if !pause.is_zero() {
+            out.push(ScriptOp {
+                op: Op::Sleep,
+                key: None,
+                ms: Some(pause.as_millis() as u64),
+                guc: None,
+                when: again,
+                message: None,
+            });
+        }
+        out.push(retry.clone());
     }
 }
