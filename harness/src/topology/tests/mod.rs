@@ -377,21 +377,28 @@ fn shipped_topologies_parse() {
     );
 }
 
+/// A shipped topology, by its file's stem.
+fn shipped(name: &str) -> Topology {
+    Topology::load(
+        &Path::new(TOPOLOGIES).join(format!("{name}.yaml")),
+        catalog(),
+    )
+    .unwrap()
+}
+
+/// The invariants a shipped topology expects violated, in the catalog's order.
+fn violated(name: &str) -> Vec<String> {
+    let t = shipped(name);
+    catalog()
+        .invariants
+        .iter()
+        .filter(|i| t.expected(i.name) == Verdict::Violated)
+        .map(|i| i.name.to_string())
+        .collect()
+}
+
 #[test]
 fn shipped_topologies_expect_what_was_decided() {
-    let violated = |name: &str| -> Vec<String> {
-        let t = Topology::load(
-            &Path::new(TOPOLOGIES).join(format!("{name}.yaml")),
-            catalog(),
-        )
-        .unwrap();
-        catalog()
-            .invariants
-            .iter()
-            .filter(|i| t.expected(i.name) == Verdict::Violated)
-            .map(|i| i.name.to_string())
-            .collect()
-    };
     let direct = ["app.rollback_releases", "app.no_stale_holder"];
     assert_eq!(violated("direct"), direct);
     assert_eq!(violated("session-mode"), direct);
@@ -413,6 +420,10 @@ fn shipped_topologies_expect_what_was_decided() {
             "app.no_stale_holder"
         ]
     );
+}
+
+#[test]
+fn shipped_transaction_mode_topologies_expect_what_was_decided() {
     assert_eq!(
         violated("transaction-mode"),
         [
@@ -432,6 +443,10 @@ fn shipped_topologies_expect_what_was_decided() {
         ]
     );
     assert_eq!(violated("transaction-mode-xact"), ["app.no_stale_holder"]);
+}
+
+#[test]
+fn shipped_session_state_topologies_expect_what_was_decided() {
     // A SET outside a transaction stays on the shared server (docs/session-state.md).
     assert_eq!(
         violated("transaction-mode-settings"),
@@ -479,6 +494,10 @@ fn shipped_topologies_expect_what_was_decided() {
         violated("transaction-mode-reset-always-settings"),
         ["app.settings_stay_put", "app.notifications_arrive"]
     );
+}
+
+#[test]
+fn shipped_fault_topologies_expect_what_was_decided() {
     // Faults add lost locks to what each pooling mode already breaks.
     assert_eq!(
         violated("failover"),
@@ -522,6 +541,10 @@ fn shipped_topologies_expect_what_was_decided() {
             "app.no_lost_lock"
         ]
     );
+}
+
+#[test]
+fn shipped_scripted_topologies_expect_what_was_decided() {
     assert!(violated("migrate-race").is_empty());
     assert!(violated("migrate-race-session-mode").is_empty());
     assert_eq!(
@@ -544,6 +567,10 @@ fn shipped_topologies_expect_what_was_decided() {
         ["app.mutual_exclusion", "app.progress"]
     );
     assert!(violated("transaction-mode-xact-wait").is_empty());
+}
+
+#[test]
+fn shipped_topologies_use_the_keys_and_api_decided() {
     // The migration lock is the one golang-migrate v4.19.1 derives for database "chaos"
     // opened from a URL (the CLI and migrate.New: DatabaseName = purl.Path = "/chaos"):
     // 2850675161, computed apart in Python (see workload::keys's tests).
@@ -552,31 +579,19 @@ fn shipped_topologies_expect_what_was_decided() {
         "migrate-race-session-mode",
         "migrate-race-transaction-mode",
     ] {
-        let t = Topology::load(
-            &Path::new(TOPOLOGIES).join(format!("{name}.yaml")),
-            catalog(),
-        )
-        .unwrap();
+        let t = shipped(name);
         let id =
             crate::workload::keys::golang_migrate_lock_id("/chaos", "public", "schema_migrations");
         assert_eq!(id, 2_850_675_161);
         assert_eq!(t.workload.keys, [Key::Big(id)], "{name}");
     }
 
-    let t = Topology::load(
-        &Path::new(TOPOLOGIES).join("transaction-mode.yaml"),
-        catalog(),
-    )
-    .unwrap();
+    let t = shipped("transaction-mode");
     assert!(t.workload.keys.contains(&Key::Pair(1, 612001)));
-    let t = Topology::load(
-        &Path::new(TOPOLOGIES).join("transaction-mode-xact.yaml"),
-        catalog(),
-    )
-    .unwrap();
+    let t = shipped("transaction-mode-xact");
     assert_eq!(t.workload.api, Api::Xact);
     assert_eq!(t.workload.ops, Api::Xact.default_weights());
-    let t = Topology::load(&Path::new(TOPOLOGIES).join("direct.yaml"), catalog()).unwrap();
+    let t = shipped("direct");
     assert!(t.is_direct());
 }
 
