@@ -20,6 +20,7 @@ pub mod plots;
 pub mod results;
 pub mod store;
 pub mod terminal;
+pub mod timeline;
 
 pub use casefile::{CaseFile, CaseStep};
 pub use results::Results;
