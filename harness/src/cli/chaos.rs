@@ -149,34 +149,7 @@ pub async fn chaos(a: Args) -> Result<Exit> {
         },
     )
     .await?;
-    eprintln!(
-        "pgchaos: {} ready in {} ms; {}; {cases} cases; {}; versions PG {} {} {}{}",
-        topo.name,
-        cluster.ready_ms,
-        match seeds.as_slice() {
-            [s] => format!("seed {s}"),
-            many => format!(
-                "seeds {} (one run each, on these servers)",
-                crate::report::matrix::seeds_text(many)
-            ),
-        },
-        match cluster.pinned_cpu {
-            Some(c) => format!("pinned to CPU {c}"),
-            None => "not pinned".into(),
-        },
-        cluster.versions.postgres,
-        cluster.pooler.name(),
-        cluster
-            .versions
-            .pooler
-            .clone()
-            .unwrap_or_else(|| "none".into()),
-        if cluster.versions.version_drift.is_empty() {
-            String::new()
-        } else {
-            format!(" (DRIFT: {})", cluster.versions.version_drift.join("; "))
-        }
-    );
+    eprintln!("{}", ready_line(&topo, &cluster, &seeds, cases));
     let runner = Runner::new(&cluster).await?;
     let mut shrunk: BTreeSet<String> = BTreeSet::new();
     let mut junit_cases = vec![];
@@ -236,6 +209,44 @@ pub async fn chaos(a: Args) -> Result<Exit> {
     } else {
         Ok(Exit::Mismatch)
     }
+}
+
+/// The line printed once the servers are up: the topology, how fast it started, the seeds,
+/// the cases, the CPU it is pinned to and the versions (with any drift).
+fn ready_line(
+    topo: &crate::topology::Topology,
+    cluster: &launch::Cluster,
+    seeds: &[u64],
+    cases: u32,
+) -> String {
+    format!(
+        "pgchaos: {} ready in {} ms; {}; {cases} cases; {}; versions PG {} {} {}{}",
+        topo.name,
+        cluster.ready_ms,
+        match seeds {
+            [s] => format!("seed {s}"),
+            many => format!(
+                "seeds {} (one run each, on these servers)",
+                crate::report::matrix::seeds_text(many)
+            ),
+        },
+        match cluster.pinned_cpu {
+            Some(c) => format!("pinned to CPU {c}"),
+            None => "not pinned".into(),
+        },
+        cluster.versions.postgres,
+        cluster.pooler.name(),
+        cluster
+            .versions
+            .pooler
+            .clone()
+            .unwrap_or_else(|| "none".into()),
+        if cluster.versions.version_drift.is_empty() {
+            String::new()
+        } else {
+            format!(" (DRIFT: {})", cluster.versions.version_drift.join("; "))
+        }
+    )
 }
 
 /// One seed's run on the launched servers: its own report directory, history and verdicts

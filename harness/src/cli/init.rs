@@ -66,12 +66,61 @@ pub fn init(a: Args) -> Result<Exit> {
         bail!("{}: no such directory (nothing was written)", dir.display());
     }
     let (files, found) = deps::scan(dir).map_err(|e| anyhow!("{e:#} (nothing was written)"))?;
+    let chosen = choose(&a, &files, &found)?;
+    let (mut outs, tested) = topologies(&a)?;
+    for (name, (p, _)) in &chosen {
+        outs.push(Out {
+            rel: PathBuf::from(format!("pgchaos/profiles/{name}.yaml")),
+            text: p.text.clone(),
+            exec: false,
+        });
+    }
+    outs.push(Out {
+        rel: PathBuf::from("pgchaos/matrix.sh"),
+        text: MATRIX_SH.into(),
+        exec: true,
+    });
+    outs.push(Out {
+        rel: PathBuf::from("pgchaos/README.md"),
+        text: readme(&chosen, &tested, &files),
+        exec: false,
+    });
+    outs.push(Out {
+        rel: PathBuf::from(".github/workflows/pgchaos.yml"),
+        text: WORKFLOW.into(),
+        exec: false,
+    });
+    writable(dir, &outs, a.force)?;
+    write_all(dir, &outs)?;
+    for o in &outs {
+        println!("{}: written", dir.join(&o.rel).display());
+    }
+    for (name, (_, why)) in &chosen {
+        println!("profile {name}: {}", why.join("; "));
+    }
+    println!(
+        "next: commit them, then `pgchaos/matrix.sh` here (the matrix of {} on {}), or push and let .github/workflows/pgchaos.yml run it (set the PGCHAOS_GIT variable)",
+        chosen.keys().cloned().collect::<Vec<_>>().join(", "),
+        tested
+    );
+    Ok(Exit::Ok)
+}
+
+/// The shipped profiles to write, by name, each with what chose it: those the dependencies
+/// `found` in DIR's dependency `files` detect, and those named with `--with`. None is an
+/// error.
+fn choose(
+    a: &Args,
+    files: &[PathBuf],
+    found: &[deps::Found],
+) -> Result<BTreeMap<String, (Profile, Vec<String>)>> {
+    let dir = &a.dir;
     let shipped = profile::shipped()?;
     // Detected profiles, with what detected them.
     let mut chosen: BTreeMap<String, (Profile, Vec<String>)> = BTreeMap::new();
     for p in &shipped {
         let why: Vec<String> = p
-            .detected(&found)
+            .detected(found)
             .iter()
             .map(|f| {
                 format!(
@@ -128,7 +177,13 @@ pub fn init(a: Args) -> Result<Exit> {
             detectable.join(", ")
         );
     }
-    // Topologies: the imported one (or the shipped transaction-mode), and direct.
+    Ok(chosen)
+}
+
+/// The topologies' files: the one imported with `--from` (or the shipped transaction-mode),
+/// and direct. Returns them and what the tested one is, for people.
+fn topologies(a: &Args) -> Result<(Vec<Out>, String)> {
+    let dir = &a.dir;
     let mut outs = vec![];
     let shipped_topology = |name: &str| -> Result<String> {
         profile::embedded::TOPOLOGIES
@@ -182,32 +237,16 @@ pub fn init(a: Args) -> Result<Exit> {
         text: shipped_topology("direct")?,
         exec: false,
     });
-    for (name, (p, _)) in &chosen {
-        outs.push(Out {
-            rel: PathBuf::from(format!("pgchaos/profiles/{name}.yaml")),
-            text: p.text.clone(),
-            exec: false,
-        });
-    }
-    outs.push(Out {
-        rel: PathBuf::from("pgchaos/matrix.sh"),
-        text: MATRIX_SH.into(),
-        exec: true,
-    });
-    outs.push(Out {
-        rel: PathBuf::from("pgchaos/README.md"),
-        text: readme(&chosen, &tested, &files),
-        exec: false,
-    });
-    outs.push(Out {
-        rel: PathBuf::from(".github/workflows/pgchaos.yml"),
-        text: WORKFLOW.into(),
-        exec: false,
-    });
-    for o in &outs {
+    Ok((outs, tested))
+}
+
+/// Every file may be written: no symlink on its way ([`no_symlinks`]), and without `force`
+/// none there yet.
+fn writable(dir: &Path, outs: &[Out], force: bool) -> Result<()> {
+    for o in outs {
         no_symlinks(dir, &o.rel)?;
     }
-    if !a.force {
+    if !force {
         let there: Vec<String> = outs
             .iter()
             .filter(|o| std::fs::symlink_metadata(dir.join(&o.rel)).is_ok())
@@ -221,19 +260,7 @@ pub fn init(a: Args) -> Result<Exit> {
             );
         }
     }
-    write_all(dir, &outs)?;
-    for o in &outs {
-        println!("{}: written", dir.join(&o.rel).display());
-    }
-    for (name, (_, why)) in &chosen {
-        println!("profile {name}: {}", why.join("; "));
-    }
-    println!(
-        "next: commit them, then `pgchaos/matrix.sh` here (the matrix of {} on {}), or push and let .github/workflows/pgchaos.yml run it (set the PGCHAOS_GIT variable)",
-        chosen.keys().cloned().collect::<Vec<_>>().join(", "),
-        tested
-    );
-    Ok(Exit::Ok)
+    Ok(())
 }
 
 const MATRIX_SH: &str = r#"#!/bin/sh

@@ -134,89 +134,17 @@ fn profile_paths(args: &[String]) -> Result<Vec<PathBuf>> {
 
 pub async fn matrix(a: Args) -> Result<Exit> {
     let t0 = Instant::now();
-    let seeds = parse_seeds(&a.seeds)?;
-    if a.replicas == Some(0) {
-        bail!("--replicas must be at least 1");
-    }
-    let shrink_once = match a.shrink.trim() {
-        "once" => true,
-        "every" => false,
-        s => bail!("--shrink {s:?}: expected `once` or `every`"),
-    };
-    let time_scale_milli = match a.time_scale {
-        None => 1000,
-        Some(f) if (MIN_TIME_SCALE..=MAX_TIME_SCALE).contains(&f) => (f * 1000.0).round() as u32,
-        Some(f) => {
-            bail!("--time-scale {f}: expected a number from {MIN_TIME_SCALE} to {MAX_TIME_SCALE}")
-        }
-    };
-    let accept = parse_accept(&a.accept)?;
-    let partition = a.partition.as_deref().map(Partition::parse).transpose()?;
-    if partition.is_some() && a.update_readme.is_some() {
-        bail!(
-            "--update-readme with --partition: a partition is not the whole matrix; merge the partitions, or run the matrix whole"
-        );
-    }
-    let jobs = match a.jobs {
-        Some(0) => bail!("--jobs must be at least 1"),
-        Some(j) => j,
-        None => std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1),
-    };
+    let Settings {
+        seeds,
+        shrink_once,
+        time_scale_milli,
+        accept,
+        partition,
+        jobs,
+    } = settings(&a)?;
     // Everything is read and composed before anything runs: bad input fails first.
-    let profiles: Vec<Profile> = profile_paths(&a.profiles)?
-        .iter()
-        .map(|p| Profile::load(p))
-        .collect::<Result<_>>()?;
-    let mut names = BTreeSet::new();
-    for p in &profiles {
-        if !names.insert(&p.name) {
-            bail!(
-                "--profiles: two profiles are named {} ({})",
-                p.name,
-                p.path.display()
-            );
-        }
-    }
-    let topo_args: Vec<String> = if a.topologies.is_empty() {
-        profile::DEFAULT_TOPOLOGIES
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    } else {
-        a.topologies.clone()
-    };
-    let mut topo_files = vec![];
-    for t in &topo_args {
-        let p = Path::new(t);
-        if p.is_dir() {
-            let mut found = vec![];
-            for e in std::fs::read_dir(p).with_context(|| format!("--topologies {t}: reading"))? {
-                let f = e
-                    .with_context(|| format!("--topologies {t}: reading"))?
-                    .path();
-                if f.extension().is_some_and(|x| x == "yaml") {
-                    found.push(f.display().to_string());
-                }
-            }
-            if found.is_empty() {
-                bail!("--topologies {t}: the directory has no topologies (*.yaml)");
-            }
-            found.sort();
-            topo_files.extend(found);
-        } else {
-            topo_files.push(t.clone());
-        }
-    }
-    let mut bases: Vec<crate::topology::Topology> = vec![];
-    for t in &topo_files {
-        let topo = super::load(t)?;
-        if bases.iter().any(|b| b.name == topo.name) {
-            bail!("--topologies: {} is named twice", topo.name);
-        }
-        bases.push(topo);
-    }
+    let profiles = load_profiles(&a.profiles)?;
+    let bases = load_topologies(&a.topologies)?;
     let compose = Compose {
         replicas: a.replicas,
         seed: seeds[0],
@@ -225,19 +153,7 @@ pub async fn matrix(a: Args) -> Result<Exit> {
         time_scale_milli,
         ..Compose::default()
     };
-    let mut plan = vec![];
-    for p in &profiles {
-        for base in &bases {
-            let (text, topo) = p.compose(&base.text, &base.name, &compose)?;
-            plan.push(Planned {
-                profile: p,
-                topology: base.name.clone(),
-                file: format!("topologies/{}.yaml", topo.name),
-                fingerprint: fingerprint(&[&p.text, &base.text]),
-                text,
-            });
-        }
-    }
+    let plan = plan_cells(&profiles, &bases, &compose)?;
     let planned: Vec<PlannedCell> = plan
         .iter()
         .map(|c| PlannedCell {
@@ -292,68 +208,7 @@ pub async fn matrix(a: Args) -> Result<Exit> {
         accept: &accept,
         require_expected: a.require_expected,
     };
-    let n_mine = mine.len();
-    let done = std::cell::Cell::new(0usize);
-    // A deployment pgchaos did not start takes one run at a time (its lease,
-    // launch/owned.rs): the cells of external topologies run in turn, the others beside them.
-    let external: BTreeSet<&str> = bases
-        .iter()
-        .filter(|b| b.launcher == crate::topology::LauncherKind::External)
-        .map(|b| b.name.as_str())
-        .collect();
-    let one_deployment_run = tokio::sync::Mutex::new(());
-    if jobs > 1 && !external.is_empty() {
-        eprintln!(
-            "pgchaos matrix: the cells of {} run one at a time (a deployment takes one run at a time)",
-            external.iter().copied().collect::<Vec<_>>().join(", ")
-        );
-    }
-    let progress = crate::report::terminal::MatrixProgress::new(n_mine, a.quiet);
-    let mut cells: Vec<(usize, Cell)> = futures_util::stream::iter(mine.iter().enumerate())
-        .map(|(i, c)| {
-            let opts = &opts;
-            let done = &done;
-            let external = &external;
-            let one_deployment_run = &one_deployment_run;
-            let progress = &progress;
-            async move {
-                let _turn = match external.contains(c.topology.as_str()) {
-                    true => Some(one_deployment_run.lock().await),
-                    false => None,
-                };
-                let name = format!("{} on {}", c.profile.name, c.topology);
-                progress.start(&name);
-                let t_cell = Instant::now();
-                let cell = run_cell(opts, c).await;
-                done.set(done.get() + 1);
-                let seeds: Vec<String> = cell
-                    .runs
-                    .iter()
-                    .map(|r| {
-                        let names: Vec<&str> = r.classes.iter().map(|c| c.name()).collect();
-                        format!(
-                            "{} {}",
-                            r.seed,
-                            r.error.clone().unwrap_or_else(|| names.join(", "))
-                        )
-                    })
-                    .collect();
-                let line = format!(
-                    "pgchaos matrix: [{}/{n_mine}] {name}: seeds {} ({:.1} s)",
-                    done.get(),
-                    seeds.join("; "),
-                    t_cell.elapsed().as_secs_f64()
-                );
-                progress.done(&name, &line);
-                (i, cell)
-            }
-        })
-        .buffer_unordered(jobs as usize)
-        .collect()
-        .await;
-    progress.finish();
-    cells.sort_by_key(|(i, _)| *i);
-    let cells: Vec<Cell> = cells.into_iter().map(|(_, c)| c).collect();
+    let cells = run_cells(&opts, &mine, &bases, jobs, a.quiet).await;
     let (versions, servers, drift) = versions_line(&root, &cells);
     if !drift.is_empty() {
         eprintln!(
@@ -398,6 +253,216 @@ pub async fn matrix(a: Args) -> Result<Exit> {
         a.junit.as_deref(),
         a.update_readme.as_deref(),
     )
+}
+
+/// The options `matrix` checks before it reads anything.
+struct Settings {
+    seeds: Vec<u64>,
+    shrink_once: bool,
+    time_scale_milli: u32,
+    accept: BTreeSet<Class>,
+    partition: Option<Partition>,
+    jobs: u32,
+}
+
+/// Check the options that need no file: seeds, replicas, shrink, time scale, accepted
+/// classes, partition and jobs.
+fn settings(a: &Args) -> Result<Settings> {
+    let seeds = parse_seeds(&a.seeds)?;
+    if a.replicas == Some(0) {
+        bail!("--replicas must be at least 1");
+    }
+    let shrink_once = match a.shrink.trim() {
+        "once" => true,
+        "every" => false,
+        s => bail!("--shrink {s:?}: expected `once` or `every`"),
+    };
+    let time_scale_milli = match a.time_scale {
+        None => 1000,
+        Some(f) if (MIN_TIME_SCALE..=MAX_TIME_SCALE).contains(&f) => (f * 1000.0).round() as u32,
+        Some(f) => {
+            bail!("--time-scale {f}: expected a number from {MIN_TIME_SCALE} to {MAX_TIME_SCALE}")
+        }
+    };
+    let accept = parse_accept(&a.accept)?;
+    let partition = a.partition.as_deref().map(Partition::parse).transpose()?;
+    if partition.is_some() && a.update_readme.is_some() {
+        bail!(
+            "--update-readme with --partition: a partition is not the whole matrix; merge the partitions, or run the matrix whole"
+        );
+    }
+    let jobs = match a.jobs {
+        Some(0) => bail!("--jobs must be at least 1"),
+        Some(j) => j,
+        None => std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1),
+    };
+    Ok(Settings {
+        seeds,
+        shrink_once,
+        time_scale_milli,
+        accept,
+        partition,
+        jobs,
+    })
+}
+
+/// `--profiles`, loaded; two with one name are refused.
+fn load_profiles(args: &[String]) -> Result<Vec<Profile>> {
+    let profiles: Vec<Profile> = profile_paths(args)?
+        .iter()
+        .map(|p| Profile::load(p))
+        .collect::<Result<_>>()?;
+    let mut names = BTreeSet::new();
+    for p in &profiles {
+        if !names.insert(&p.name) {
+            bail!(
+                "--profiles: two profiles are named {} ({})",
+                p.name,
+                p.path.display()
+            );
+        }
+    }
+    Ok(profiles)
+}
+
+/// `--topologies`: names, paths and directories (every `*.yaml` in it, by name), loaded;
+/// two with one name are refused.
+fn load_topologies(args: &[String]) -> Result<Vec<crate::topology::Topology>> {
+    let topo_args: Vec<String> = if args.is_empty() {
+        profile::DEFAULT_TOPOLOGIES
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        args.to_vec()
+    };
+    let mut topo_files = vec![];
+    for t in &topo_args {
+        let p = Path::new(t);
+        if p.is_dir() {
+            let mut found = vec![];
+            for e in std::fs::read_dir(p).with_context(|| format!("--topologies {t}: reading"))? {
+                let f = e
+                    .with_context(|| format!("--topologies {t}: reading"))?
+                    .path();
+                if f.extension().is_some_and(|x| x == "yaml") {
+                    found.push(f.display().to_string());
+                }
+            }
+            if found.is_empty() {
+                bail!("--topologies {t}: the directory has no topologies (*.yaml)");
+            }
+            found.sort();
+            topo_files.extend(found);
+        } else {
+            topo_files.push(t.clone());
+        }
+    }
+    let mut bases: Vec<crate::topology::Topology> = vec![];
+    for t in &topo_files {
+        let topo = super::load(t)?;
+        if bases.iter().any(|b| b.name == topo.name) {
+            bail!("--topologies: {} is named twice", topo.name);
+        }
+        bases.push(topo);
+    }
+    Ok(bases)
+}
+
+/// The cells: each profile composed with each topology, in that order.
+fn plan_cells<'p>(
+    profiles: &'p [Profile],
+    bases: &[crate::topology::Topology],
+    compose: &Compose,
+) -> Result<Vec<Planned<'p>>> {
+    let mut plan = vec![];
+    for p in profiles {
+        for base in bases {
+            let (text, topo) = p.compose(&base.text, &base.name, compose)?;
+            plan.push(Planned {
+                profile: p,
+                topology: base.name.clone(),
+                file: format!("topologies/{}.yaml", topo.name),
+                fingerprint: fingerprint(&[&p.text, &base.text]),
+                text,
+            });
+        }
+    }
+    Ok(plan)
+}
+
+/// Run the cells, `jobs` at a time (those of external topologies one at a time), each
+/// reported as it finishes; returns them in plan order.
+async fn run_cells(
+    opts: &CellOpts<'_>,
+    mine: &[Planned<'_>],
+    bases: &[crate::topology::Topology],
+    jobs: u32,
+    quiet: bool,
+) -> Vec<Cell> {
+    let n_mine = mine.len();
+    let done = std::cell::Cell::new(0usize);
+    // A deployment pgchaos did not start takes one run at a time (its lease,
+    // launch/owned.rs): the cells of external topologies run in turn, the others beside them.
+    let external: BTreeSet<&str> = bases
+        .iter()
+        .filter(|b| b.launcher == crate::topology::LauncherKind::External)
+        .map(|b| b.name.as_str())
+        .collect();
+    let one_deployment_run = tokio::sync::Mutex::new(());
+    if jobs > 1 && !external.is_empty() {
+        eprintln!(
+            "pgchaos matrix: the cells of {} run one at a time (a deployment takes one run at a time)",
+            external.iter().copied().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let progress = crate::report::terminal::MatrixProgress::new(n_mine, quiet);
+    let mut cells: Vec<(usize, Cell)> = futures_util::stream::iter(mine.iter().enumerate())
+        .map(|(i, c)| {
+            let done = &done;
+            let external = &external;
+            let one_deployment_run = &one_deployment_run;
+            let progress = &progress;
+            async move {
+                let _turn = match external.contains(c.topology.as_str()) {
+                    true => Some(one_deployment_run.lock().await),
+                    false => None,
+                };
+                let name = format!("{} on {}", c.profile.name, c.topology);
+                progress.start(&name);
+                let t_cell = Instant::now();
+                let cell = run_cell(opts, c).await;
+                done.set(done.get() + 1);
+                let seeds: Vec<String> = cell
+                    .runs
+                    .iter()
+                    .map(|r| {
+                        let names: Vec<&str> = r.classes.iter().map(|c| c.name()).collect();
+                        format!(
+                            "{} {}",
+                            r.seed,
+                            r.error.clone().unwrap_or_else(|| names.join(", "))
+                        )
+                    })
+                    .collect();
+                let line = format!(
+                    "pgchaos matrix: [{}/{n_mine}] {name}: seeds {} ({:.1} s)",
+                    done.get(),
+                    seeds.join("; "),
+                    t_cell.elapsed().as_secs_f64()
+                );
+                progress.done(&name, &line);
+                (i, cell)
+            }
+        })
+        .buffer_unordered(jobs as usize)
+        .collect()
+        .await;
+    progress.finish();
+    cells.sort_by_key(|(i, _)| *i);
+    cells.into_iter().map(|(_, c)| c).collect()
 }
 
 /// Where the matrix is written: `<out>/matrix/<stamp>/` (with `latest`), or exactly `--dir`;
