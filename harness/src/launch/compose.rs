@@ -58,125 +58,13 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
             |f| format!("topologies/{}", f.to_string_lossy())
         )
     );
-    let need = |var: &str| {
-        format!(
-            "${{{var}:?run pgchaos compose {} --out THIS_DIRECTORY to write .env}}",
-            t.name
-        )
-    };
-    let mut args: Vec<String> = Vec::new();
-    for (k, v) in SPEED_SETTINGS
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .chain(t.postgres.settings.clone())
-    {
-        args.push("-c".into());
-        args.push(format!("{k}={v}"));
-    }
-    let command = list(&args);
-    let health = |port: u16| {
-        format!(
-            "    healthcheck:\n      test: {}\n      interval: 1s\n      timeout: 5s\n      retries: 60\n",
-            list(&[
-                "CMD".to_string(),
-                format!("{PG_PREFIX}/bin/pg_isready"),
-                "-q".into(),
-                "-h".into(),
-                "127.0.0.1".into(),
-                "-p".into(),
-                port.to_string(),
-                "-U".into(),
-                SUPERUSER.into(),
-            ])
-        )
-    };
-    let labels = |service: &str| {
-        format!(
-            "    labels:\n      pgchaos.topology: {}\n      pgchaos.service: {service}\n",
-            t.name
-        )
-    };
     let mut y = format!("{head}services:\n");
-    y.push_str(&format!(
-        "  postgres:\n    image: {img}\n    command: {command}\n    environment:\n      \
-         POSTGRES_PASSWORD: {pw}\n      CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
-         - ./init.sql:/docker-entrypoint-initdb.d/init.sql:ro\n    ports:\n      \
-         - \"127.0.0.1::{PG_PORT}\"\n{labels}{health}",
-        img = need("PGCHAOS_POSTGRES_IMAGE"),
-        pw = need("POSTGRES_PASSWORD"),
-        cpw = need("CHAOS_PASSWORD"),
-        labels = labels("postgres"),
-        health = health(PG_PORT),
-    ));
-    if t.postgres.standby {
-        y.push_str(&format!(
-            "  standby:\n    image: {img}\n    command: {command}\n    environment:\n      \
-             PGCHAOS_ROLE: standby\n      PRIMARY_HOST: postgres\n      POSTGRES_PASSWORD: {pw}\n    \
-             depends_on:\n      postgres:\n        condition: service_healthy\n    ports:\n      \
-             - \"127.0.0.1::{PG_PORT}\"\n{labels}{health}",
-            img = need("PGCHAOS_POSTGRES_IMAGE"),
-            pw = need("POSTGRES_PASSWORD"),
-            labels = labels("standby"),
-            health = health(PG_PORT),
-        ));
-    }
+    y.push_str(&postgres_services(t));
     let mut files = Vec::new();
     if t.pooler.is_some() {
-        let pooler = pooler::for_topology(t);
-        let r = pooler.container().ok_or_else(|| {
-            anyhow!(
-                "{}: {} does not run in a container yet",
-                t.source.display(),
-                pooler.display_name()
-            )
-        })?;
-        let pw: Vec<(String, String)> = Vec::new();
-        let cx = ConfigContext {
-            topology_name: &t.name,
-            // The container's private /tmp: its Unix socket, the entrypoint's auth and HBA
-            // files.
-            run_dir: Path::new("/tmp"),
-            pg_port: PG_PORT,
-            pg_host: Some("postgres"),
-            listen_addr: "0.0.0.0",
-            listen_port: r.port,
-            admin_port: r.admin_port,
-            standby_port: None,
-            database: DB,
-            superuser: SUPERUSER,
-            passwords: &pw,
-        };
-        let main = pooler
-            .config_files(&cx)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|f| f.is_main)
-            .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
-        let service = pooler.name();
-        let admin_port = r
-            .admin_port
-            .map(|p| format!("      - \"127.0.0.1::{p}\"\n"))
-            .unwrap_or_default();
-        y.push_str(&format!(
-            "  {service}:\n    image: {img}\n    environment:\n      POSTGRES_PASSWORD: {pw}\n      \
-             CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
-             - ./{file}:{dir}/{file}:ro\n    depends_on:\n      \
-             postgres:\n        condition: service_healthy\n    ports:\n      \
-             - \"127.0.0.1::{port}\"\n{admin_port}{labels}{health}",
-            img = need(&image_var(service)),
-            pw = need("POSTGRES_PASSWORD"),
-            cpw = need("CHAOS_PASSWORD"),
-            file = main.name,
-            dir = r.config_dir,
-            port = r.port,
-            labels = labels(service),
-            health = health(r.port),
-        ));
-        files.push(File {
-            name: main.name,
-            text: main.text,
-            secret: false,
-        });
+        let (service, main) = pooler_service(t)?;
+        y.push_str(&service);
+        files.push(main);
     }
     files.insert(
         0,
@@ -192,6 +80,140 @@ pub fn render(t: &Topology) -> Result<Vec<File>> {
         secret: false,
     });
     Ok(files)
+}
+
+/// A variable compose must find in `.env`: `${VAR:?...}`, whose message says how to write it.
+fn need(t: &Topology, var: &str) -> String {
+    format!(
+        "${{{var}:?run pgchaos compose {} --out THIS_DIRECTORY to write .env}}",
+        t.name
+    )
+}
+
+/// A service's healthcheck: `pg_isready` on `port`.
+fn health(port: u16) -> String {
+    format!(
+        "    healthcheck:\n      test: {}\n      interval: 1s\n      timeout: 5s\n      retries: 60\n",
+        list(&[
+            "CMD".to_string(),
+            format!("{PG_PREFIX}/bin/pg_isready"),
+            "-q".into(),
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+            "-U".into(),
+            SUPERUSER.into(),
+        ])
+    )
+}
+
+/// A service's labels: the topology and the service.
+fn labels(t: &Topology, service: &str) -> String {
+    format!(
+        "    labels:\n      pgchaos.topology: {}\n      pgchaos.service: {service}\n",
+        t.name
+    )
+}
+
+/// The `postgres` service, and `standby` when the topology has one: the topology's settings
+/// as `-c` arguments, the harness's speed settings first.
+fn postgres_services(t: &Topology) -> String {
+    let mut args: Vec<String> = Vec::new();
+    for (k, v) in SPEED_SETTINGS
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain(t.postgres.settings.clone())
+    {
+        args.push("-c".into());
+        args.push(format!("{k}={v}"));
+    }
+    let command = list(&args);
+    let mut y = format!(
+        "  postgres:\n    image: {img}\n    command: {command}\n    environment:\n      \
+         POSTGRES_PASSWORD: {pw}\n      CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
+         - ./init.sql:/docker-entrypoint-initdb.d/init.sql:ro\n    ports:\n      \
+         - \"127.0.0.1::{PG_PORT}\"\n{labels}{health}",
+        img = need(t, "PGCHAOS_POSTGRES_IMAGE"),
+        pw = need(t, "POSTGRES_PASSWORD"),
+        cpw = need(t, "CHAOS_PASSWORD"),
+        labels = labels(t, "postgres"),
+        health = health(PG_PORT),
+    );
+    if t.postgres.standby {
+        y.push_str(&format!(
+            "  standby:\n    image: {img}\n    command: {command}\n    environment:\n      \
+             PGCHAOS_ROLE: standby\n      PRIMARY_HOST: postgres\n      POSTGRES_PASSWORD: {pw}\n    \
+             depends_on:\n      postgres:\n        condition: service_healthy\n    ports:\n      \
+             - \"127.0.0.1::{PG_PORT}\"\n{labels}{health}",
+            img = need(t, "PGCHAOS_POSTGRES_IMAGE"),
+            pw = need(t, "POSTGRES_PASSWORD"),
+            labels = labels(t, "standby"),
+            health = health(PG_PORT),
+        ));
+    }
+    y
+}
+
+/// The pooler's service, as its container recipe says, with the topology's pool settings
+/// pointing at `postgres` by name; and its main config file.
+fn pooler_service(t: &Topology) -> Result<(String, File)> {
+    let pooler = pooler::for_topology(t);
+    let r = pooler.container().ok_or_else(|| {
+        anyhow!(
+            "{}: {} does not run in a container yet",
+            t.source.display(),
+            pooler.display_name()
+        )
+    })?;
+    let pw: Vec<(String, String)> = Vec::new();
+    let cx = ConfigContext {
+        topology_name: &t.name,
+        // The container's private /tmp: its Unix socket, the entrypoint's auth and HBA
+        // files.
+        run_dir: Path::new("/tmp"),
+        pg_port: PG_PORT,
+        pg_host: Some("postgres"),
+        listen_addr: "0.0.0.0",
+        listen_port: r.port,
+        admin_port: r.admin_port,
+        standby_port: None,
+        database: DB,
+        superuser: SUPERUSER,
+        passwords: &pw,
+    };
+    let main = pooler
+        .config_files(&cx)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|f| f.is_main)
+        .ok_or_else(|| anyhow!("the pooler has no main config file"))?;
+    let service = pooler.name();
+    let admin_port = r
+        .admin_port
+        .map(|p| format!("      - \"127.0.0.1::{p}\"\n"))
+        .unwrap_or_default();
+    let y = format!(
+        "  {service}:\n    image: {img}\n    environment:\n      POSTGRES_PASSWORD: {pw}\n      \
+         CHAOS_PASSWORD: {cpw}\n    volumes:\n      \
+         - ./{file}:{dir}/{file}:ro\n    depends_on:\n      \
+         postgres:\n        condition: service_healthy\n    ports:\n      \
+         - \"127.0.0.1::{port}\"\n{admin_port}{labels}{health}",
+        img = need(t, &image_var(service)),
+        pw = need(t, "POSTGRES_PASSWORD"),
+        cpw = need(t, "CHAOS_PASSWORD"),
+        file = main.name,
+        dir = r.config_dir,
+        port = r.port,
+        labels = labels(t, service),
+        health = health(r.port),
+    );
+    let file = File {
+        name: main.name,
+        text: main.text,
+        secret: false,
+    };
+    Ok((y, file))
 }
 
 /// `.env`: the image references and fresh passwords (hex digits). Every value is checked to
