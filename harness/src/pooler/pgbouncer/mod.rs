@@ -3,10 +3,11 @@
 //! `pgbouncer.ini`, HBA, auth, and the settings it must run with compared with `SHOW CONFIG`
 //! in its own formats), its admin console (`console.rs`: commands, faults, the reset) and its
 //! view of the connections in common words (`view.rs`), the import of a team's
-//! `pgbouncer.ini` (`import.rs`), its container (`entrypoint.sh`), and here its pooling rules
-//! (read from PgBouncer 1.25's source: a server is released on ReadyForQuery 'I'; the reset
-//! query runs on release only in session mode or with `server_reset_query_always`; a client
-//! that leaves mid-transaction gets its server closed).
+//! `pgbouncer.ini` (`import.rs`, the topology it writes: `import_yaml.rs`), its container
+//! (`entrypoint.sh`), and here its pooling rules (read from PgBouncer 1.25's source: a server
+//! is released on ReadyForQuery 'I'; the reset query runs on release only in session mode or
+//! with `server_reset_query_always`; a client that leaves mid-transaction gets its server
+//! closed).
 
 pub mod config;
 pub mod console;

@@ -2,8 +2,9 @@
 //! on 4.3.5 and 4.6.1): its topology section (`section.rs`), how it is obtained (Debian 12's
 //! binary packages unpacked into the cache, `provision.rs`), its files (`config.rs`:
 //! `pgpool.conf`, `pool_hba.conf`, `pool_passwd`, `pcp.conf`), its admin console (`console.rs`:
-//! PCP and `SHOW POOL_VERSION`) and its view in common words (`view.rs`), and here its pooling
-//! rules (§11):
+//! PCP and `SHOW POOL_VERSION`), its view in common words (`view.rs`), the import of a
+//! team's `pgpool.conf` (`import.rs`, the topology it writes: `import_yaml.rs`), and here its
+//! pooling rules (§11):
 //!
 //! - a client is served by one child for its whole session: session pooling; each child
 //!   caches one server per (user, database), so the pool is `num_init_children` servers, and
