@@ -9,6 +9,7 @@
 //! the output is checked by loading it (`Topology::parse`) before anything is written.
 
 use super::import_yaml::Written;
+use super::import_yaml::{CLIENTS, POSTGRES_VERSION};
 use super::pools;
 use crate::pooler::{Imported, Origin, PoolMode};
 use crate::topology::Topology;
@@ -17,9 +18,6 @@ use std::path::Path;
 
 /// The PgBouncer release an imported topology declares unless told otherwise.
 pub const DEFAULT_PGBOUNCER_VERSION: &str = "1.25.2";
-pub(super) const POSTGRES_VERSION: &str = "18.6";
-/// `workload.clients` of the written topology (transaction-mode.yaml's).
-const CLIENTS: u32 = 4;
 /// PostgreSQL's default `max_connections`, and what the room for the pool is computed from.
 const PG_DEFAULT_MAX_CONNECTIONS: u64 = 100;
 /// `superuser_reserved_connections` (default) + the harness's direct connections.

@@ -1,9 +1,13 @@
 //! The topology YAML an import of a `pgbouncer.ini` writes (import.rs reads the ini and
 //! settles the settings).
 
-use super::import::POSTGRES_VERSION;
 use crate::pooler::import::yaml_quote;
 use crate::pooler::{Origin, PoolMode};
+
+/// The PostgreSQL release the written topology declares.
+pub(super) const POSTGRES_VERSION: &str = "18.6";
+/// `workload.clients` of the written topology (transaction-mode.yaml's).
+pub(super) const CLIENTS: u32 = 4;
 
 /// The settings an import writes in the `pgbouncer:` section, with the comments that go with
 /// them.
@@ -92,9 +96,9 @@ pub(super) fn topology(origin: &Origin, version: &str, written: &Written) -> Str
     for d in dropped {
         y.push_str(&format!("  # dropped {d}\n"));
     }
-    y.push_str(
-        "\nworkload:\n  clients: 4\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n",
-    );
+    y.push_str(&format!(
+        "\nworkload:\n  clients: {CLIENTS}\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n"
+    ));
     y.push_str("\nrun:\n  cases: 256\n  seed: random\n  time_limit: 60s\n");
     y.push_str(
         "\n# Fill this in after a first run (`pgchaos chaos FILE`): list the app.* invariants the\n\

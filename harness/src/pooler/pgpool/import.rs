@@ -12,6 +12,7 @@
 //! checked by loading it (`Topology::parse`) before anything is written.
 
 use super::import_yaml::Written;
+use super::import_yaml::{CLIENTS, POSTGRES_VERSION};
 use super::section::DEFAULT_VERSION;
 use crate::pooler::import::{ConfError, ConfFile, col_of, yaml_quote};
 use crate::pooler::{Imported, Origin};
@@ -20,9 +21,6 @@ use anyhow::{Result, bail};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-pub(super) const POSTGRES_VERSION: &str = "18.6";
-/// `workload.clients` of the written topology (pgpool-caching.yaml's).
-pub(super) const CLIENTS: u32 = 4;
 /// PostgreSQL's default `max_connections`.
 const PG_DEFAULT_MAX_CONNECTIONS: u64 = 100;
 /// `superuser_reserved_connections` (default) + the harness's direct connections.

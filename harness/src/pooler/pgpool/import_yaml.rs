@@ -1,11 +1,15 @@
 //! The topology YAML an import of a `pgpool.conf` writes (import.rs reads the file and
 //! settles the settings).
 
-use super::import::{CLIENTS, POSTGRES_VERSION};
 use super::section::PgpoolSection;
 use crate::pooler::Origin;
 use crate::pooler::import::yaml_quote;
 use crate::topology::PoolerSection;
+
+/// The PostgreSQL release the written topology declares.
+pub(super) const POSTGRES_VERSION: &str = "18.6";
+/// `workload.clients` of the written topology (pgpool-caching.yaml's).
+pub(super) const CLIENTS: u32 = 4;
 
 /// The settings an import writes in the `pgpool:` section, with the comments that go with them.
 pub(super) struct Written {
