@@ -1,6 +1,7 @@
 //! What every pooler's import (`pooler/<name>/import.rs`, `pgchaos import`) shares: the error
 //! at `path:line:column` with the line and a caret under the culprit, in the style of the
-//! topology's errors, and the catalog a probe topology is read with.
+//! topology's errors, the catalog a probe topology is read with, and the parts of the written
+//! topology that do not depend on the pooler (its head and its tail).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -137,6 +138,43 @@ pub fn refuse_control(f: &ConfFile) -> Result<(), ConfError> {
 /// The 1-based character column of byte offset `byte` in `line`.
 pub fn col_of(line: &str, byte: usize) -> usize {
     line[..byte].chars().count() + 1
+}
+
+/// The PostgreSQL release an imported topology declares.
+pub const POSTGRES_VERSION: &str = "18.6";
+/// `workload.clients` of an imported topology (the shipped topologies').
+pub const CLIENTS: u32 = 4;
+
+/// An imported topology's head: where it came from, `about` (comment lines saying what it
+/// holds, each ending in a newline), its name, a description naming the file and `pooler`,
+/// and `postgres:` with its version (the caller goes on with the section's settings).
+pub fn topology_head(origin: &crate::pooler::Origin, about: &str, pooler: &str) -> String {
+    let file = origin
+        .ini
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!(
+        "# Imported by `pgchaos import` from {} at {}.\n{about}\nname: {}\ndescription: {}\n\n\
+         postgres:\n  version: \"{POSTGRES_VERSION}\"\n",
+        origin.ini.display(),
+        origin.when,
+        origin.name,
+        yaml_quote(&format!("{pooler} settings imported from {file}.")),
+    )
+}
+
+/// An imported topology's tail: the workload, the run, and an `expect:` to fill in after a
+/// first run, with `example` as the invariant its comment shows.
+pub fn topology_tail(example: &str) -> String {
+    format!(
+        "\nworkload:\n  clients: {CLIENTS}\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n\
+         \nrun:\n  cases: 256\n  seed: random\n  time_limit: 60s\n\
+         \n# Fill this in after a first run (`pgchaos chaos FILE`): list the app.* invariants the\n\
+         # verdict table shows as violated and that you accept, e.g.\n\
+         #   {example}: violated\n\
+         # Anything not listed is expected to hold.\nexpect:\n"
+    )
 }
 
 /// A YAML double-quoted scalar.

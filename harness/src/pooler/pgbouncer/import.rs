@@ -9,8 +9,8 @@
 //! the output is checked by loading it (`Topology::parse`) before anything is written.
 
 use super::import_yaml::Written;
-use super::import_yaml::{CLIENTS, POSTGRES_VERSION};
 use super::pools;
+use crate::pooler::import::{CLIENTS, POSTGRES_VERSION};
 use crate::pooler::{Imported, Origin, PoolMode};
 use crate::topology::Topology;
 use anyhow::{Result, bail};

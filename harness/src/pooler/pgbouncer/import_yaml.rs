@@ -1,13 +1,8 @@
 //! The topology YAML an import of a `pgbouncer.ini` writes (import.rs reads the ini and
 //! settles the settings).
 
-use crate::pooler::import::yaml_quote;
+use crate::pooler::import::{topology_head, topology_tail, yaml_quote};
 use crate::pooler::{Origin, PoolMode};
-
-/// The PostgreSQL release the written topology declares.
-pub(super) const POSTGRES_VERSION: &str = "18.6";
-/// `workload.clients` of the written topology (transaction-mode.yaml's).
-pub(super) const CLIENTS: u32 = 4;
 
 /// The settings an import writes in the `pgbouncer:` section, with the comments that go with
 /// them.
@@ -44,29 +39,12 @@ pub(super) fn topology(origin: &Origin, version: &str, written: &Written) -> Str
         notes,
         dropped,
     } = written;
-    let mut y = String::new();
-    y.push_str(&format!(
-        "# Imported by `pgchaos import` from {} at {}.\n",
-        origin.ini.display(),
-        origin.when
-    ));
-    y.push_str(
+    let mut y = topology_head(
+        origin,
         "# The ini's pooling settings; what the harness controls itself is dropped with a comment.\n\
-         # Reference for every key: docs/topology.md.\n\n",
+         # Reference for every key: docs/topology.md.\n",
+        "PgBouncer",
     );
-    y.push_str(&format!("name: {}\n", origin.name));
-    y.push_str(&format!(
-        "description: {}\n\n",
-        yaml_quote(&format!(
-            "PgBouncer settings imported from {}.",
-            origin
-                .ini
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ))
-    ));
-    y.push_str(&format!("postgres:\n  version: \"{POSTGRES_VERSION}\"\n"));
     if let Some(mc) = max_connections {
         y.push_str(&format!(
             "  settings:\n    # raised so the pool ({pool} = default_pool_size + reserve_pool_size + min_pool_size) fits beside the harness's connections\n    max_connections: {mc}\n"
@@ -96,15 +74,6 @@ pub(super) fn topology(origin: &Origin, version: &str, written: &Written) -> Str
     for d in dropped {
         y.push_str(&format!("  # dropped {d}\n"));
     }
-    y.push_str(&format!(
-        "\nworkload:\n  clients: {CLIENTS}\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n"
-    ));
-    y.push_str("\nrun:\n  cases: 256\n  seed: random\n  time_limit: 60s\n");
-    y.push_str(
-        "\n# Fill this in after a first run (`pgchaos chaos FILE`): list the app.* invariants the\n\
-         # verdict table shows as violated and that you accept, e.g.\n\
-         #   app.mutual_exclusion: violated\n\
-         # Anything not listed is expected to hold.\nexpect:\n",
-    );
+    y.push_str(&topology_tail("app.mutual_exclusion"));
     y
 }

@@ -12,8 +12,8 @@
 //! checked by loading it (`Topology::parse`) before anything is written.
 
 use super::import_yaml::Written;
-use super::import_yaml::{CLIENTS, POSTGRES_VERSION};
 use super::section::DEFAULT_VERSION;
+use crate::pooler::import::{CLIENTS, POSTGRES_VERSION};
 use crate::pooler::import::{ConfError, ConfFile, col_of, yaml_quote};
 use crate::pooler::{Imported, Origin};
 use crate::topology::Topology;

@@ -3,13 +3,8 @@
 
 use super::section::PgpoolSection;
 use crate::pooler::Origin;
-use crate::pooler::import::yaml_quote;
+use crate::pooler::import::{topology_head, topology_tail, yaml_quote};
 use crate::topology::PoolerSection;
-
-/// The PostgreSQL release the written topology declares.
-pub(super) const POSTGRES_VERSION: &str = "18.6";
-/// `workload.clients` of the written topology (pgpool-caching.yaml's).
-pub(super) const CLIENTS: u32 = 4;
 
 /// The settings an import writes in the `pgpool:` section, with the comments that go with them.
 pub(super) struct Written {
@@ -43,29 +38,12 @@ pub(super) fn topology(origin: &Origin, version: &str, written: &Written) -> Str
         dropped,
     } = written;
     let pool = num_init_children;
-    let mut y = String::new();
-    y.push_str(&format!(
-        "# Imported by `pgchaos import` from {} at {}.\n",
-        origin.ini.display(),
-        origin.when
-    ));
-    y.push_str(
+    let mut y = topology_head(
+        origin,
         "# pgpool.conf's pooling settings; what the harness controls itself is dropped with a comment.\n\
-         # Reference for every key: docs/topology.md; pgpool-II's rules: docs/pgpool.md §11.\n\n",
+         # Reference for every key: docs/topology.md; pgpool-II's rules: docs/pgpool.md §11.\n",
+        "pgpool-II",
     );
-    y.push_str(&format!("name: {}\n", origin.name));
-    y.push_str(&format!(
-        "description: {}\n\n",
-        yaml_quote(&format!(
-            "pgpool-II settings imported from {}.",
-            origin
-                .ini
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ))
-    ));
-    y.push_str(&format!("postgres:\n  version: \"{POSTGRES_VERSION}\"\n"));
     if *balanced {
         y.push_str("  standby: true                # the file's backend 1, balanced over\n");
     }
@@ -96,15 +74,6 @@ pub(super) fn topology(origin: &Origin, version: &str, written: &Written) -> Str
     for d in dropped {
         y.push_str(&format!("  {d}\n"));
     }
-    y.push_str(&format!(
-        "\nworkload:\n  clients: {CLIENTS}\n  keys: [4242424242, 612001]\n  api: session\n  steps: 1..40\n  lock_timeout: 1ms\n"
-    ));
-    y.push_str("\nrun:\n  cases: 256\n  seed: random\n  time_limit: 60s\n");
-    y.push_str(
-        "\n# Fill this in after a first run (`pgchaos chaos FILE`): list the app.* invariants the\n\
-         # verdict table shows as violated and that you accept, e.g.\n\
-         #   app.no_orphans: violated\n\
-         # Anything not listed is expected to hold.\nexpect:\n",
-    );
+    y.push_str(&topology_tail("app.no_orphans"));
     y
 }
