@@ -523,8 +523,9 @@ fn every_fixture_is_in_the_table() {
         // Judged by a test of its own (its name says where).
         // an_exit_releases_one_key_at_a_time, a_cancelled_statement_on_a_new_connection_ran,
         // a_transaction_lock_outside_a_block_lasts_to_its_statement_end,
-        // a_look_reads_pg_stat_activity_then_pg_locks
+        // a_look_reads_pg_stat_activity_then_pg_locks, a_safe_restart_drains_before_it_exits
         let own = [
+            "safe-restart-drains",
             "exit-releases-one-key-at-a-time",
             "cancelled-statement-on-a-new-connection",
             "xact-lock-held-to-statement-end",
@@ -562,6 +563,63 @@ fn a_cancelled_statement_on_a_new_connection_ran() {
         v.iter().any(|l| l.starts_with("pg.locks_match_model")
             && l.contains("pid 20429 (backend_start 2026-12-07 03:13:17.417702+00) is missing")),
         "{v:?}"
+    );
+}
+
+/// PgBouncer's SIGINT drains before it exits (`vocab::fault::Meaning::drains`): recorded on
+/// transaction-mode-faults, concurrent schedule, seed 3, case 27 (2026-12-07, PgBouncer 1.25.2
+/// from the source mirror, build d44e0af, whose header lacks `restart_drains`). C1 and C4
+/// hold 612001 on pid 2024; the `pooler_restart` is sent; C4's `try_lock` still runs on 2024,
+/// which closes at its release, and C3's `try_lock` (sent before the signal, handed pid 2025
+/// before PgBouncer read it) is granted 612001 0.4 ms later, before the clients are dropped.
+/// With the restart as one instant (the header as recorded) the model found it impossible
+/// (pg.exclusion); with the drain, it holds. The drain must not excuse a statement sent after
+/// the signal: moved to after the restart's invoke, C3's call is a violation again.
+#[test]
+fn a_safe_restart_drains_before_it_exits() {
+    let recorded = fixture_text("safe-restart-drains");
+    let pg = |text: &str| pg_verdicts(text, true);
+    let rule = r#""closes_server_in_flight":true"#;
+    assert_eq!(recorded.matches(rule).count(), 1);
+    assert!(!recorded.contains("restart_drains"));
+    let drains = recorded.replacen(rule, &format!(r#"{rule},"restart_drains":true"#), 1);
+    let c3 = r#"C3 try_lock 612001 replied true on pid 2025 (backend_start 2026-12-07 15:58:13.911825+00)"#;
+    let instant = pg(&recorded);
+    assert!(
+        instant
+            .iter()
+            .any(|l| l.starts_with("pg.exclusion") && l.contains(c3)),
+        "{instant:?}"
+    );
+    assert_eq!(pg(&drains), Vec::<String>::new());
+    // C3's call sent just after the restart's signal: no server may be handed out then.
+    let mut lines: Vec<String> = drains.lines().map(str::to_string).collect();
+    let sent = lines
+        .iter()
+        .position(|l| l.contains(r#""p":"C3","step":10,"f":"try_lock""#))
+        .unwrap();
+    let call = lines.remove(sent);
+    let signal = lines
+        .iter()
+        .position(|l| l.contains(r#""type":"invoke","p":"nemesis","step":6,"f":"pooler_restart""#))
+        .unwrap();
+    let t = |l: &str| -> u64 {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        v["t"].as_u64().unwrap()
+    };
+    let after = t(&lines[signal]) + 1;
+    assert!(after < t(&lines[signal + 1]));
+    let moved = call.replacen(
+        &format!(r#""t":{}"#, t(&call)),
+        &format!(r#""t":{after}"#),
+        1,
+    );
+    lines.insert(signal + 1, moved);
+    let late = pg(&(lines.join("\n") + "\n"));
+    assert!(
+        late.iter()
+            .any(|l| l.starts_with("pg.exclusion") && l.contains(c3) && l.contains("(Draining)")),
+        "{late:?}"
     );
 }
 

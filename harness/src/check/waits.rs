@@ -40,6 +40,7 @@ fn down_words(d: crate::vocab::fault::Down) -> &'static str {
         Down::Postgres => "no new server connection can be made",
         Down::Paused => "the pooler hands out no server",
         Down::Frozen => "nothing passes (a frozen process or host, or a cut link)",
+        Down::Draining => "the pooler is shutting down: no new connection or server",
     }
 }
 

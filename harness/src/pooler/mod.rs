@@ -598,6 +598,12 @@ pub struct PoolRules {
     /// "Replies out of step"). Histories written before it lack it (never closed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub closes_server_in_flight: bool,
+    /// A restart of the pooler (`pooler_restart`: SIGINT, then a start) drains first: no new
+    /// connection or server, linked servers served until released, then the exit
+    /// (`vocab::fault::Meaning::drains`). PgBouncer: its safe shutdown; pgpool-II: SIGINT is
+    /// its fast shutdown. Histories written before it lack it (a restart was one instant).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restart_drains: bool,
     /// An application-side pool in front (direct topologies): `none` hands out any
     /// connection per op, `session` keeps one per client; a client's disconnect gives its
     /// connection back as it is.
@@ -655,6 +661,7 @@ impl PoolRules {
             abort_on_disconnect: false,
             links_at_connect: false,
             closes_server_in_flight: false,
+            restart_drains: false,
             app_pin: None,
             replicas: 1,
         }
@@ -734,6 +741,7 @@ mod tests {
             abort_on_disconnect: false,
             links_at_connect: false,
             closes_server_in_flight: false,
+            restart_drains: false,
             app_pin: None,
             replicas: 1,
         }

@@ -368,6 +368,7 @@ mod tests {
             abort_on_disconnect: false,
             links_at_connect: false,
             closes_server_in_flight: false,
+            restart_drains: false,
             app_pin: None,
             replicas: 1,
         }
@@ -426,6 +427,7 @@ mod tests {
             mode: Some(PoolMode::Session),
             links_at_connect: true,
             closes_server_in_flight: false,
+            restart_drains: false,
             ..tx_rules(2)
         };
         let obs = Observation {
@@ -446,6 +448,7 @@ mod tests {
         let bouncer = PoolRules {
             links_at_connect: false,
             closes_server_in_flight: false,
+            restart_drains: false,
             ..rules
         };
         assert!(would_wait(&bouncer, &slots, 1, Op::TryLock, &obs).is_some());

@@ -61,6 +61,10 @@ pub enum Down {
     /// Nothing passes through the pooler, the link or PostgreSQL (a frozen pooler, a
     /// blackholed link, a frozen PostgreSQL host): statements that need it wait.
     Frozen,
+    /// The pooler is shutting down safely ([`Meaning::drains`]): it accepts no connections
+    /// and hands out no server (a client that needs one is disconnected), while clients
+    /// linked to a server are served until they release it.
+    Draining,
 }
 
 /// What a fault does, as the model needs it.
@@ -88,6 +92,17 @@ pub struct Meaning {
     /// a server when none is left gets `08P01 server login has been failing`. Whether a login
     /// was under way is not in the history: the model allows both.
     pub drops_logins: bool,
+    /// Where the pooler's rules say its restart drains first
+    /// ([`crate::pooler::PoolRules::restart_drains`]), the fault has a point before its
+    /// effect. PgBouncer's SIGINT (`handle_sigint`, src/main.c at `pgbouncer_1_25_2`) sets
+    /// `P_PAUSE` and `SHUTDOWN_WAIT_FOR_SERVERS` and closes its TCP listening sockets
+    /// (`cleanup_tcp_sockets`, src/pooler.c); each loop closes the idle servers
+    /// (`per_loop_pause`, src/janitor.c); a client that needs a server is disconnected
+    /// ("server shutting down": `pause_client`, src/objects.c); a linked server closes at its
+    /// release; the process exits once no server is left (`do_full_maint`, src/janitor.c),
+    /// dropping the clients. So: drain ([`Down::Draining`]), then the effect below (the
+    /// exit), then the start.
+    pub drains: bool,
 }
 
 /// What a fault needs of the topology beyond PgBouncer: a streaming standby (`promote`).
@@ -177,6 +192,7 @@ pub fn meaning(op: Op) -> Option<Meaning> {
             needs_pooler,
             waits_for_release: matches!(op, Op::PoolerPause | Op::PoolerRestart),
             drops_logins: op == Op::PoolerReconnect,
+            drains: op == Op::PoolerRestart,
         })
     };
     use Breaks as B;

@@ -15,7 +15,7 @@ impl<'e> Case<'e> {
         }
         if let Some((down, fault)) = s.down {
             let refused = match down {
-                Down::Pooler => self.pooled(),
+                Down::Pooler | Down::Draining => self.pooled(),
                 Down::Postgres => !self.pooled(),
                 Down::Paused | Down::Frozen => false,
             };
@@ -96,10 +96,25 @@ impl<'e> Case<'e> {
         target: Option<BackendId>,
         reply: &Reply,
         point: u8,
-        now: u64,
+        (sent, now): (u64, u64),
     ) -> Out {
         let Some(m) = meaning(op) else {
             return Ok(vec![s.clone()]);
+        };
+        let timed_out = reply.code() == Some(code::TIMEOUT);
+        // A draining fault's first point is its drain; the rest as for any other.
+        let point = match (self.drains(op), point) {
+            (false, p) => p,
+            (true, 0) => {
+                // Its signal was sent after `sent`: a server handed out before (a client
+                // waiting for one is handed it in the loop before the signal is read) may
+                // run its statement during the drain.
+                let mut s = s.clone();
+                close_idle_mark_linked(&mut s, op, timed_out, sent);
+                s.down = Some((Down::Draining, op));
+                return Ok(vec![s]);
+            }
+            (true, p) => p - 1,
         };
         if point == 1 {
             let mut s = s.clone();
@@ -132,29 +147,11 @@ impl<'e> Case<'e> {
             }
         }
         let cause = Cause::Fault(op);
-        let timed_out = reply.code() == Some(code::TIMEOUT);
         let mut released: Vec<Key> = vec![];
         let mut ended: Vec<BackendId> = vec![];
         match m.ends {
             Ends::Nothing => {}
-            Ends::IdleNowLinkedAtRelease => {
-                let linked: BTreeSet<BackendId> =
-                    s.clients.iter().filter_map(|c| c.linked).collect();
-                for (id, x) in s.backends.iter_mut() {
-                    if !x.life.is_alive() || !x.pooled {
-                        continue;
-                    }
-                    if linked.contains(id) || x.busy.is_some() {
-                        if !timed_out {
-                            x.close_at_release = Some(cause);
-                        }
-                    } else {
-                        close(x, cause);
-                        x.closed_idle = true;
-                    }
-                }
-                s.idle_fault = Some((op, now));
-            }
+            Ends::IdleNowLinkedAtRelease => close_idle_mark_linked(&mut s, op, timed_out, now),
             Ends::All => {
                 let ids: Vec<BackendId> = s.backends.keys().copied().collect();
                 for id in ids {
@@ -216,6 +213,29 @@ impl<'e> Case<'e> {
         }
         Ok(out)
     }
+}
+
+/// Fault `op` ends every pooled backend not linked to a client now, and marks a linked or
+/// busy one to close at its release (not where the fault's start timed out: it may not have
+/// happened); a server handed out just before may be found linked after all
+/// ([`State::idle_fault`]).
+fn close_idle_mark_linked(s: &mut State, op: Op, timed_out: bool, now: u64) {
+    let cause = Cause::Fault(op);
+    let linked: BTreeSet<BackendId> = s.clients.iter().filter_map(|c| c.linked).collect();
+    for (id, x) in s.backends.iter_mut() {
+        if !x.life.is_alive() || !x.pooled {
+            continue;
+        }
+        if linked.contains(id) || x.busy.is_some() {
+            if !timed_out {
+                x.close_at_release = Some(cause);
+            }
+        } else {
+            close(x, cause);
+            x.closed_idle = true;
+        }
+    }
+    s.idle_fault = Some((op, now));
 }
 
 /// A signal (terminate, cancel, a backend fault) looked for `target` by identity in

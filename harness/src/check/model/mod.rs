@@ -257,8 +257,9 @@ pub struct State {
     pub clients: Vec<Client>,
     /// A fault's span in progress: what is unavailable, and the fault.
     pub down: Option<(Down, Op)>,
-    /// The last RECONNECT or PAUSE, and the time by which it had happened: a server first
-    /// heard of from an operation invoked before then may have existed then.
+    /// The last RECONNECT, PAUSE or drain, and the time by which it had happened (a drain:
+    /// its signal's invoke): a server first heard of from an operation invoked before then
+    /// may have existed then.
     pub idle_fault: Option<(Op, u64)>,
     /// Failed lock calls (entries) that were granted all the same.
     pub granted_failed: BTreeSet<u32>,
@@ -481,6 +482,12 @@ impl<'e> Case<'e> {
         !self.timeouts.values().all(|v| *v == 0)
     }
 
+    /// Whether fault `op` drains the pooler before its effect, as this pooler does
+    /// ([`Meaning::drains`](crate::vocab::fault::Meaning::drains)): then it has a point more.
+    pub(super) fn drains(&self, op: Op) -> bool {
+        self.pooled() && self.rules.restart_drains && meaning(op).is_some_and(|m| m.drains)
+    }
+
     /// How many points an entry has.
     pub fn points_of(&self, e: &Entry) -> u8 {
         match &e.act {
@@ -508,7 +515,7 @@ impl<'e> Case<'e> {
             Act::Fault { op, reply, .. } => {
                 let target_gone = **reply == (Reply::Bool { value: false });
                 if !target_gone && meaning(*op).is_some_and(|m| m.down.is_some()) {
-                    2
+                    2 + self.drains(*op) as u8
                 } else {
                     1
                 }

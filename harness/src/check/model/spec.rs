@@ -48,7 +48,7 @@ impl<'e> Spec for Case<'e> {
             Act::Fault { op, target, reply } => {
                 // The latest its effect can have happened: its completion.
                 let by = entry.done.unwrap_or(now);
-                self.fault(s, *op, *target, reply, point, by)
+                self.fault(s, *op, *target, reply, point, (entry.inv, by))
             }
             Act::Read { obs, part } => {
                 if part.postgres()
@@ -125,7 +125,7 @@ impl<'e> Spec for Case<'e> {
                     Act::Fault { op, target, .. } => {
                         let ok = Reply::Ok;
                         let by = entry.done.unwrap_or(now);
-                        self.fault(s, *op, *target, &ok, point, by)
+                        self.fault(s, *op, *target, &ok, point, (entry.inv, by))
                             .unwrap_or_else(|_| vec![s.clone()])
                     }
                     _ => self

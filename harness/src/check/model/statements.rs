@@ -110,6 +110,14 @@ impl<'e> Case<'e> {
         if let Some((down, fault)) = s.down {
             let blocks = match down {
                 Down::Pooler | Down::Paused => self.pooled(),
+                // A statement sent before the drain's signal may have been handed its server
+                // before PgBouncer read the signal: it runs, and the server closes at release.
+                Down::Draining => {
+                    self.pooled()
+                        && !s
+                            .idle_fault
+                            .is_some_and(|(f, t)| f == fault && entry.inv < t)
+                }
                 // A frozen pooler or link stops pooled clients; a frozen PostgreSQL host (a
                 // fault that needs no pooler) stops every client.
                 Down::Frozen => self.pooled() || meaning(fault).is_some_and(|m| !m.needs_pooler),
@@ -907,6 +915,7 @@ impl<'e> Case<'e> {
             || st.served.is_some_and(dead)
             || (cl.linked.is_none() && s.login_failing.is_some())
             || matches!(s.down, Some((Down::Pooler | Down::Postgres, _)))
+            || (cl.linked.is_none() && matches!(s.down, Some((Down::Draining, _))))
             || long(Timer::EndLongStatement)
             || long(Timer::EndLongWait);
         // The pooler closes a client that executes a statement it forgot, and the server it

@@ -201,6 +201,8 @@ impl Pooler for PgBouncer {
             // 1.24.1 and 1.25.2 close a server its client leaves with a reply still in flight
             // (docs/session-state.md, "Replies out of step"; docs/pgbouncer-1-25.md).
             closes_server_in_flight: true,
+            // SIGINT is its safe shutdown (`vocab::fault::Meaning::drains`).
+            restart_drains: true,
             app_pin: None,
             replicas: 1,
         }

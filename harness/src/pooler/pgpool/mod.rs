@@ -202,6 +202,9 @@ impl Pooler for Pgpool {
             abort_on_disconnect: true,
             links_at_connect: true,
             closes_server_in_flight: false,
+            // SIGINT is its fast shutdown: every backend closed at once (docs/pgpool.md,
+            // "fast stop (SIGINT)").
+            restart_drains: false,
             app_pin: None,
             replicas: 1,
         }
