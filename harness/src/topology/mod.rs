@@ -696,12 +696,11 @@ impl Topology {
     /// The timeouts the servers run with, by what they do (0: off), in milliseconds: the
     /// pooler's (its settings) and `postgres.settings` (milliseconds by default).
     pub fn timeouts(&self) -> crate::vocab::timeout::Timeouts {
-        use crate::vocab::timeout::{Owner, of};
         let mut out = crate::vocab::timeout::Timeouts::new();
         if let Some(p) = &self.pooler {
             out.extend(p.config.timeouts());
         }
-        for t in of(Owner::Postgres) {
+        for t in crate::vocab::timeout::POSTGRES {
             if let Some(v) = self
                 .postgres
                 .settings

@@ -36,15 +36,6 @@ pub fn is_setting_name(s: &str) -> bool {
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '.'))
 }
 
-/// PostgreSQL's own timeouts that end sessions or statements (see above). `lock_timeout`
-/// has its own key, `workload.lock_timeout`.
-pub(super) const PG_TIMEOUTS: &[&str] = &[
-    "statement_timeout",
-    "idle_in_transaction_session_timeout",
-    "idle_session_timeout",
-    "transaction_timeout",
-];
-
 /// A PostgreSQL time setting as seconds: a bare number is milliseconds; units `us`, `ms`,
 /// `s`, `min`, `h`, `d` as postgresql.conf takes them.
 pub(super) fn postgres_seconds(text: &str) -> Option<f64> {

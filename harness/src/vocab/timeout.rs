@@ -1,19 +1,12 @@
 //! The settings that close or cancel connections on a timer, and what each means for the
-//! model: one row per setting ([`TIMEOUTS`]), read by the topology (which settings are
-//! timeouts, and their units) and by the model (what may happen once a timer has run out).
-//! Effects from PgBouncer's documentation and source (janitor.c: `pool_server_maint`,
-//! `pool_client_maint`) and PostgreSQL's (postgres.c, proc.c), confirmed by hand in
-//! docs/ground-truth-model.md.
+//! model: the [`Effect`]s the model knows, and PostgreSQL's settings ([`POSTGRES`]). A pooler's
+//! own rows live in its folder (PgBouncer: `pooler::pgbouncer::settings::PGBOUNCER_TIMEOUTS`),
+//! read by the topology (which settings are timeouts, and their units) and recorded in the
+//! history by effect, which is all the model reads. PostgreSQL's effects from its source
+//! (postgres.c, proc.c), confirmed by hand in docs/ground-truth-model.md.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// Whose setting it is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Owner {
-    Pgbouncer,
-    Postgres,
-}
 
 /// What running out does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -44,68 +37,53 @@ pub enum Effect {
     EndLongTransaction,
 }
 
-/// One timeout setting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timeout {
-    pub name: &'static str,
-    pub owner: Owner,
-    pub effect: Effect,
-}
-
-/// Every timeout the model knows, by setting.
-pub const TIMEOUTS: &[Timeout] = &[
-    t("server_lifetime", Owner::Pgbouncer, Effect::RetireOld),
-    t("server_idle_timeout", Owner::Pgbouncer, Effect::RetireIdle),
-    t(
-        "idle_transaction_timeout",
-        Owner::Pgbouncer,
-        Effect::CloseIdleInTransaction,
-    ),
-    t(
-        "transaction_timeout",
-        Owner::Pgbouncer,
-        Effect::CloseLongTransaction,
-    ),
-    t(
-        "client_idle_timeout",
-        Owner::Pgbouncer,
-        Effect::CloseIdleClient,
-    ),
-    t("query_timeout", Owner::Pgbouncer, Effect::EndLongStatement),
-    t("query_wait_timeout", Owner::Pgbouncer, Effect::EndLongWait),
-    t(
-        "statement_timeout",
-        Owner::Postgres,
-        Effect::CancelLongStatement,
-    ),
-    t(
-        "idle_in_transaction_session_timeout",
-        Owner::Postgres,
-        Effect::EndIdleInTransaction,
-    ),
-    t(
-        "idle_session_timeout",
-        Owner::Postgres,
-        Effect::EndIdleSession,
-    ),
-    t(
-        "transaction_timeout",
-        Owner::Postgres,
-        Effect::EndLongTransaction,
-    ),
-];
-
-const fn t(name: &'static str, owner: Owner, effect: Effect) -> Timeout {
-    Timeout {
-        name,
-        owner,
-        effect,
+impl Effect {
+    /// What ran out, in words: PostgreSQL's setting by name, a pooler's by what it does (its
+    /// name is the pooler's: PgBouncer's `server_lifetime`, pgpool-II's `connection_life_time`).
+    pub fn describe(self) -> &'static str {
+        if let Some(t) = POSTGRES.iter().find(|t| t.effect == self) {
+            return t.name;
+        }
+        match self {
+            Effect::RetireOld => "the pooler's server lifetime",
+            Effect::RetireIdle => "the pooler's idle-server timeout",
+            Effect::CloseIdleInTransaction => "the pooler's idle-in-transaction timeout",
+            Effect::CloseLongTransaction => "the pooler's transaction timeout",
+            Effect::CloseIdleClient => "the pooler's idle-client timeout",
+            Effect::EndLongStatement => "the pooler's query timeout",
+            Effect::EndLongWait => "the pooler's wait timeout",
+            _ => "a timeout",
+        }
     }
 }
 
-/// The timeout settings of `owner`.
-pub fn of(owner: Owner) -> impl Iterator<Item = &'static Timeout> {
-    TIMEOUTS.iter().filter(move |t| t.owner == owner)
+/// One timeout setting: its name and what running out does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeout {
+    pub name: &'static str,
+    pub effect: Effect,
+}
+
+/// PostgreSQL's timeouts that end sessions or statements (`lock_timeout` has its own key,
+/// `workload.lock_timeout`).
+pub const POSTGRES: &[Timeout] = &[
+    t("statement_timeout", Effect::CancelLongStatement),
+    t(
+        "idle_in_transaction_session_timeout",
+        Effect::EndIdleInTransaction,
+    ),
+    t("idle_session_timeout", Effect::EndIdleSession),
+    t("transaction_timeout", Effect::EndLongTransaction),
+];
+
+/// A row of a timeout table.
+pub const fn t(name: &'static str, effect: Effect) -> Timeout {
+    Timeout { name, effect }
+}
+
+/// The row of `name` in `table`.
+pub fn find(table: &[Timeout], name: &str) -> Option<Timeout> {
+    table.iter().find(|t| t.name == name).copied()
 }
 
 /// The timeouts a run has on (0 is off), by effect, in milliseconds: recorded in the history
@@ -117,19 +95,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_effect_belongs_to_one_setting() {
-        let mut effects: Vec<Effect> = TIMEOUTS.iter().map(|t| t.effect).collect();
+    fn each_postgres_setting_has_one_effect_of_its_own() {
+        let mut effects: Vec<Effect> = POSTGRES.iter().map(|t| t.effect).collect();
         effects.sort();
         effects.dedup();
-        assert_eq!(effects.len(), TIMEOUTS.len());
-        // Names are unique per owner (`transaction_timeout` exists in both).
-        for o in [Owner::Pgbouncer, Owner::Postgres] {
-            let mut names: Vec<&str> = of(o).map(|t| t.name).collect();
-            let n = names.len();
-            names.sort();
-            names.dedup();
-            assert_eq!(names.len(), n);
-        }
-        assert_eq!(of(Owner::Postgres).count(), 4);
+        assert_eq!(effects.len(), POSTGRES.len());
+        let mut names: Vec<&str> = POSTGRES.iter().map(|t| t.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 4);
+        assert_eq!(
+            find(POSTGRES, "statement_timeout").map(|t| t.effect),
+            Some(Effect::CancelLongStatement)
+        );
+        assert_eq!(find(POSTGRES, "lock_timeout"), None);
+        assert_eq!(Effect::EndIdleSession.describe(), "idle_session_timeout");
+        assert_eq!(Effect::RetireOld.describe(), "the pooler's server lifetime");
     }
 }

@@ -62,17 +62,9 @@ impl std::fmt::Display for Cause {
             Cause::Terminate => f.write_str("terminate"),
             Cause::Disconnect => f.write_str("a client's disconnect"),
             Cause::Fault(op) => write!(f, "{op}"),
-            Cause::Timeout(t) => write!(f, "{}", timer_name(*t)),
+            Cause::Timeout(t) => f.write_str(t.describe()),
         }
     }
-}
-
-fn timer_name(t: Timer) -> &'static str {
-    crate::vocab::timeout::TIMEOUTS
-        .iter()
-        .find(|x| x.effect == t)
-        .map(|x| x.name)
-        .unwrap_or("a timeout")
 }
 
 /// Where a backend is in its life.

@@ -234,7 +234,7 @@ fn is_secret(name: &str) -> bool {
 }
 
 /// PgBouncer's timeouts (the topology's list): kept as they are, and checked to be seconds.
-use super::settings::PGBOUNCER_TIMEOUTS as TIMEOUTS;
+use super::settings::is_timeout;
 
 /// A YAML scalar for an ini value: a plain integer, else a double-quoted string.
 fn yaml_value(v: &str) -> String {
@@ -462,7 +462,7 @@ impl Ini {
             }
             return Ok(());
         }
-        if TIMEOUTS.contains(&name.as_str()) {
+        if is_timeout(&name) {
             match e.value.parse::<f64>() {
                 Ok(v) if v >= 0.0 => {}
                 _ => {

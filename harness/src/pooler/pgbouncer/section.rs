@@ -4,8 +4,8 @@
 //! what PostgreSQL has room for), each reported at its line and column.
 
 use super::settings::{
-    PGBOUNCER_HARNESS_SETTINGS, PGBOUNCER_SETTINGS, PGBOUNCER_TIMEOUTS, pgbouncer_seconds,
-    pgbouncer_setting,
+    PGBOUNCER_HARNESS_SETTINGS, PGBOUNCER_SETTINGS, PGBOUNCER_TIMEOUTS, is_timeout,
+    pgbouncer_seconds, pgbouncer_setting,
 };
 use crate::pooler::PoolMode;
 use crate::topology::{
@@ -70,8 +70,8 @@ impl PoolerConfig for PgbouncerSpec {
     }
 
     fn timeouts(&self) -> Vec<(crate::vocab::timeout::Effect, u64)> {
-        use crate::vocab::timeout::{Owner, of};
-        of(Owner::Pgbouncer)
+        PGBOUNCER_TIMEOUTS
+            .iter()
             .filter_map(|t| {
                 let v = self
                     .settings
@@ -138,9 +138,7 @@ impl PoolerSection for PgbouncerSection {
             check_setting(name, target, &version)
         })?;
         for e in &settings {
-            if PGBOUNCER_TIMEOUTS.contains(&e.name.as_str())
-                && pgbouncer_seconds(&e.value).is_none()
-            {
+            if is_timeout(&e.name) && pgbouncer_seconds(&e.value).is_none() {
                 return Err(s.error(
                     e.value_at,
                     format!(

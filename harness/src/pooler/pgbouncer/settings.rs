@@ -2,6 +2,8 @@
 //! topology's `pgbouncer.settings` may name), those the harness sets itself (refused, the
 //! reason the hint), and the timers among them the model knows.
 
+use crate::vocab::timeout::{Effect, Timeout, find, t};
+
 /// `pgbouncer.ini` settings the harness sets itself (the reason is the hint).
 pub const PGBOUNCER_HARNESS_SETTINGS: &[(&str, &str)] = &[
     (
@@ -153,19 +155,60 @@ pub fn pgbouncer_setting(name: &str) -> Option<Option<(u32, u32)>> {
         .map(|(_, since)| *since)
 }
 
-/// PgBouncer settings that close or cancel servers and clients on a timer: the model knows
-/// what each does (`vocab::timeout`), so any value is accepted, and the history records them.
-pub const PGBOUNCER_TIMEOUTS: &[&str] = &[
-    "server_lifetime",
-    "server_idle_timeout",
-    "client_idle_timeout",
-    "idle_transaction_timeout",
-    "query_timeout",
-    "query_wait_timeout",
-    "transaction_timeout",
+/// PgBouncer settings that close or cancel servers and clients on a timer, and what each
+/// does (`vocab::timeout::Effect`; janitor.c: `pool_server_maint`, `pool_client_maint`): the
+/// model knows them, so any value is accepted, and the history records them.
+pub const PGBOUNCER_TIMEOUTS: &[Timeout] = &[
+    t("server_lifetime", Effect::RetireOld),
+    t("server_idle_timeout", Effect::RetireIdle),
+    t("client_idle_timeout", Effect::CloseIdleClient),
+    t("idle_transaction_timeout", Effect::CloseIdleInTransaction),
+    t("query_timeout", Effect::EndLongStatement),
+    t("query_wait_timeout", Effect::EndLongWait),
+    t("transaction_timeout", Effect::CloseLongTransaction),
 ];
+
+/// Whether `name` is one of PgBouncer's timeouts ([`PGBOUNCER_TIMEOUTS`]).
+pub fn is_timeout(name: &str) -> bool {
+    find(PGBOUNCER_TIMEOUTS, name).is_some()
+}
 
 /// A PgBouncer time setting as seconds: a bare number is seconds (PgBouncer's own unit).
 pub fn pgbouncer_seconds(text: &str) -> Option<f64> {
     text.trim().parse::<f64>().ok().filter(|v| *v >= 0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::timeout::POSTGRES;
+
+    /// Every effect the model knows belongs to one setting, PgBouncer's or PostgreSQL's
+    /// (`transaction_timeout` is a name of both, with different effects).
+    #[test]
+    fn every_effect_belongs_to_one_setting() {
+        let all: Vec<Effect> = PGBOUNCER_TIMEOUTS
+            .iter()
+            .chain(POSTGRES)
+            .map(|t| t.effect)
+            .collect();
+        let mut effects = all.clone();
+        effects.sort();
+        effects.dedup();
+        assert_eq!(effects.len(), all.len());
+        assert_eq!(all.len(), 11);
+        let mut names: Vec<&str> = PGBOUNCER_TIMEOUTS.iter().map(|t| t.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), PGBOUNCER_TIMEOUTS.len());
+        assert!(is_timeout("query_wait_timeout") && !is_timeout("statement_timeout"));
+        // Each is a setting PgBouncer has.
+        for t in PGBOUNCER_TIMEOUTS {
+            assert!(
+                PGBOUNCER_SETTINGS.iter().any(|(n, _)| *n == t.name),
+                "{}",
+                t.name
+            );
+        }
+    }
 }

@@ -385,7 +385,8 @@ impl Cx<'_> {
                     vec![why.to_string()],
                 ));
             }
-            if PG_TIMEOUTS.contains(&s.name.value.as_str()) {
+            if crate::vocab::timeout::find(crate::vocab::timeout::POSTGRES, &s.name.value).is_some()
+            {
                 self.timeout_setting(
                     s,
                     "postgres.settings",
