@@ -12,6 +12,7 @@
 //! Identity is `(pid, backend_start)`. The model knows a backend from the first operation it
 //! served; a backend it has not heard of holds nothing.
 
+mod assign;
 mod exec;
 mod faults;
 mod looks;
