@@ -120,6 +120,30 @@ pub fn prepare(config: &Config) -> (Config, MakeTlsConnector) {
     (c, cancel())
 }
 
+/// Where `config` connects, for an error: `user@host:port/dbname` (each host and port it
+/// names; a Unix socket as its directory). No password.
+pub fn target(config: &Config) -> String {
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match h {
+                Host::Tcp(s) => format!("{s}:{port}"),
+                Host::Unix(p) => format!("{}:{port}", p.display()),
+            }
+        })
+        .collect();
+    format!(
+        "{}@{}/{}",
+        config.get_user().unwrap_or("?"),
+        hosts.join(","),
+        config.get_dbname().unwrap_or("?")
+    )
+}
+
 /// Whether every host of `config` is this machine (loopback, `localhost`, a Unix socket).
 pub fn loopback(config: &Config) -> bool {
     config.get_hosts().iter().all(|h| match h {
@@ -136,6 +160,22 @@ pub fn loopback(config: &Config) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_names_user_hosts_ports_and_database_never_the_password() {
+        let mut c = Config::new();
+        c.host("127.0.0.1")
+            .port(6432)
+            .user("chaos")
+            .password("s3cret")
+            .dbname("app");
+        assert_eq!(target(&c), "chaos@127.0.0.1:6432/app");
+        let mut u = Config::new();
+        u.host_path("/run/pg").host("db.invalid").port(1).port(2);
+        let t = target(&u);
+        assert_eq!(t, "?@/run/pg:1,db.invalid:2/?");
+        assert!(!target(&c).contains("s3cret"));
+    }
 
     #[test]
     fn a_registered_dsn_gets_its_sslmode_and_the_others_stay_plaintext() {

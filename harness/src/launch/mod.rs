@@ -651,7 +651,12 @@ pub async fn connect(config: &Config) -> Result<Client> {
     let (config, tls) = tls::prepare(config);
     let (client, conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(tls))
         .await
-        .map_err(|_| anyhow!("connect timed out after {IO_TIMEOUT:?}"))??;
+        .map_err(|_| {
+            anyhow!(
+                "connect to {} timed out after {IO_TIMEOUT:?}",
+                tls::target(&config)
+            )
+        })??;
     tokio::spawn(conn);
     Ok(client)
 }

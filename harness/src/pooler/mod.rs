@@ -356,7 +356,12 @@ pub async fn connect_pg(config: &tokio_postgres::Config) -> anyhow::Result<tokio
     let (config, tls) = crate::tls::prepare(config);
     let (client, conn) = tokio::time::timeout(ADMIN_TIMEOUT, config.connect(tls))
         .await
-        .map_err(|_| anyhow::anyhow!("connect timed out after {ADMIN_TIMEOUT:?}"))??;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "connect to {} timed out after {ADMIN_TIMEOUT:?}",
+                crate::tls::target(&config)
+            )
+        })??;
     tokio::spawn(conn);
     Ok(client)
 }
