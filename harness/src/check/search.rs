@@ -7,9 +7,9 @@
 //! take effect at any moment; when it completes, it must have. So at each completion the
 //! search places pending operations in every order that leads to the completing one being
 //! placed, and keeps every configuration that gets there. A configuration is how far each
-//! pending operation has got (an operation has one or two *points*: a lock call that waits
-//! starts waiting, then is answered) together with the model's state; configurations that
-//! agree on the first are merged, and their states kept as a set (Porcupine's powerset of a
+//! pending operation has got (an operation has one to three *points*: a lock call that waits
+//! starts waiting, then is answered; a pooler's safe restart drains, exits, starts) together
+//! with the model's state; configurations that agree on the first are merged, and their states kept as a set (Porcupine's powerset of a
 //! nondeterministic model), which is Lowe's memoisation of (state, operations placed).
 //!
 //! The model is nondeterministic: a step returns every state it may lead to (a DISCARD ALL
@@ -81,7 +81,7 @@ pub trait Spec {
     type State: Clone + Eq + Hash + std::fmt::Debug;
     /// Why a point cannot be placed in a state.
     type Why: Clone + PartialEq + std::fmt::Debug;
-    /// How many points operation `e` has (1 or 2).
+    /// How many points operation `e` has (1 to 3: a key keeps two bits of phase per slot).
     fn points(&self, e: usize) -> u8;
     /// Point `point` (0-based) of `e` placed in `s` at a moment no later than `now`: the states
     /// it may lead to (never empty), or why it cannot happen there.

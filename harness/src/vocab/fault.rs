@@ -47,8 +47,8 @@ pub enum By {
     Link,
 }
 
-/// A span of the fault during which something is not available: between the fault's two
-/// points in the model (started, healed).
+/// A span of the fault during which something is not available: between the fault's points
+/// in the model (started, healed; a draining fault: drained, stopped, started).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Down {
     /// The pooler accepts no connections and serves nothing (it is restarting).
