@@ -9,8 +9,9 @@
 //! placed, and keeps every configuration that gets there. A configuration is how far each
 //! pending operation has got (an operation has one to three *points*: a lock call that waits
 //! starts waiting, then is answered; a pooler's safe restart drains, exits, starts) together
-//! with the model's state; configurations that agree on the first are merged, and their states kept as a set (Porcupine's powerset of a
-//! nondeterministic model), which is Lowe's memoisation of (state, operations placed).
+//! with the model's state; configurations that agree on the first are merged, and their
+//! states kept as a set (Porcupine's powerset of a nondeterministic model), which is Lowe's
+//! memoisation of (state, operations placed).
 //!
 //! The model is nondeterministic: a step returns every state it may lead to (a DISCARD ALL
 //! without a known backend resets one of the idle servers: a successor per server), and
