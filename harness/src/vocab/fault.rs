@@ -96,7 +96,8 @@ pub struct Meaning {
     /// ([`crate::pooler::PoolRules::restart_drains`]), the fault has a point before its
     /// effect. PgBouncer's SIGINT (`handle_sigint`, src/main.c at `pgbouncer_1_25_2`) sets
     /// `P_PAUSE` and `SHUTDOWN_WAIT_FOR_SERVERS` and closes its TCP listening sockets
-    /// (`cleanup_tcp_sockets`, src/pooler.c); each loop closes the idle servers
+    /// (`cleanup_tcp_sockets`, src/pooler.c; a login on the Unix socket is refused,
+    /// `finish_client_login`, src/objects.c); each loop closes the idle servers
     /// (`per_loop_pause`, src/janitor.c); a client that needs a server is disconnected
     /// ("server shutting down": `pause_client`, src/objects.c); a linked server closes at its
     /// release; the process exits once no server is left (`do_full_maint`, src/janitor.c),
