@@ -120,6 +120,22 @@ pub fn prepare(config: &Config) -> (Config, MakeTlsConnector) {
     (c, cancel())
 }
 
+/// Connect `config` (TLS as registered, [`prepare`]) with `bound` on the whole startup; the
+/// connection's task is spawned. A timeout names where it connected ([`target`]).
+pub async fn connect_within(
+    config: &Config,
+    bound: std::time::Duration,
+) -> anyhow::Result<tokio_postgres::Client> {
+    let (config, tls) = prepare(config);
+    let (client, conn) = tokio::time::timeout(bound, config.connect(tls))
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!("connect to {} timed out after {bound:?}", target(&config))
+        })??;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
 /// Where `config` connects, for an error: `user@host:port/dbname` (each host and port it
 /// names; a Unix socket as its directory). No password.
 pub fn target(config: &Config) -> String {

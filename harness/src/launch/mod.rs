@@ -648,17 +648,7 @@ impl std::fmt::Display for ConnectTimedOut {
 impl std::error::Error for ConnectTimedOut {}
 
 pub async fn connect(config: &Config) -> Result<Client> {
-    let (config, tls) = tls::prepare(config);
-    let (client, conn) = tokio::time::timeout(IO_TIMEOUT, config.connect(tls))
-        .await
-        .map_err(|_| {
-            anyhow!(
-                "connect to {} timed out after {IO_TIMEOUT:?}",
-                tls::target(&config)
-            )
-        })??;
-    tokio::spawn(conn);
-    Ok(client)
+    tls::connect_within(config, IO_TIMEOUT).await
 }
 
 /// The pooler runs what was declared: read its running settings on its admin console at `at`

@@ -353,17 +353,7 @@ pub struct Strangers {
 
 /// Connect a libpq-style connection with a bound on the whole startup.
 pub async fn connect_pg(config: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
-    let (config, tls) = crate::tls::prepare(config);
-    let (client, conn) = tokio::time::timeout(ADMIN_TIMEOUT, config.connect(tls))
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "connect to {} timed out after {ADMIN_TIMEOUT:?}",
-                crate::tls::target(&config)
-            )
-        })??;
-    tokio::spawn(conn);
-    Ok(client)
+    crate::tls::connect_within(config, ADMIN_TIMEOUT).await
 }
 
 /// A pooler's image and container: what the image carries and where, and what the

@@ -52,7 +52,11 @@ impl Effect {
             Effect::CloseIdleClient => "the pooler's idle-client timeout",
             Effect::EndLongStatement => "the pooler's query timeout",
             Effect::EndLongWait => "the pooler's wait timeout",
-            _ => "a timeout",
+            // Found in POSTGRES above.
+            Effect::CancelLongStatement
+            | Effect::EndIdleInTransaction
+            | Effect::EndIdleSession
+            | Effect::EndLongTransaction => "a PostgreSQL timeout",
         }
     }
 }

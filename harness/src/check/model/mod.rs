@@ -478,7 +478,7 @@ impl<'e> Case<'e> {
     /// Whether fault `op` drains the pooler before its effect, as this pooler does
     /// ([`Meaning::drains`](crate::vocab::fault::Meaning::drains)): then it has a point more.
     pub(super) fn drains(&self, op: Op) -> bool {
-        self.pooled() && self.rules.restart_drains && meaning(op).is_some_and(|m| m.drains)
+        self.rules.restart_drains && meaning(op).is_some_and(|m| m.drains)
     }
 
     /// How many points an entry has.
