@@ -880,3 +880,5 @@ fn progress_graph(deadline: u64, view: &CaseView, events: &[Event]) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_release;

@@ -523,13 +523,15 @@ fn every_fixture_is_in_the_table() {
         // Judged by a test of its own (its name says where).
         // an_exit_releases_one_key_at_a_time, a_cancelled_statement_on_a_new_connection_ran,
         // a_transaction_lock_outside_a_block_lasts_to_its_statement_end,
-        // a_look_reads_pg_stat_activity_then_pg_locks, a_safe_restart_drains_before_it_exits
+        // a_look_reads_pg_stat_activity_then_pg_locks, a_safe_restart_drains_before_it_exits,
+        // tests_release::an_unlock_all_releases_one_key_at_a_time
         let own = [
             "safe-restart-drains",
             "exit-releases-one-key-at-a-time",
             "cancelled-statement-on-a-new-connection",
             "xact-lock-held-to-statement-end",
             "look-reads-activity-then-locks",
+            "unlock-all-releases-one-key-at-a-time",
         ];
         assert!(
             TABLE.iter().any(|(s, _, _)| *s == stem) || own.contains(&stem.as_str()),
@@ -790,7 +792,7 @@ fn transaction_mode() -> Topology {
 }
 
 /// The first case of a history written as JSON lines, judged as `check` judges it.
-fn judge_lines<'a>(lines: impl Iterator<Item = &'a str>) -> CaseCheck {
+pub(super) fn judge_lines<'a>(lines: impl Iterator<Item = &'a str>) -> CaseCheck {
     let events: Vec<Event> = lines
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
         .collect();
@@ -801,7 +803,7 @@ fn judge_lines<'a>(lines: impl Iterator<Item = &'a str>) -> CaseCheck {
 
 /// A fixture read through the history's reader (observations are stored as deltas) and
 /// written back as whole events, one per line, so that a test's edit is textual.
-fn fixture_text(name: &str) -> String {
+pub(super) fn fixture_text(name: &str) -> String {
     events_of(name)
         .iter()
         .map(|e| serde_json::to_string(e).unwrap() + "\n")
@@ -810,7 +812,7 @@ fn fixture_text(name: &str) -> String {
 
 /// The pg.* violations of the first case of a JSON-lines history, as `invariant: detail`;
 /// `decided`: every invariant of it was judged (none left unknown).
-fn pg_verdicts(text: &str, decided: bool) -> Vec<String> {
+pub(super) fn pg_verdicts(text: &str, decided: bool) -> Vec<String> {
     let verdict = judge_lines(text.lines());
     assert!(!decided || verdict.undecided.is_empty(), "{verdict:?}");
     verdict

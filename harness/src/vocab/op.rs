@@ -527,6 +527,18 @@ impl Op {
         matches!(self, Op::Terminate | Op::Cancel) || self.is_server_fault()
     }
 
+    /// Releases every advisory lock of a scope in one call, which PostgreSQL does one lock
+    /// partition at a time (`LockReleaseAll` in `src/backend/storage/lmgr/lock.c`): a
+    /// `pg_locks` read while it runs can see some of the keys released and others still held
+    /// (`pg_advisory_unlock_all()` and `DISCARD ALL` the session's, COMMIT and ROLLBACK the
+    /// transaction's).
+    pub fn releases_all(self) -> bool {
+        matches!(
+            self,
+            Op::UnlockAll | Op::DiscardAll | Op::Commit | Op::Rollback
+        )
+    }
+
     /// Asks for an advisory lock (session or transaction level, try or wait).
     pub fn acquires(self) -> bool {
         matches!(

@@ -497,7 +497,12 @@ impl<'e> Case<'e> {
                 // was sent: a look or another backend's call can meet it in between.
                 let held_for_statement =
                     s.op == Op::TryXactLock && matches!(s.reply, Reply::Bool { .. });
-                if interrupted || (waits && answered) || held_for_statement {
+                // A statement that releases a scope's locks does so one lock partition at a
+                // time: a look between its two points may see some of them still held
+                // (`Case::releasing_one`).
+                let releases_all =
+                    s.op.releases_all() && matches!(s.reply, Reply::Ok) && s.served.is_some();
+                if interrupted || (waits && answered) || held_for_statement || releases_all {
                     2
                 } else {
                     1

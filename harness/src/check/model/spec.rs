@@ -165,6 +165,7 @@ impl<'e> Spec for Case<'e> {
                     }
                 }
             }
+            out.extend(self.releasing_one(s, *id, x));
             if x.reset_pending && x.life.is_alive() {
                 let mut s2 = s.clone();
                 let y = s2.backends.get_mut(id).unwrap();

@@ -449,6 +449,24 @@ impl<'e> Case<'e> {
                 outs.extend(wake_all(ran, &rel));
                 outs.push(s);
             }
+            (false, Reply::Ok) if st.op.releases_all() => {
+                // The keys it had not released yet between its points, and the rest of its
+                // effect.
+                let call = self.call(&s, e, st);
+                let x = s.backends.get_mut(&b).unwrap();
+                let (pred, rel) = exec(x, st, call, true);
+                if let Some(p) = pred
+                    && !p.same_as(st.reply)
+                {
+                    return Err(Why::Reply {
+                        predicted: p,
+                        backend: b,
+                        holders: vec![],
+                    });
+                }
+                released.extend(rel);
+                outs.push(s);
+            }
             _ => {
                 return Err(Why::Reply {
                     predicted: Reply::Ok,
@@ -464,6 +482,46 @@ impl<'e> Case<'e> {
         let mut res = wake_all(s, &released);
         res.extend(outs);
         Ok(res)
+    }
+
+    /// Between the points of a statement that releases a scope's locks
+    /// ([`Op::releases_all`]) running on backend `id`: it has released one more of them, any
+    /// one (PostgreSQL's `LockReleaseAll` goes one lock partition at a time, waking each key's
+    /// waiters as it goes). Nothing when it would release fewer than two.
+    pub(super) fn releasing_one(&self, s: &State, id: BackendId, x: &Backend) -> Vec<State> {
+        let Some(busy) = x.busy else {
+            return vec![];
+        };
+        let e = busy.entry as usize;
+        let Act::Stmt(st) = &self.entries[e].act else {
+            return vec![];
+        };
+        if !st.op.releases_all() || self.points_of(&self.entries[e]) != 2 || !x.life.is_alive() {
+            return vec![];
+        }
+        let mut done = x.clone();
+        let (_, mut keys) = exec(&mut done, st, self.call(s, e, st), true);
+        keys.sort();
+        keys.dedup();
+        if keys.len() < 2 {
+            return vec![];
+        }
+        let mut out = vec![];
+        for k in keys {
+            let mut s2 = s.clone();
+            let y = s2.backends.get_mut(&id).expect("listed");
+            for (now, after) in [(&mut y.session, &done.session), (&mut y.xact, &done.xact)] {
+                match after.get(&k) {
+                    Some(n) => now.insert(k, *n),
+                    None => now.remove(&k),
+                };
+            }
+            if !done.tainted.contains(&k) {
+                y.tainted.remove(&k);
+            }
+            out.extend(wake_all(s2, &[k]));
+        }
+        out
     }
 
     pub(super) fn statement_timeout(&self, st: &Stmt) -> bool {
