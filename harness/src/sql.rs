@@ -398,7 +398,9 @@ pub mod look_part {
 /// mode, granted, xact_start, wait_event_type, wait_event, blocking pids (text; `waits`
 /// only), clock (the postmaster's start, part LO), t (the time, parts LO, MID, HI).
 pub fn look(role: &str, waits: bool) -> String {
-    let role = role.replace('\'', "''");
+    // The role as `regrole` reads it: a quoted identifier (a mixed-case or odd name stays
+    // itself), in a string literal.
+    let role = literal(&ident(role));
     let us = |e: &str| format!("(extract(epoch FROM {e}) * 1000000)::int8");
     let now = us("clock_timestamp()");
     let blank = |n: usize| vec!["NULL"; n].join(", ");
@@ -420,7 +422,7 @@ pub fn look(role: &str, waits: bool) -> String {
          SELECT {backend}, a.pid, {start}, a.backend_start::text, a.state, left(a.query, 32), \
                 {b5}, a.xact_start::text, {wait_cols}, NULL, NULL \
          FROM pg_stat_get_activity(NULL) a \
-         WHERE a.usesysid = '{role}'::regrole AND a.datid = {db} \
+         WHERE a.usesysid = {role}::regrole AND a.datid = {db} \
          UNION ALL SELECT {mid}, {b14}, NULL, {now} \
          UNION ALL \
          SELECT {lock}, l.pid, {b4}, l.classid, l.objid, l.objsubid, l.mode, l.granted, {b4}, NULL, NULL \
@@ -446,7 +448,8 @@ pub const ALL_ADVISORY_LOCKS: &str = "SELECT count(*) FROM pg_locks WHERE lockty
 /// Backends of the client role (reset verification).
 pub fn role_backends(role: &str) -> String {
     format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}' AND datname = current_database()"
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = {} AND datname = current_database()",
+        literal(role)
     )
 }
 
@@ -456,7 +459,8 @@ pub fn role_backends(role: &str) -> String {
 pub fn terminate_role(role: &str) -> String {
     format!(
         "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE usename = '{role}' AND datname = current_database() AND pid <> pg_backend_pid()"
+         WHERE usename = {} AND datname = current_database() AND pid <> pg_backend_pid()",
+        literal(role)
     )
 }
 
@@ -484,10 +488,11 @@ pub fn configure_client_role(
         .get("idle_in_transaction_session_timeout")
         .cloned()
         .unwrap_or_else(|| "0".into());
+    let (role, statement, idle_in_tx) = (ident(role), literal(&statement), literal(&idle_in_tx));
     format!(
         "ALTER ROLE {role} SET lock_timeout = '{lock_timeout_ms}ms'; \
-         ALTER ROLE {role} SET statement_timeout = '{statement}'; \
-         ALTER ROLE {role} SET idle_in_transaction_session_timeout = '{idle_in_tx}'; \
+         ALTER ROLE {role} SET statement_timeout = {statement}; \
+         ALTER ROLE {role} SET idle_in_transaction_session_timeout = {idle_in_tx}; \
          ALTER ROLE {role} SET DateStyle = 'ISO, MDY'; \
          ALTER ROLE {role} SET application_name = 'pgchaos'"
     )
@@ -498,33 +503,49 @@ pub fn configure_client_role(
 /// the identity query still reads `backend_start` after a switch) and granted to the client
 /// role. Idempotent (it runs at every start of a cluster); PostgreSQL 16+ grants without
 /// INHERIT, so the client role gains no privilege it does not switch to. Checked by hand:
-/// docs/session-state.md, "SET ROLE and search_path".
+/// docs/session-state.md, "SET ROLE and search_path". The client role reaches the block as a
+/// setting of the session (a literal outside it), never as text inside its dollar quote.
 pub fn setting_roles(client_role: &str, count: u32) -> String {
     use crate::vocab::setting::ROLE_PREFIX;
+    let client = "current_setting('pgchaos.client_role')";
     format!(
+        "SELECT set_config('pgchaos.client_role', {}, false); ",
+        literal(client_role)
+    ) + &format!(
         "DO $pgchaos$ DECLARE r text; BEGIN \
          FOR n IN 1..{count} LOOP r := '{ROLE_PREFIX}' || n; \
          IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN \
          EXECUTE format('CREATE ROLE %I NOLOGIN', r); \
          EXECUTE format('GRANT pg_read_all_stats TO %I', r); \
          IF current_setting('server_version_num')::int >= 160000 THEN \
-         EXECUTE format('GRANT %I TO {client_role} WITH INHERIT FALSE', r); \
-         ELSE EXECUTE format('GRANT %I TO {client_role}', r); END IF; \
+         EXECUTE format('GRANT %I TO %I WITH INHERIT FALSE', r, {client}); \
+         ELSE EXECUTE format('GRANT %I TO %I', r, {client}); END IF; \
          END IF; END LOOP; END $pgchaos$"
     )
 }
 
+/// `s` as an SQL identifier: double-quoted, its double quotes doubled.
+pub fn ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// `s` as an SQL string literal: single-quoted, its single quotes doubled
+/// (`standard_conforming_strings`, on since PostgreSQL 9.1, keeps backslashes as they are).
+pub fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
 /// Give a role a password (SCRAM, PostgreSQL's default encryption): the run's password for
-/// TCP logins. `password` is generated by the harness (hex), never user input.
+/// TCP logins. `password` is generated by the harness (hex); both are quoted all the same.
 pub fn set_password(role: &str, password: &str) -> String {
-    format!("ALTER ROLE {role} PASSWORD '{password}'")
+    format!("ALTER ROLE {} PASSWORD {}", ident(role), literal(password))
 }
 
 /// Create the harness's role and database in a fresh cluster (the initdb template).
 pub fn create_role_and_database(role: &str, db: &str) -> [String; 2] {
     [
-        format!("CREATE ROLE {role} LOGIN"),
-        format!("CREATE DATABASE {db} OWNER {role}"),
+        format!("CREATE ROLE {} LOGIN", ident(role)),
+        format!("CREATE DATABASE {} OWNER {}", ident(db), ident(role)),
     ]
 }
 
@@ -532,6 +553,33 @@ pub fn create_role_and_database(role: &str, db: &str) -> [String; 2] {
 mod tests {
     use super::*;
     use crate::vocab::object;
+
+    /// A role name with a quote of each kind, a `$` and mixed case reaches no statement as
+    /// text of its own: identifiers double-quoted, literals single-quoted, doubled inside.
+    #[test]
+    fn role_names_are_quoted_where_they_reach_sql() {
+        let role = r#"Ops"Te'am$x"#;
+        assert_eq!(ident(role), r#""Ops""Te'am$x""#);
+        assert_eq!(literal(role), r#"'Ops"Te''am$x'"#);
+        assert!(look(role, false).contains(r#"'"Ops""Te''am$x"'::regrole"#));
+        assert!(role_backends(role).contains(r#"usename = 'Ops"Te''am$x'"#));
+        assert!(terminate_role(role).contains(r#"usename = 'Ops"Te''am$x'"#));
+        assert_eq!(
+            set_password(role, "p'w"),
+            r#"ALTER ROLE "Ops""Te'am$x" PASSWORD 'p''w'"#
+        );
+        let roles = setting_roles(role, 2);
+        assert!(roles.starts_with(
+            r#"SELECT set_config('pgchaos.client_role', 'Ops"Te''am$x', false); DO $pgchaos$"#
+        ));
+        // The DO block's body never holds the name.
+        assert!(!roles.split_once("DO $pgchaos$").unwrap().1.contains("Ops"));
+        let declared = [("statement_timeout".to_string(), "1s'".to_string())].into();
+        assert!(
+            configure_client_role(role, 5, 0, &declared)
+                .contains(r#"ALTER ROLE "Ops""Te'am$x" SET statement_timeout = '1s'''"#)
+        );
+    }
 
     #[test]
     fn every_sql_op_carries_its_tag_and_key() {

@@ -608,3 +608,55 @@ async fn profile_keys_computed_on_the_server() {
     exec(&d, "ROLLBACK").await;
     assert_eq!(rows(&d, "SHOW lock_timeout").await, before, "rolled back");
 }
+
+/// The observer's SQL names the clients' role as the role is named: an external deployment's
+/// role may be mixed-case or hold quotes. On the real server, a role `Ops"Te'am$x` holding a
+/// lock is found by `sql::look` (which once read the name as `'...'::regrole` unquoted:
+/// "role "ops"te'am$x" does not exist", tried by hand on 18.6), counted by
+/// `sql::role_backends`, and ended by `sql::terminate_role`; the superuser's session is not.
+#[tokio::test(flavor = "current_thread")]
+async fn the_observers_sql_names_a_mixed_case_role_as_it_is() {
+    use pgchaos::{launch::SUPERUSER, sql};
+    const ROLE: &str = r#"Ops"Te'am$x"#;
+    let cluster = launch("direct").await;
+    let su = pgchaos::launch::connect(&cluster.direct_config(SUPERUSER))
+        .await
+        .unwrap();
+    exec(
+        &su,
+        &format!(
+            "CREATE ROLE {} LOGIN PASSWORD 'pw'; GRANT ALL ON DATABASE chaos TO {}",
+            sql::ident(ROLE),
+            sql::ident(ROLE)
+        ),
+    )
+    .await;
+    let mut config = cluster.direct_config(SUPERUSER);
+    config.user(ROLE).password("pw");
+    let team = pgchaos::launch::connect(&config).await.unwrap();
+    let pid = rows(
+        &team,
+        "SELECT pg_backend_pid(), pg_try_advisory_lock(612001)",
+    )
+    .await;
+    assert_eq!(pid[0][1].as_deref(), Some("t"));
+    let pid = pid[0][0].clone().unwrap();
+    let look = rows(&su, &sql::look(ROLE, false)).await;
+    let listed: Vec<&Vec<Option<String>>> = look
+        .iter()
+        .filter(|r| r[1].as_deref() == Some(&pid))
+        .collect();
+    assert!(!listed.is_empty(), "{look:?}");
+    assert!(
+        listed.iter().any(|r| r[7].as_deref() == Some("612001")),
+        "the lock's row (objid 612001): {look:?}"
+    );
+    assert_eq!(
+        rows(&su, &sql::role_backends(ROLE)).await[0][0].as_deref(),
+        Some("1")
+    );
+    let ended = rows(&su, &sql::terminate_role(ROLE)).await;
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0][0].as_deref(), Some(pid.as_str()));
+    assert_eq!(rows(&su, "SELECT 1").await[0][0].as_deref(), Some("1"));
+}

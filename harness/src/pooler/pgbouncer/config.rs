@@ -326,11 +326,13 @@ pub fn hba() -> String {
 }
 
 /// `userlist.txt`: each role with the run's password (PgBouncer computes the SCRAM exchange
-/// from a plain-text entry).
+/// from a plain-text entry). Both are quoted, a `"` inside doubled (`find_quote` and
+/// `copy_quoted` in src/loader.c at `pgbouncer_1_25_2`).
 pub fn userlist(passwords: &[(String, String)]) -> String {
+    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     passwords
         .iter()
-        .map(|(role, pw)| format!("\"{role}\" \"{pw}\"\n"))
+        .map(|(role, pw)| format!("{} {}\n", q(role), q(pw)))
         .collect()
 }
 
@@ -340,6 +342,14 @@ mod tests {
     use super::*;
     use crate::pooler::Pooler;
     use std::collections::BTreeMap;
+
+    /// A `"` in a role or password is doubled inside its quotes, as PgBouncer's loader reads
+    /// it back (`find_quote` skips a doubled quote; `copy_quoted` keeps one of the two).
+    #[test]
+    fn userlist_quotes_each_field() {
+        let list = [("te\"am".to_string(), "p\"w x".to_string())];
+        assert_eq!(userlist(&list), "\"te\"\"am\" \"p\"\"w x\"\n");
+    }
 
     use super::super::tests::spec;
 
