@@ -87,10 +87,12 @@ impl Ownership {
             ),
         };
         format!(
-            "a.usename = '{}' AND a.datname = current_database() \
+            "a.usename = {} AND a.datname = current_database() \
              AND a.backend_start >= to_timestamp({:.6}) \
              AND (a.application_name = '{}' OR {empty})",
-            self.role, self.since, self.tag
+            crate::sql::literal(&self.role),
+            self.since,
+            self.tag
         )
     }
 
@@ -127,9 +129,9 @@ impl Ownership {
         format!(
             "SELECT a.pid::text, a.backend_start::text, a.application_name, \
              coalesce(host(a.client_addr), 'local'), a.datname::text \
-             FROM pg_stat_activity a WHERE a.usename = '{}' AND a.pid <> pg_backend_pid() \
+             FROM pg_stat_activity a WHERE a.usename = {} AND a.pid <> pg_backend_pid() \
              AND NOT ({}) ORDER BY a.backend_start",
-            self.role,
+            crate::sql::literal(&self.role),
             self.ours(pooled)
         )
     }
@@ -266,6 +268,16 @@ mod tests {
         assert!(none.contains("OR a.application_name = ''"), "{none}");
         let b = o.bystanders_sql(None);
         assert!(b.contains("AND NOT (a.usename"), "{b}");
+        // A role with a quote stays one literal: the predicate is not widened.
+        let odd = Ownership {
+            role: "o'brien' OR true OR 'x".into(),
+            ..o
+        };
+        let t = odd.terminate_sql(None);
+        assert!(
+            t.contains("a.usename = 'o''brien'' OR true OR ''x' AND"),
+            "{t}"
+        );
     }
 
     #[test]
