@@ -882,3 +882,5 @@ fn progress_graph(deadline: u64, view: &CaseView, events: &[Event]) -> String {
 mod tests;
 #[cfg(test)]
 mod tests_release;
+#[cfg(test)]
+mod tests_unknown;

@@ -182,8 +182,15 @@ impl Tally {
                     let shown = |e: &Option<(Vec<Event>, CaseCheck)>| {
                         e.as_ref().is_some_and(|(_, c)| c.violates(&f.invariant))
                     };
-                    if f.evidence_from_run || !shown(&f.evidence) {
-                        f.evidence = Some((events.to_vec(), check.clone()));
+                    // The case as it ran is kept over a replay of the same steps that does
+                    // not show it (its violation and evidence are the run's own); a replay of
+                    // a smaller case replaces it.
+                    let replay = Some((events.to_vec(), check.clone()));
+                    let same_steps = f.minimal() == Some(view.steps());
+                    let keep_run =
+                        f.evidence_from_run && same_steps && shown(&f.evidence) && !shown(&replay);
+                    if !keep_run && (f.evidence_from_run || !shown(&f.evidence)) {
+                        f.evidence = replay;
                         f.evidence_from_run = false;
                     }
                     first_minimal.get_or_insert(end_t);
@@ -387,4 +394,63 @@ pub fn check_history_with(
         run_ns: last_t,
         events: count,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests_release::commit_with_a_look_text;
+    use super::*;
+
+    /// A concurrent case that violated an invariant as it ran, then evidence replays of the
+    /// same steps: one that does not show it leaves the run's own case as the evidence (its
+    /// violation and rows); one that shows it replaces it. (Seen: a run's report showed a
+    /// replay without the violation, and no row of it, for transaction-mode-host-faults,
+    /// concurrent, seed 5, 2026-12-07.)
+    #[test]
+    fn a_replay_that_does_not_show_it_keeps_the_runs_own_evidence() {
+        const INV: &str = "pg.locks_match_model";
+        let lines = |t: u64| -> Vec<String> {
+            commit_with_a_look_text(t)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        };
+        let replay = |t: u64| -> Vec<String> {
+            let mut v = lines(t);
+            v[1] = v[1].replace(
+                r#""phase":"run""#,
+                &format!(r#""phase":"evidence","invariant":"{INV}""#),
+            );
+            v[1..v.len() - 1].to_vec()
+        };
+        let run = lines(4801);
+        let history = |replays: &[u64]| -> Vec<Event> {
+            let mut v: Vec<String> = run[..run.len() - 1].to_vec();
+            for t in replays {
+                v.extend(replay(*t));
+            }
+            v.push(run[run.len() - 1].clone());
+            v.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+        };
+        let failure = |replays: &[u64]| {
+            let events = history(replays);
+            let run = super::super::check_history(events.into_iter().map(Ok)).unwrap();
+            let f = run
+                .tally
+                .failures
+                .iter()
+                .find(|f| f.invariant == INV)
+                .cloned();
+            f.expect("the run's case violates it")
+        };
+        // As it ran: 4801 (before the COMMIT, one key alone) violates it; 5501 (during) not.
+        let f = failure(&[5501]);
+        assert_eq!(f.evidence_runs, 1);
+        assert!(f.unshrunk(), "the run's own case is kept");
+        assert!(f.evidence.as_ref().unwrap().1.violates(INV));
+        let f = failure(&[5501, 4801]);
+        assert_eq!(f.evidence_runs, 2);
+        assert!(!f.unshrunk(), "a replay that shows it replaces it");
+        assert!(f.evidence.as_ref().unwrap().1.violates(INV));
+    }
 }

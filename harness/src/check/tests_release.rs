@@ -35,8 +35,8 @@ fn an_unlock_all_releases_one_key_at_a_time() {
 
 /// One client holds transaction locks on keys 7 and 8 on backend 101 and commits (invoked at
 /// 5001, answered at 6001); a sample at `sample_t` shows 101 holding key 8 alone, idle in
-/// its transaction. The pg.* verdicts.
-fn commit_with_a_look(sample_t: u64) -> Vec<String> {
+/// its transaction. The history, one case (concurrent schedule, run phase).
+pub(super) fn commit_with_a_look_text(sample_t: u64) -> String {
     let head = r#"{"t":0,"type":"run","format":"pgchaos-history/3","pgchaos":"fixture","topology":"fixture","topology_file":"fixture.yaml","pooler":"pgbouncer","rules":{"mode":"transaction","pool_size":2,"reset_releases_locks":true,"reset_always":false},"seed":0,"launcher":"fixture","versions":{"postgres":"18.6","postgres_declared":"18.6","postgres_full":"PostgreSQL 18.6","pgbouncer":"1.25.2","pgbouncer_declared":"1.25.2","version_drift":[]},"ready_ms":0,"contender":[999,1796000000000999],"contender_start":"2026-11-30 00:00:00.000999+00","keys":[7,8],"started":"20261130T000000Z"}
 {"t":1,"type":"case","case":0,"seed":1,"phase":"run","clients":1,"steps":4,"schedule":"concurrent"}
 {"t":1001,"type":"invoke","p":"C1","f":"open"}
@@ -75,7 +75,12 @@ fn commit_with_a_look(sample_t: u64) -> Vec<String> {
     v.push(r#"{"t":9001,"type":"obs","at":"end","backends":[{"id":[101,1796000000000001],"backend_start":"2026-11-30 00:00:00.000001+00","state":"idle","query":"/*pgchaos s3*/ COMMIT"}]}
 {"t":11001,"type":"case_end","case":0,"steps_us":1,"reset_us":1}
 {"t":12001,"type":"run_end","cases":1,"stopped_by_time_limit":false,"run_ms":1}"#.to_string());
-    let text = v.join("\n");
+    v.join("\n")
+}
+
+/// [`commit_with_a_look_text`]'s pg.* verdicts.
+fn commit_with_a_look(sample_t: u64) -> Vec<String> {
+    let text = commit_with_a_look_text(sample_t);
     judge_lines(text.lines())
         .violations
         .iter()

@@ -118,7 +118,9 @@ impl<'e> Case<'e> {
         };
         if point == 1 {
             let mut s = s.clone();
-            if self.pooled() && matches!(m.down, Some(Down::Postgres | Down::Paused)) {
+            if self.rules.login_failure_sticks
+                && matches!(m.down, Some(Down::Postgres | Down::Paused))
+            {
                 s.login_failing = Some(op);
             }
             if m.by == By::Postgres {
@@ -200,7 +202,7 @@ impl<'e> Case<'e> {
             s.down = Some((d, op));
         }
         let mut out = wake_all(s, &released);
-        if m.drops_logins && self.pooled() {
+        if m.drops_logins && self.rules.login_failure_sticks {
             let failing: Vec<State> = out
                 .iter()
                 .map(|s| {

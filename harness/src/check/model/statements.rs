@@ -549,13 +549,26 @@ impl<'e> Case<'e> {
         if self.entries[e].orphaned && self.pooled() && points == 1 {
             out.extend(self.orphan_run(s, st));
         }
-        if !matches!(s.clients.get(c).map(|x| x.conn), Some(Conn::Up)) {
-            return if out.is_empty() {
-                Err(Why::EndUnexplained)
-            } else {
-                Ok(out)
-            };
-        }
+        // A client whose connection was closed opens a new one with this statement: if that
+        // connect succeeded, the statement may have run there (that it did not is the
+        // search's: an unknown operation's points may be skipped).
+        let mut opened;
+        let s = match s.clients.get(c).map(|x| x.conn) {
+            Some(Conn::Up) => s,
+            Some(Conn::Down) if points == 1 || point == 0 => {
+                opened = s.clone();
+                opened.clients[c].conn = Conn::Up;
+                opened.clients[c].linked = None;
+                &opened
+            }
+            _ => {
+                return if out.is_empty() {
+                    Err(Why::EndUnexplained)
+                } else {
+                    Ok(out)
+                };
+            }
+        };
         let mut err = Why::EndUnexplained;
         for (s2, b) in self.assign(s, e, st)? {
             if is_anonymous(b) {
