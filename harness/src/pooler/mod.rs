@@ -599,6 +599,13 @@ pub struct PoolRules {
     /// its fast shutdown. Histories written before it lack it (a restart was one instant).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub restart_drains: bool,
+    /// After a server login failed (PostgreSQL down or restarting, the link cut, PAUSE, a
+    /// RECONNECT that dropped a login), the pooler answers a client that needs a new server
+    /// with an error until it tries again: PgBouncer's `08P01 server login has been failing`
+    /// for `server_login_retry` (docs/faults.md). Histories written before it lack it and are
+    /// judged as they were: every pooler so.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub login_failure_sticks: bool,
     /// An application-side pool in front (direct topologies): `none` hands out any
     /// connection per op, `session` keeps one per client; a client's disconnect gives its
     /// connection back as it is.
@@ -622,6 +629,10 @@ pub fn reset_clears_role(q: &str) -> bool {
 
 fn one() -> usize {
     1
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn is_one(n: &usize) -> bool {
@@ -657,6 +668,7 @@ impl PoolRules {
             links_at_connect: false,
             closes_server_in_flight: false,
             restart_drains: false,
+            login_failure_sticks: false,
             app_pin: None,
             replicas: 1,
         }
@@ -737,6 +749,7 @@ mod tests {
             links_at_connect: false,
             closes_server_in_flight: false,
             restart_drains: false,
+            login_failure_sticks: false,
             app_pin: None,
             replicas: 1,
         }

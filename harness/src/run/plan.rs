@@ -369,6 +369,7 @@ mod tests {
             links_at_connect: false,
             closes_server_in_flight: false,
             restart_drains: false,
+            login_failure_sticks: false,
             app_pin: None,
             replicas: 1,
         }
@@ -428,6 +429,7 @@ mod tests {
             links_at_connect: true,
             closes_server_in_flight: false,
             restart_drains: false,
+            login_failure_sticks: false,
             ..tx_rules(2)
         };
         let obs = Observation {
@@ -449,6 +451,7 @@ mod tests {
             links_at_connect: false,
             closes_server_in_flight: false,
             restart_drains: false,
+            login_failure_sticks: false,
             ..rules
         };
         assert!(would_wait(&bouncer, &slots, 1, Op::TryLock, &obs).is_some());

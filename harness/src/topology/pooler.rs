@@ -44,6 +44,11 @@ pub trait PoolerConfig: fmt::Debug + Send + Sync {
     /// The faults of the servers that need a pooler (`needs_pooler` in `vocab::fault`) this
     /// pooler has.
     fn faults(&self) -> &'static [Op];
+    /// Whether the model knows what this pooler does to its clients through a fault of
+    /// PostgreSQL (a restart, a killed or frozen backend, its host or link): PgBouncer's is
+    /// measured (docs/faults.md). A topology with a pooler that lacks it is refused PostgreSQL's
+    /// faults at `check`.
+    fn postgres_faults_modelled(&self) -> bool;
     /// The timeouts it runs with that close servers or clients (by what they do, in
     /// milliseconds; 0 or absent: off).
     fn timeouts(&self) -> Vec<(crate::vocab::timeout::Effect, u64)>;

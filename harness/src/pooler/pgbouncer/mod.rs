@@ -203,6 +203,8 @@ impl Pooler for PgBouncer {
             closes_server_in_flight: true,
             // SIGINT is its safe shutdown (`vocab::fault::Meaning::drains`).
             restart_drains: true,
+            // `server_login_retry` (docs/faults.md, measured on 1.24.1 and 1.25.2).
+            login_failure_sticks: true,
             app_pin: None,
             replicas: 1,
         }

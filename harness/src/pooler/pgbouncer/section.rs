@@ -69,6 +69,10 @@ impl PoolerConfig for PgbouncerSpec {
         &FAULTS
     }
 
+    fn postgres_faults_modelled(&self) -> bool {
+        true
+    }
+
     fn timeouts(&self) -> Vec<(crate::vocab::timeout::Effect, u64)> {
         PGBOUNCER_TIMEOUTS
             .iter()

@@ -205,6 +205,9 @@ impl Pooler for Pgpool {
             // SIGINT is its fast shutdown: every backend closed at once (docs/pgpool.md,
             // "fast stop (SIGINT)").
             restart_drains: false,
+            // Not measured: a topology with pgpool-II refuses PostgreSQL's faults at `check`
+            // (`PoolerConfig::postgres_faults_modelled`).
+            login_failure_sticks: false,
             app_pin: None,
             replicas: 1,
         }

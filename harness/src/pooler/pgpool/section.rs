@@ -69,6 +69,12 @@ impl PoolerConfig for PgpoolSpec {
         FAULTS
     }
 
+    /// Not modelled: with 4.3.5's defaults a backend that ends under a client fails the node
+    /// over (`failover_on_backend_shutdown`, docs/pgpool.md "K-terminate-backend").
+    fn postgres_faults_modelled(&self) -> bool {
+        false
+    }
+
     fn timeouts(&self) -> Vec<(crate::vocab::timeout::Effect, u64)> {
         // Both close an idle cached server some seconds after its last client left: the
         // model's "retire an idle server" timer, at the shorter of the two.

@@ -455,21 +455,33 @@ impl Cx<'_> {
                     ));
                 }
                 if !p.config.faults().contains(&op) {
+                    let has: Vec<&str> = p.config.faults().iter().map(|o| o.name()).collect();
                     return Err(self.err(
                         &name.referenced,
                         format!("`{op}` is not a fault {} has", p.kind),
-                        vec![format!(
-                            "{}'s faults: {}",
-                            p.kind,
-                            p.config
-                                .faults()
-                                .iter()
-                                .map(|o| o.name())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )],
+                        vec![if has.is_empty() {
+                            format!("{} has no faults of its own here", p.kind)
+                        } else {
+                            format!("{}'s faults: {}", p.kind, has.join(", "))
+                        }],
                     ));
                 }
+            }
+            if w > 0
+                && !needs_pooler
+                && let Some(p) = pooler.filter(|p| !p.config.postgres_faults_modelled())
+            {
+                return Err(self.err(
+                    &name.referenced,
+                    format!(
+                        "`{op}` is a fault of PostgreSQL, and what {} does to its clients through it is not modelled",
+                        p.kind
+                    ),
+                    vec![format!(
+                        "{} may fail the node over when a backend ends under a client (docs/pgpool.md); run PostgreSQL's faults with pgbouncer or without a pooler",
+                        p.kind
+                    )],
+                ));
             }
             if w > 0 && crate::vocab::fault::needs_standby(op) && !standby {
                 return Err(self.err(

@@ -239,6 +239,29 @@ fn faults_the_topology_cannot_run_are_positioned_at_the_fault() {
         );
         has_hint(&e, "use two topologies");
     }
+    // pgpool-II: none of PgBouncer's, and PostgreSQL's are refused (not modelled through it).
+    let pgpool = "name: f\npostgres:\n  version: \"18.6\"\npgpool:\n  version: \"4.3.5\"\n";
+    let e = err_at(
+        &format!("{pgpool}faults:\n  kinds:\n    pooler_reconnect: 1\n"),
+        8,
+        5,
+        "`pooler_reconnect` is not a fault pgpool has",
+    );
+    has_hint(&e, "pgpool has no faults of its own here");
+    for op in Op::FAULTS {
+        let src = format!("{pgpool}faults:\n  kinds:\n    {op}: 1\n");
+        let e = err(&src);
+        assert_eq!((e.line(), e.column()), (Some(8), Some(5)), "{op}: {e}");
+        if !crate::vocab::fault::meaning(op).unwrap().needs_pooler {
+            assert!(
+                e.message()
+                    .contains("is a fault of PostgreSQL, and what pgpool does to its clients"),
+                "{op}: {e}"
+            );
+            has_hint(&e, "fail the node over");
+        }
+    }
+    ok(&format!("{pgpool}faults:\n  kinds:\n    pg_restart: 0\n"));
     // Either alone is fine; with weight 0 the link fault is not there.
     ok(&format!("{standby}faults:\n  kinds: {{ promote: 1 }}\n"));
     ok(&format!("{standby}faults:\n  kinds: {{ link_cut: 1 }}\n"));
