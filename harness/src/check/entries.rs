@@ -280,14 +280,24 @@ pub fn build(events: &[Event]) -> Marks<'_> {
         at: vec![vec![]; events.len()],
         closes: BTreeMap::new(),
     };
+    // Per client, the backends of its last two statements on its current connection.
+    let mut served: BTreeMap<usize, [Option<crate::vocab::BackendId>; 2]> = BTreeMap::new();
     for (i, ev) in events.iter().enumerate() {
         let now = ev.t;
         let next_t = events.get(i + 1).map(|e| e.t).unwrap_or(now).max(now);
         match &ev.body {
             Body::Invoke(inv) => g.op(events, i, inv, &mut done),
-            Body::Ok(_) | Body::Fail(_) | Body::Info(_) => {
+            Body::Ok(c) | Body::Fail(c) | Body::Info(c) => {
                 if let Some(id) = g.closes.get(&i) {
                     g.at[i].push((Mark::Complete(*id), now));
+                }
+                if let Process::Client(client) = c.p {
+                    let last = served.entry(client).or_default();
+                    if matches!(c.f, Op::Open | Op::Disconnect | Op::Reconnect | Op::Release) {
+                        *last = [None, None];
+                    } else if c.backend.is_some() {
+                        *last = [c.backend, last[0]];
+                    }
                 }
             }
             Body::Obs(o) => g.look(events, i, o, next_t),
@@ -310,9 +320,15 @@ pub fn build(events: &[Event]) -> Marks<'_> {
                 let Process::Client(client) = n.p else {
                     continue;
                 };
+                // The client takes what its connection received when an op ends; a message
+                // that reached the connection as its op before ended may be taken only then.
+                let [last, before] = served.get(&client).copied().unwrap_or_default();
                 let act = Act::Notified {
                     client,
                     backend: n.backend,
+                    or: before.filter(|b| {
+                        n.backend.is_some() && n.backend == last && *b != n.backend.unwrap()
+                    }),
                     note: (n.channel == crate::vocab::notify::CHANNEL)
                         .then(|| crate::vocab::notify::sender(&n.payload))
                         .flatten(),

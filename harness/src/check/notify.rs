@@ -217,6 +217,7 @@ pub fn judge(entries: &[Entry], marks: &[(Mark, u64)], out: &mut CaseCheck) {
                 backend,
                 note,
                 payload,
+                ..
             } => {
                 let v = &views[*client];
                 if let Some(n) = note {

@@ -1,4 +1,5 @@
-//! The checker's tests on operations whose outcome is unknown (a timeout: Jepsen's `info`).
+//! The checker's tests on what the history leaves uncertain: an operation whose outcome is
+//! unknown (a timeout: Jepsen's `info`), the backend a notification came through.
 
 use super::tests::judge_lines;
 
@@ -47,6 +48,36 @@ fn a_timed_out_statement_on_a_new_connection_may_have_run() {
     assert!(
         v.iter()
             .any(|l| l.starts_with("pg.locks_match_model") && l.contains("holding 7")),
+        "{v:?}"
+    );
+}
+
+/// A notification a client takes after an op may have reached its connection as the op before
+/// ended, from that op's backend: recorded on transaction-mode-listen, concurrent, seed 5, case
+/// 190 (2026-12-07; PgBouncer 1.25.2). C3 received "C1 s23" (C1's NOTIFY on pid 19123), recorded
+/// on 19123, the backend of the `ping` it had just finished; 19123 was not listening, 19122 was,
+/// and C3 had been linked to 19122 for the statement before the `ping`. The history records a
+/// notification on the backend of the op it was taken after (`client::LogicalClient::collect_as`),
+/// and the connection's replies and notifications reach the client through two channels. Judged
+/// `pg.notification_matches` before; the previous statement's backend is accepted now. What it
+/// must not excuse: C3 receiving "C2 s6", which 19122 had already passed on to C2.
+#[test]
+fn a_notification_may_be_taken_after_the_next_op() {
+    let text = super::tests::fixture_text("notification-taken-after-the-next-op");
+    // app.notifications_arrive stays undecided here (a client listened and stopped).
+    let pg = |t: &str| super::tests::pg_verdicts(t, false);
+    assert_eq!(pg(&text), Vec::<String>::new());
+    let received =
+        r#""p":"C3","backend":[19123,1796681628047063],"channel":"pgchaos","payload":"C1 s23""#;
+    assert_eq!(text.matches(received).count(), 1, "{text}");
+    let again = text.replace(
+        received,
+        r#""p":"C3","backend":[19123,1796681628047063],"channel":"pgchaos","payload":"C2 s6""#,
+    );
+    let v = pg(&again);
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("pg.notification_matches") && l.contains("C2 s6")),
         "{v:?}"
     );
 }

@@ -363,6 +363,11 @@ pub enum Act<'e> {
     Notified {
         client: usize,
         backend: Option<BackendId>,
+        /// The backend of the client's statement before the one `backend` served, on the
+        /// same connection: a notification that reached the connection as that statement
+        /// ended may be taken by the client only after the next one (the connection's
+        /// messages and its notifications come through two channels).
+        or: Option<BackendId>,
         note: Option<Note>,
         payload: &'e str,
     },
@@ -529,7 +534,7 @@ impl<'e> Case<'e> {
     fn notified(
         &self,
         s: &State,
-        backend: Option<BackendId>,
+        (backend, or): (Option<BackendId>, Option<BackendId>),
         note: Option<Note>,
         payload: &str,
     ) -> Out {
@@ -541,7 +546,9 @@ impl<'e> Case<'e> {
         let from: Vec<BackendId> = s
             .backends
             .iter()
-            .filter(|(id, x)| backend.is_none_or(|b| b == **id) && x.inbox.contains(&n))
+            .filter(|(id, x)| {
+                (backend.is_none_or(|b| b == **id) || or == Some(**id)) && x.inbox.contains(&n)
+            })
             .map(|(id, _)| *id)
             .collect();
         if from.is_empty() {

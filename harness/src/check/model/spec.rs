@@ -60,10 +60,11 @@ impl<'e> Spec for Case<'e> {
             }
             Act::Notified {
                 backend,
+                or,
                 note,
                 payload,
                 ..
-            } => self.notified(s, *backend, *note, payload),
+            } => self.notified(s, (*backend, *or), *note, payload),
             Act::Probe {
                 key,
                 available,
