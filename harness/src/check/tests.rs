@@ -525,7 +525,8 @@ fn every_fixture_is_in_the_table() {
         // a_transaction_lock_outside_a_block_lasts_to_its_statement_end,
         // a_look_reads_pg_stat_activity_then_pg_locks, a_safe_restart_drains_before_it_exits,
         // tests_release::an_unlock_all_releases_one_key_at_a_time,
-        // tests_unknown::a_notification_may_be_taken_after_the_next_op
+        // tests_unknown::a_notification_may_be_taken_after_the_next_op,
+        // tests_unknown::a_pooler_listing_names_the_backend_its_pid_has_now
         let own = [
             "safe-restart-drains",
             "exit-releases-one-key-at-a-time",
@@ -534,6 +535,7 @@ fn every_fixture_is_in_the_table() {
             "look-reads-activity-then-locks",
             "unlock-all-releases-one-key-at-a-time",
             "notification-taken-after-the-next-op",
+            "pids-repeat-after-a-host-restart",
         ];
         assert!(
             TABLE.iter().any(|(s, _, _)| *s == stem) || own.contains(&stem.as_str()),

@@ -81,3 +81,36 @@ fn a_notification_may_be_taken_after_the_next_op() {
         "{v:?}"
     );
 }
+
+/// PgBouncer's SHOW SERVERS names a server by its pid alone, and PostgreSQL's pids repeat after
+/// its host restarts: recorded on transaction-mode-host-faults, sequential, seed 5, case 18
+/// (2026-12-07; PostgreSQL 18.6 and PgBouncer 1.25.2 in containers). pid 23 served C3 and was
+/// dropped by a restart of the pooler's host; after PostgreSQL's host restarted, a new backend
+/// was pid 23 again, and the looks after steps 22-24 list it in pg_stat_activity (its own
+/// backend_start) and in SHOW SERVERS. The model took the listed pid for the dropped backend
+/// (`pg.locks_match_model`, "SHOW SERVERS lists pid 23 ..., which host_restart_pooler
+/// dropped"). Now a listed pid that the look's pg_stat_activity gives to another backend is
+/// that one. Without the new backend's row in the look after step 23, the listing is the
+/// dropped server's again, and violated.
+#[test]
+fn a_pooler_listing_names_the_backend_its_pid_has_now() {
+    let text = super::tests::fixture_text("pids-repeat-after-a-host-restart");
+    let pg = |t: &str| super::tests::pg_verdicts(t, false);
+    assert_eq!(pg(&text), Vec::<String>::new());
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(r#""type":"obs""#) && l.contains(r#""step":23"#))
+        .unwrap();
+    let mut look: serde_json::Value = serde_json::from_str(&lines[at]).unwrap();
+    assert_eq!(look["backends"][0]["id"][0], 23, "{look}");
+    look["backends"] = serde_json::json!([]);
+    lines[at] = look.to_string();
+    let v = pg(&(lines.join("\n") + "\n"));
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("pg.locks_match_model")
+                && l.contains("SHOW SERVERS lists pid 23")),
+        "{v:?}"
+    );
+}

@@ -57,7 +57,12 @@ impl<'e> Case<'e> {
                 continue;
             };
             let mut same = s.backends.iter().filter(|(id, _)| id.pid == pid);
+            // PostgreSQL's pids repeat (a restarted host starts them again): the look's
+            // pg_stat_activity naming another backend with this pid says which one it is.
+            let another =
+                |id: &BackendId| obs.backends.iter().any(|r| r.id.pid == pid && r.id != *id);
             if let (Some((id, x)), None) = (same.next(), same.next())
+                && !another(id)
                 && let Some(Cause::Fault(op)) = x.life.cause()
                 && meaning(op).is_some_and(|m| m.by == By::Pooler && m.ends == Ends::All)
             {
