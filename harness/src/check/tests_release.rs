@@ -2,7 +2,7 @@
 //! PostgreSQL releases them one lock partition at a time, and a look taken while one runs may
 //! see some of its keys still held.
 
-use super::tests::{fixture_text, judge_lines, pg_verdicts};
+use super::tests::{fixture_text, pg_verdicts};
 
 /// Recorded on transaction-mode, concurrent schedule, seed 1, a shrink replay of case 9
 /// (PgBouncer 1.25.2, PostgreSQL 18.6; a cold `.ci/run` of 2026-12-07, `tests/cli.rs`'s
@@ -80,13 +80,7 @@ pub(super) fn commit_with_a_look_text(sample_t: u64) -> String {
 
 /// [`commit_with_a_look_text`]'s pg.* verdicts.
 fn commit_with_a_look(sample_t: u64) -> Vec<String> {
-    let text = commit_with_a_look_text(sample_t);
-    judge_lines(text.lines())
-        .violations
-        .iter()
-        .filter(|x| x.invariant.starts_with("pg."))
-        .map(|x| format!("{}: {}", x.invariant, x.detail))
-        .collect()
+    pg_verdicts(&commit_with_a_look_text(sample_t), false)
 }
 
 /// COMMIT releases a transaction's locks the same way (`ProcReleaseLocks` ->

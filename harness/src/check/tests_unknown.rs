@@ -1,8 +1,6 @@
 //! The checker's tests on what the history leaves uncertain: an operation whose outcome is
 //! unknown (a timeout: Jepsen's `info`), the backend a notification came through.
 
-use super::tests::judge_lines;
-
 /// C1's connection is closed under its `unlock 8` (on pid 101); its next call, a `lock` of
 /// `key`, opens a new connection and gets no reply in time; a look then shows a new backend,
 /// pid 102, idle and holding 7. The pg.* verdicts.
@@ -24,13 +22,7 @@ fn timed_out_lock_on_a_new_connection(key: u32) -> Vec<String> {
 {{"t":11001,"type":"case_end","case":0,"steps_us":1,"reset_us":1}}
 {{"t":12001,"type":"run_end","cases":1,"stopped_by_time_limit":false,"run_ms":1}}"#
     );
-    let text = [head, &call, &tail].join("\n");
-    judge_lines(text.lines())
-        .violations
-        .iter()
-        .filter(|x| x.invariant.starts_with("pg."))
-        .map(|x| format!("{}: {}", x.invariant, x.detail))
-        .collect()
+    super::tests::pg_verdicts(&[head, &call, &tail].join("\n"), false)
 }
 
 /// A statement whose outcome is unknown, sent by a client whose connection had been closed,

@@ -452,19 +452,7 @@ impl<'e> Case<'e> {
             (false, Reply::Ok) if st.op.releases_all() => {
                 // The keys it had not released yet between its points, and the rest of its
                 // effect.
-                let call = self.call(&s, e, st);
-                let x = s.backends.get_mut(&b).unwrap();
-                let (pred, rel) = exec(x, st, call, true);
-                if let Some(p) = pred
-                    && !p.same_as(st.reply)
-                {
-                    return Err(Why::Reply {
-                        predicted: p,
-                        backend: b,
-                        holders: vec![],
-                    });
-                }
-                released.extend(rel);
+                released.extend(self.exec_checked(&mut s, e, st, b)?.1);
                 outs.push(s);
             }
             _ => {
